@@ -1,0 +1,435 @@
+"""Dataset adapters: every source becomes rows of the ``problems`` table.
+
+Sources are the Hugging Face hub (by name, at a pinned revision), local files (Parquet, JSON Lines
+or CSV; a single file or the hub layout ``data/<split>-*.parquet``) and the bundled ``arithmetic``
+generator, the default that needs no data at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from pipeline import schema
+
+log = logging.getLogger(__name__)
+
+
+class DatasetError(ValueError):
+    """A dataset cannot be loaded as asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How one dataset maps onto the ``problems`` table."""
+
+    name: str
+    description: str
+    hub: str | None = None
+    config: str | None = None
+    revision: str | None = None
+    split: str = "train"
+    columns: tuple[str, ...] = ()  # source columns needed (only these are read)
+    convert: Callable[[pa.Table], dict[str, pa.Array | list]] | None = None
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Problems plus what the load summary reports."""
+
+    problems: pa.Table
+    rows_read: int
+    duplicates: int
+    status_counts: dict[str, int] = field(default_factory=dict)
+
+
+# --- stable ids ---------------------------------------------------------------------------------
+
+_SPACE = re.compile(r"\s+")
+
+
+def normalize_problem(text: str) -> str:
+    """Whitespace-collapsed, stripped problem text: the part of a problem its id depends on."""
+    return _SPACE.sub(" ", text or "").strip()
+
+
+def prompt_id(dataset: str, problem: str) -> str:
+    """Stable id of a problem: the same on every run and machine (sha256 of dataset + text)."""
+    digest = hashlib.sha256(f"{dataset}\n{normalize_problem(problem)}".encode()).hexdigest()
+    return digest[:16]
+
+
+# --- converters per source ----------------------------------------------------------------------
+
+
+def _col(table: pa.Table, name: str) -> list:
+    return table.column(name).to_pylist()
+
+
+def gsm8k_gold(solution: str | None) -> str | None:
+    """GSM8K's gold answer: the text after ``####``, commas removed."""
+    if solution is None or "####" not in solution:
+        return None
+    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def _convert_gsm8k(table: pa.Table) -> dict:
+    return {"problem": _col(table, "question"), "answer": [gsm8k_gold(s) for s in _col(table, "answer")]}
+
+
+def _convert_bigmath(table: pa.Table) -> dict:
+    rates = _col(table, "llama8b_solve_rate")
+    prior_n, prior_c = [], []
+    for i, rate in enumerate(rates):
+        if rate is None or rate != rate:  # null or NaN: no prior measurement, kept as null
+            prior_n.append(None)
+            prior_c.append(None)
+            continue
+        if not 0.0 <= float(rate) <= 1.0:
+            raise DatasetError(f"row {i}: llama8b_solve_rate {rate!r} is not in [0, 1]")
+        prior_n.append(64)
+        prior_c.append(round(64 * float(rate)))
+    return {
+        "problem": _col(table, "problem"),
+        "answer": _col(table, "answer"),
+        "source": _col(table, "source"),
+        "domain": [", ".join(d) if isinstance(d, list) else d for d in _col(table, "domain")],
+        "prior_n": prior_n,
+        "prior_c": prior_c,
+    }
+
+
+def _convert_deepmath(table: pa.Table) -> dict:
+    return {
+        "problem": _col(table, "question"),
+        "answer": _col(table, "final_answer"),
+        "difficulty": _col(table, "difficulty"),
+        "topic": _col(table, "topic"),
+    }
+
+
+def _convert_generic(table: pa.Table) -> dict:
+    out = {"problem": _col(table, "problem"), "answer": _col(table, "answer")}
+    for optional in ("source", "domain", "topic", "difficulty", "prior_n", "prior_c", "split"):
+        if optional in table.column_names:
+            out[optional] = _col(table, optional)
+    return out
+
+
+ADAPTERS: dict[str, Adapter] = {
+    a.name: a
+    for a in (
+        Adapter(
+            "gsm8k",
+            "Grade-school math word problems; gold is the text after '####'.",
+            hub="openai/gsm8k",
+            config="main",
+            revision="cc7b047b6e5bb11b4f1af84efc572db110a51b3c",
+            split="test",
+            columns=("question", "answer"),
+            convert=_convert_gsm8k,
+        ),
+        Adapter(
+            "bigmath",
+            "Big-Math RL-verified problems with Llama-8B solve rates (64 rollouts) as priors.",
+            hub="SynthLabsAI/Big-Math-RL-Verified",
+            revision="main",
+            columns=("problem", "answer", "source", "domain", "llama8b_solve_rate"),
+            convert=_convert_bigmath,
+        ),
+        Adapter(
+            "deepmath",
+            "DeepMath-103K: hard problems with difficulty ratings and topics.",
+            hub="zwhe99/DeepMath-103K",
+            revision="5cf055d1fe3d7a2eb19719ac020211469736ae44",
+            columns=("question", "final_answer", "difficulty", "topic"),
+            convert=_convert_deepmath,
+        ),
+        Adapter(
+            "arithmetic",
+            "Bundled seeded arithmetic in difficulty tiers (no download); the default.",
+            columns=("problem", "answer", "difficulty", "source"),
+            convert=_convert_generic,
+        ),
+        Adapter(
+            "local",
+            "Any local file with 'problem' and 'answer' columns (or a --columns mapping).",
+            columns=("problem", "answer"),
+            convert=_convert_generic,
+        ),
+    )
+}
+
+
+def detect_adapter(columns: list[str]) -> str:
+    """Pick an adapter from the columns a local file has."""
+    cols = set(columns)
+    if {"problem", "answer", "llama8b_solve_rate"} <= cols:
+        return "bigmath"
+    if {"question", "final_answer"} <= cols:
+        return "deepmath"
+    if {"question", "answer"} <= cols:
+        return "gsm8k"
+    return "local"
+
+
+# --- the bundled arithmetic generator -----------------------------------------------------------
+
+# Tiers from trivial to hopeless for a 135M model: (label, maker). Each maker returns (text, value).
+def _tier_makers(rng: random.Random) -> list[tuple[str, Callable[[], tuple[str, int]]]]:
+    r = rng.randint
+    return [
+        ("1-digit add", lambda: (lambda a, b: (f"{a} + {b}", a + b))(r(1, 9), r(1, 9))),
+        ("2-digit add", lambda: (lambda a, b: (f"{a} + {b}", a + b))(r(10, 99), r(1, 9))),
+        ("2x2-digit add", lambda: (lambda a, b: (f"{a} + {b}", a + b))(r(10, 99), r(10, 99))),
+        ("1-digit mul", lambda: (lambda a, b: (f"{a} * {b}", a * b))(r(2, 9), r(2, 9))),
+        ("2-digit sub", lambda: (lambda a, b: (f"{a} - {b}", a - b))(r(50, 99), r(10, 49))),
+        ("two steps", lambda: (lambda a, b, c: (f"({a} + {b}) * {c}", (a + b) * c))(r(2, 9), r(2, 9), r(2, 9))),
+        ("2x1-digit mul", lambda: (lambda a, b: (f"{a} * {b}", a * b))(r(12, 99), r(3, 9))),
+        ("three steps", lambda: (lambda a, b, c, d: (f"{a} * {b} - {c} + {d}", a * b - c + d))(
+            r(11, 49), r(3, 9), r(10, 99), r(10, 99))),
+        ("3x2-digit mul", lambda: (lambda a, b: (f"{a} * {b}", a * b))(r(101, 999), r(11, 99))),
+    ]
+
+
+def arithmetic_problems(n: int = 180, seed: int = 0) -> pa.Table:
+    """Seeded arithmetic problems with exact integer answers, tiers interleaved.
+
+    Rows cycle through the tiers, so the first ``k`` rows of any size are balanced across
+    difficulty; ``difficulty`` is the tier number (1 = easiest) and ``source`` its label.
+    """
+    if n < 1:
+        raise DatasetError(f"arithmetic size must be >= 1, got {n}")
+    rng = random.Random(seed)
+    tiers = _tier_makers(rng)
+    rows, seen = [], set()
+    while len(rows) < n:
+        tier = len(rows) % len(tiers)
+        label, make = tiers[tier]
+        text, value = make()
+        if text in seen:  # small tiers can repeat; ids must be unique
+            continue
+        seen.add(text)
+        rows.append(
+            {"problem": f"What is {text}?", "answer": str(value), "difficulty": float(tier + 1), "source": label}
+        )
+    return pa.Table.from_pylist(rows)
+
+
+# --- reading files and the hub ------------------------------------------------------------------
+
+
+def read_local(path: str | os.PathLike, split: str | None = None) -> pa.Table:
+    """Read a Parquet, JSON Lines or CSV file, or a folder in the hub layout."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"data file {str(path)!r} does not exist")
+    if path.is_dir():
+        pattern = f"{split}-*.parquet" if split else "*.parquet"
+        files = sorted((path / "data").glob(pattern)) or sorted(path.rglob(pattern))
+        if not files:
+            raise DatasetError(f"no Parquet files matching {pattern!r} under {str(path)!r}")
+        return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+    suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            return pq.read_table(path)
+        if suffix in (".jsonl", ".json", ".ndjson", ".jsonl.gz"):
+            return pajson.read_json(path)
+        if suffix in (".csv", ".csv.gz"):
+            return pacsv.read_csv(path)
+    except pa.ArrowInvalid as exc:
+        raise DatasetError(f"cannot read {str(path)!r}: {exc}") from exc
+    raise DatasetError(f"unsupported file type {path.suffix!r} for {str(path)!r}; use .parquet, .jsonl or .csv")
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """True when the hub answers an HTTPS request within the timeout (any status counts).
+
+    One request, no retries: ``datasets`` itself retries for about 23 s before giving up.
+    """
+    import httpx
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        httpx.head(f"{endpoint}/api/datasets", timeout=timeout_s)
+    except (httpx.HTTPError, OSError):
+        return False
+    return True
+
+
+def read_hub(adapter: Adapter, split: str | None, revision: str | None = None) -> pa.Table:
+    """Load a hub dataset's needed columns at the pinned revision; fail at once when offline."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    if offline or not _hub_reachable():
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
+        raise DatasetError(
+            f"cannot load {adapter.hub!r}: {why}. Point at a local copy instead, e.g. "
+            f"`difficulty load {adapter.name} --data-file PATH` with a Parquet/JSON Lines/CSV file "
+            f"or a folder in the hub layout (data/{adapter.split}-*.parquet)"
+        )
+    import datasets as hf  # heavy import, only when the hub is really used
+
+    ds = hf.load_dataset(
+        adapter.hub,
+        adapter.config,
+        split=split or adapter.split,
+        revision=revision or adapter.revision,
+        streaming=True,  # streams only the needed columns (DeepMath's solutions are ~5 GB)
+        columns=list(adapter.columns),
+    )
+    return pa.Table.from_pylist(list(ds))
+
+
+# --- building the problems table ----------------------------------------------------------------
+
+
+def parse_column_map(spec: str | None) -> dict[str, str]:
+    """Parse ``problem=question,answer=final`` into {target: source}."""
+    if not spec:
+        return {}
+    mapping = {}
+    for item in spec.split(","):
+        target, sep, source = item.partition("=")
+        if not sep or target.strip() not in schema.PROBLEMS.names:
+            raise DatasetError(
+                f"bad column mapping {item!r}: use TARGET=SOURCE with TARGET in {schema.PROBLEMS.names}"
+            )
+        mapping[target.strip()] = source.strip()
+    return mapping
+
+
+def _check_columns(table: pa.Table, needed: tuple[str, ...], adapter: str, origin: str) -> None:
+    missing = [c for c in needed if c not in table.column_names]
+    if missing:
+        raise DatasetError(
+            f"{origin}: adapter {adapter!r} needs column(s) {missing}; columns found: {table.column_names}"
+        )
+
+
+def to_problems(raw: pa.Table, adapter: Adapter, dataset: str, split: str | None) -> LoadResult:
+    """Convert source rows to the ``problems`` table: ids, statuses, duplicates collapsed."""
+    required = tuple(c for c in adapter.columns if c not in ("difficulty", "source"))
+    if adapter.name == "bigmath":
+        required = ("problem", "answer", "llama8b_solve_rate")
+    _check_columns(raw, required, adapter.name, dataset)
+    converted = adapter.convert(raw)
+    n = raw.num_rows
+    rows: dict[str, list] = {name: [None] * n for name in schema.PROBLEMS.names}
+    for key, values in converted.items():
+        rows[key] = list(values)
+    rows["dataset"] = [dataset] * n
+    if "split" not in converted:
+        rows["split"] = [split] * n
+    problems = ["" if p is None else str(p) for p in rows["problem"]]
+    answers = [None if a is None else str(a).strip() for a in rows["answer"]]
+    rows["problem"], rows["answer"] = problems, answers
+    rows["prompt_id"] = [prompt_id(dataset, p) for p in problems]
+    rows["status"] = [
+        schema.PROBLEM_EMPTY_PROBLEM if not p.strip() else schema.PROBLEM_EMPTY_ANSWER if not a else schema.PROBLEM_OK
+        for p, a in zip(problems, answers)
+    ]
+    table = pa.Table.from_pydict({k: rows[k] for k in schema.PROBLEMS.names})
+    table = _cast_problems(table)
+    # Duplicates (same normalised text) collapse onto their first row.
+    _, first = _unique_first(table.column("prompt_id").to_pylist())
+    duplicates = table.num_rows - len(first)
+    if duplicates:
+        log.info("%s: collapsed %d duplicate problems", dataset, duplicates)
+        table = table.take(first)
+    counts = pc.value_counts(table.column("status")).to_pylist()
+    return LoadResult(table, n, duplicates, {c["values"]: c["counts"] for c in counts})
+
+
+def _unique_first(ids: list[str]) -> tuple[set, list[int]]:
+    seen: set[str] = set()
+    first = []
+    for i, pid in enumerate(ids):
+        if pid not in seen:
+            seen.add(pid)
+            first.append(i)
+    return seen, first
+
+
+def _cast_problems(table: pa.Table) -> pa.Table:
+    cols = []
+    for f in schema.PROBLEMS:
+        col = table.column(f.name)
+        if f.type == pa.string() and col.type != pa.string():
+            col = pc.cast(col, pa.string()) if col.type != pa.null() else pa.nulls(len(col), pa.string())
+        cols.append(col.cast(f.type))
+    return pa.Table.from_arrays(cols, schema=schema.PROBLEMS)
+
+
+def load(
+    name: str | None = None,
+    *,
+    data_file: str | os.PathLike | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    columns: str | dict[str, str] | None = None,
+    revision: str | None = None,
+    seed: int = 0,
+) -> LoadResult:
+    """Load a dataset by adapter name, from a local file, or both (name picks the adapter).
+
+    Args:
+        name: adapter name (``gsm8k``, ``bigmath``, ``deepmath``, ``arithmetic``, ``local``);
+            with ``data_file`` and no name the adapter is chosen from the columns present.
+        data_file: a local Parquet / JSON Lines / CSV file or a hub-layout folder.
+        split: split to read (hub) or to select (hub-layout folder).
+        limit: keep the first ``limit`` problems (after duplicates are collapsed).
+        columns: mapping ``TARGET=SOURCE`` for files with other column names.
+        revision: override the adapter's pinned hub revision.
+        seed: seed of the bundled arithmetic generator.
+    """
+    if limit is not None and limit < 1:
+        raise DatasetError(f"--limit must be >= 1, got {limit}")
+    if name is not None and name not in ADAPTERS:
+        raise DatasetError(f"unknown dataset {name!r}; adapters: {sorted(ADAPTERS)}")
+    mapping = parse_column_map(columns) if isinstance(columns, str) else dict(columns or {})
+    if data_file is not None:
+        raw = read_local(data_file, split if Path(data_file).is_dir() else None)
+        if mapping:
+            missing = [src for src in mapping.values() if src not in raw.column_names]
+            if missing:
+                raise DatasetError(f"mapped column(s) {missing} not in {str(data_file)!r}; columns found: {raw.column_names}")
+            renamed = {src: dst for dst, src in mapping.items()}
+            raw = raw.rename_columns([renamed.get(c, c) for c in raw.column_names])
+        adapter = ADAPTERS[name or detect_adapter(raw.column_names)]
+        dataset = adapter.name if adapter.name != "local" else _local_name(data_file)
+        if adapter.name == "arithmetic":
+            adapter = ADAPTERS["local"]
+            dataset = "arithmetic"
+    else:
+        adapter = ADAPTERS[name or "arithmetic"]
+        dataset = adapter.name
+        if adapter.name == "arithmetic":
+            raw = arithmetic_problems(max(limit or 180, 1), seed=seed)
+        elif adapter.hub is None:
+            raise DatasetError(f"adapter {adapter.name!r} needs --data-file PATH")
+        else:
+            raw = read_hub(adapter, split, revision)
+    result = to_problems(raw, adapter, dataset, split or adapter.split)
+    if limit is not None and result.problems.num_rows > limit:
+        table = result.problems.slice(0, limit)
+        counts = pc.value_counts(table.column("status")).to_pylist()
+        result = LoadResult(table, result.rows_read, result.duplicates, {c["values"]: c["counts"] for c in counts})
+    return result
+
+
+def _local_name(path: str | os.PathLike) -> str:
+    stem = Path(path).name.split(".")[0]
+    return "local-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-") or "data")

@@ -1,0 +1,155 @@
+"""Explicit pyarrow schemas for every table: the contract between stages.
+
+Every stage imports its table's schema from here, so a column is named and typed in one place.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Problem statuses: why a row cannot be graded (kept, never dropped).
+PROBLEM_OK = "ok"
+PROBLEM_EMPTY_PROBLEM = "empty_problem"
+PROBLEM_EMPTY_ANSWER = "empty_answer"
+
+# Grade statuses of one sample.
+GRADE_STATUSES = ("correct", "incorrect", "unparsed", "timeout", "error")
+
+PROBLEMS = pa.schema(
+    [
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("split", pa.string()),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("problem", pa.string()),
+        pa.field("answer", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("domain", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("difficulty", pa.float64()),
+        pa.field("prior_n", pa.int32()),
+        pa.field("prior_c", pa.int32()),
+        pa.field("status", pa.string(), nullable=False),
+    ]
+)
+
+RUNS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("dataset", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("backend", pa.string()),
+        pa.field("params", pa.string()),  # JSON: n, temperature, top_p, max_tokens, limit, ...
+        pa.field("seed", pa.int64()),
+        pa.field("prompt_template", pa.string()),
+        pa.field("grader", pa.string()),
+        pa.field("versions", pa.string()),  # JSON: package -> version
+        pa.field("n_prompts", pa.int64()),
+        pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        pa.field("updated_at", pa.timestamp("us", tz="UTC")),
+        pa.field("status", pa.string()),  # created, sampling, done, failed
+    ]
+)
+
+SAMPLES = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("sample_idx", pa.int32(), nullable=False),
+        pa.field("completion", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("n_tokens", pa.int32()),
+        pa.field("extracted_answer", pa.string()),
+        pa.field("grade_status", pa.string()),
+        pa.field("grade_reason", pa.string()),
+        pa.field("correct", pa.bool_()),
+        pa.field("grader", pa.string()),
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {"problems": PROBLEMS, "runs": RUNS, "samples": SAMPLES}
+
+# Analysis tables (prompt_stats, weights, summary, allocation) are defined below.
+
+# Repeated strings of the long weights table are dictionary-encoded (a few MB instead of ~1 GB
+# for Big-Math x 11 estimators x 5 group sizes); DuckDB reads them as VARCHAR.
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
+
+PROMPT_STATS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("n", pa.int32(), nullable=False),
+        pa.field("c", pa.int32(), nullable=False),
+        pa.field("pass_rate", pa.float64()),  # c / n; null when n = 0
+        pa.field("interval_level", pa.float64()),
+        pa.field("wilson_lo", pa.float64()),
+        pa.field("wilson_hi", pa.float64()),
+        pa.field("jeffreys_lo", pa.float64()),
+        pa.field("jeffreys_hi", pa.float64()),
+        pa.field("pass_at_k", pa.list_(pa.float64())),  # unbiased pass@k for k = 1..n
+        # Per group size G (aligned lists): unbiased hypergeometric rate for n >= G, Beta
+        # posterior mean for n < G; the plug-in (biased upward) only under its own name.
+        pa.field("group_sizes", pa.list_(pa.int32())),
+        pa.field("zero_signal", pa.list_(pa.float64())),
+        pa.field("silent_all_correct", pa.list_(pa.float64())),
+        pa.field("silent_all_wrong", pa.list_(pa.float64())),
+        pa.field("zero_signal_plugin", pa.list_(pa.float64())),
+        # Answer concentration (null when the counts carry no extracted answers).
+        pa.field("n_answered", pa.int32()),
+        pa.field("n_distinct_answers", pa.int32()),
+        pa.field("n_distinct_correct", pa.int32()),
+        pa.field("modal_share", pa.float64()),
+        pa.field("answer_entropy", pa.float64()),  # nats
+        pa.field("modal_correct_share_grpo", pa.float64()),
+        pa.field("modal_correct_share_reco", pa.float64()),
+    ]
+)
+
+WEIGHTS = pa.schema(
+    [
+        pa.field("run_id", _DICT_STR, nullable=False),
+        pa.field("prompt_id", _DICT_STR, nullable=False),
+        pa.field("estimator", _DICT_STR, nullable=False),  # canonical spec, e.g. softmax_grpo:tau=1.0
+        pa.field("G", pa.int32(), nullable=False),
+        pa.field("p", pa.float64()),  # point estimate c / n (null when n = 0)
+        pa.field("weight", pa.float64()),  # w(p, G) at p
+        pa.field("mass", pa.float64()),  # w(p, G) p q
+        pa.field("zero_signal", pa.float64()),  # unbiased (n >= G) or posterior (n < G)
+    ]
+)
+
+# Long format: one row per (section, metric, estimator?, G?, band?, k?).
+SUMMARY = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("section", pa.string(), nullable=False),  # dataset, zero_signal, dapo, gradient_share, pass_at_k
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("estimator", pa.string()),
+        pa.field("G", pa.int32()),
+        pa.field("band", pa.string()),
+        pa.field("k", pa.int32()),
+        pa.field("value", pa.float64()),
+        pa.field("n_prompts", pa.int64()),
+    ]
+)
+
+ALLOCATION = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("objective", pa.string(), nullable=False),  # signal, knapsack, variance
+        pa.field("estimator", pa.string()),  # for the signal objective
+        pa.field("method", pa.string()),  # fast or greedy
+        pa.field("posterior", pa.bool_()),
+        pa.field("budget", pa.int64()),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("p", pa.float64()),  # point estimate or posterior mean used
+        pa.field("n_rollouts", pa.int32(), nullable=False),
+        pa.field("expected_value", pa.float64()),  # objective term at n_rollouts
+        pa.field("uniform_n", pa.int32()),
+        pa.field("uniform_value", pa.float64()),  # objective term under the uniform allocation
+    ]
+)
+
+SCHEMAS.update(
+    {"prompt_stats": PROMPT_STATS, "weights": WEIGHTS, "summary": SUMMARY, "allocation": ALLOCATION}
+)
