@@ -258,3 +258,37 @@ def profile_cmd(
     console.print(f"run [bold]{run['run_id']}[/] done; tables under {path}")
     if run.get("report"):
         console.print(f"report: {run['report']}")
+
+
+@app.command("grade")
+def grade_cmd(
+    input: Path = typer.Option(..., "--input", help="JSON Lines or Parquet file of rollouts."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name (default: import-<file stem>)."),
+    problem_col: Optional[str] = typer.Option("problem", "--problem-col", help="Problem text column ('' if none)."),
+    prompt_id_col: Optional[str] = typer.Option(None, "--prompt-id-col", help="Prompt id column, used as is."),
+    answer_col: str = typer.Option("answer", "--answer-col", help="Gold answer column."),
+    completion_col: str = typer.Option("completion", "--completion-col", help="Completion column."),
+    model: str = typer.Option("imported", "--model", help="Model name recorded on the run."),
+    grade_workers: int = typer.Option(2, "--grade-workers"),
+    report: bool = typer.Option(True, "--report/--no-report"),
+    data_dir: Optional[str] = DataDirOption,
+) -> None:
+    """Grade rollouts you already have (e.g. verl/TRL logs) and store them as a run."""
+    from pipeline.flows.import_rollouts import ImportConfig, import_rollouts
+
+    path = data_dir_or_fail(data_dir)
+    try:
+        config = ImportConfig(
+            input=str(input), dataset=dataset, problem_col=problem_col or None,
+            prompt_id_col=prompt_id_col, answer_col=answer_col, completion_col=completion_col,
+            model=model, grade_workers=grade_workers, report=report,
+        )
+        info = import_rollouts(config, path)
+    except (datasets.DatasetError, ValueError, store.StoreError) as exc:
+        fail(str(exc))
+    statuses = ", ".join(f"{k}: {v}" for k, v in info["grade_status"].items())
+    console.print(f"graded {info['samples']} rollouts of {info['prompts']} prompts ({statuses})")
+    print_run_summary(path, info["run_id"])
+    console.print(f"run [bold]{info['run_id']}[/] done; tables under {path}")
+    if info.get("report"):
+        console.print(f"report: {info['report']}")

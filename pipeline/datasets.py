@@ -409,7 +409,7 @@ def load(
             renamed = {src: dst for dst, src in mapping.items()}
             raw = raw.rename_columns([renamed.get(c, c) for c in raw.column_names])
         adapter = ADAPTERS[name or detect_adapter(raw.column_names)]
-        dataset = adapter.name if adapter.name != "local" else _local_name(data_file)
+        dataset = adapter.name if adapter.name != "local" else local_name(data_file)
         if adapter.name == "arithmetic":
             adapter = ADAPTERS["local"]
             dataset = "arithmetic"
@@ -430,6 +430,7 @@ def load(
     return result
 
 
-def _local_name(path: str | os.PathLike) -> str:
+def local_name(path: str | os.PathLike, prefix: str = "local-") -> str:
+    """Dataset name for a local file: the prefix and the file's stem, safe in a partition path."""
     stem = Path(path).name.split(".")[0]
-    return "local-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-") or "data")
+    return prefix + (re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-") or "data")

@@ -1,0 +1,68 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from pipeline import store
+from pipeline.cli import app
+
+runner = CliRunner()
+
+GSM8K_ROWS = [
+    {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=7\n#### 7", "completion": "3+4 = \\boxed{7}"},
+    {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=7\n#### 7", "completion": "The answer is 8"},
+    {"question": "What is half of 1,000?", "answer": "1000/2\n#### 500", "completion": "Half is 500."},
+    {"question": "What is half of 1,000?", "answer": "1000/2\n#### 500", "completion": ""},
+    {"question": "What is half of 1,000?", "answer": "1000/2\n#### 500", "completion": "#### 500"},
+]
+
+
+def test_grade_gsm8k_jsonl_becomes_a_run(data_dir, tmp_path):
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in GSM8K_ROWS))
+    out = runner.invoke(app, ["grade", "--input", str(path), "--no-report"])
+    assert out.exit_code == 0, out.output
+    assert "graded 5 rollouts of 2 prompts" in out.output
+    runs = store.list_runs(data_dir).to_pylist()
+    assert len(runs) == 1 and runs[0]["backend"] == "import" and runs[0]["status"] == "done"
+    run_id = runs[0]["run_id"]
+    got = store.query(
+        data_dir,
+        "select p.problem, s.sample_idx, s.grade_status from samples s join problems p using (prompt_id) "
+        "where s.run_id = $r order by p.problem, s.sample_idx",
+        {"r": run_id},
+    ).to_pylist()
+    assert [(g["sample_idx"], g["grade_status"]) for g in got] == [
+        (0, "correct"), (1, "incorrect"), (0, "correct"), (1, "unparsed"), (2, "correct"),
+    ]
+    stats = store.query(data_dir, "select n, c from prompt_stats where run_id = $r order by n", {"r": run_id})
+    assert stats.to_pylist() == [{"n": 2, "c": 1}, {"n": 3, "c": 2}]
+    # Rerunning the same import is idempotent: same run, same rows.
+    assert runner.invoke(app, ["grade", "--input", str(path), "--no-report"]).exit_code == 0
+    assert store.query(data_dir, "select count(*) n from samples").to_pylist() == [{"n": 5}]
+
+
+def test_grade_parquet_with_ids_and_mapped_columns(data_dir, tmp_path):
+    path = tmp_path / "log.parquet"
+    pq.write_table(
+        pa.table({"uid": ["a", "a", "b"], "gt": ["\\frac{1}{2}", "\\frac{1}{2}", "3"], "response": ["\\boxed{0.5}", "\\boxed{1/3}", "3"]}),
+        path,
+    )
+    out = runner.invoke(
+        app,
+        ["grade", "--input", str(path), "--problem-col", "", "--prompt-id-col", "uid", "--answer-col", "gt",
+         "--completion-col", "response", "--no-report"],
+    )
+    assert out.exit_code == 0, out.output
+    got = store.query(data_dir, "select prompt_id, sample_idx, correct from samples order by 1, 2").to_pylist()
+    assert [(g["prompt_id"], g["sample_idx"], g["correct"]) for g in got] == [("a", 0, True), ("a", 1, False), ("b", 0, True)]
+
+
+def test_grade_missing_column_names_it(data_dir, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"problem": "x", "answer": "1"}) + "\n")
+    out = runner.invoke(app, ["grade", "--input", str(path)])
+    assert out.exit_code == 1
+    assert "'completion'" in out.output and "columns found" in out.output
+    assert store.list_runs(data_dir).num_rows == 0
