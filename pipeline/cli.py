@@ -292,3 +292,13 @@ def grade_cmd(
     console.print(f"run [bold]{info['run_id']}[/] done; tables under {path}")
     if info.get("report"):
         console.print(f"report: {info['report']}")
+
+
+def _register_stage_commands() -> None:
+    from pipeline import cli_analysis, cli_flows
+
+    for module in (cli_analysis, cli_flows):
+        module.register(app)
+
+
+_register_stage_commands()

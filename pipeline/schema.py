@@ -153,3 +153,29 @@ ALLOCATION = pa.schema(
 SCHEMAS.update(
     {"prompt_stats": PROMPT_STATS, "weights": WEIGHTS, "summary": SUMMARY, "allocation": ALLOCATION}
 )
+
+# Checkpoint history (flows/checkpoints.py): one row per checkpoint and prompt, appended once per
+# checkpoint (partition checkpoint_id=); the drift views in sql/ compare consecutive checkpoints.
+HISTORY = pa.schema(
+    [
+        pa.field("checkpoint_id", pa.string(), nullable=False),  # hash of path, size, mtime
+        pa.field("checkpoint", pa.string(), nullable=False),  # display name (file stem, folder)
+        pa.field("checkpoint_path", pa.string()),
+        pa.field("step", pa.int64()),  # last integer of the name; orders checkpoints
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("dataset", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("n", pa.int32(), nullable=False),
+        pa.field("c", pa.int32(), nullable=False),
+        pa.field("pass_rate", pa.float64()),
+        pa.field("silent", pa.bool_()),  # all n samples agree (c = 0 or c = n)
+        pa.field("group_sizes", pa.list_(pa.int32())),
+        pa.field("zero_signal", pa.list_(pa.float64())),  # aligned with group_sizes
+        pa.field("silent_all_correct", pa.list_(pa.float64())),
+        pa.field("silent_all_wrong", pa.list_(pa.float64())),
+        pa.field("profiled_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+SCHEMAS["history"] = HISTORY

@@ -1,0 +1,591 @@
+"""Table-level analysis: counts -> prompt_stats, weights and summary (pyarrow tables).
+
+Input is a counts table: ``prompt_id``, ``n`` (samples), ``c`` (correct) and optionally the
+answers, either raw (``answers``: list of extracted answers, ``answers_correct``: list of bools)
+or as histograms (``answer_values``, ``answer_counts``, ``answer_correct_counts``), which is what
+``counts_from_samples`` returns. Every per-prompt quantity depends only on ``(n, c)``, so it is
+computed once per unique pair (65 of them for 64 samples per prompt) and broadcast by index;
+that keeps the analysis of Big-Math near the cost of reading its counts.
+
+Definitions (``spec/estimators.md``): weights and update masses are at the point estimate
+``p = c/n``; zero-signal rates are unbiased (hypergeometric) for ``n >= G`` and the Beta posterior
+mean for ``n < G``; plug-in values appear only in columns and metrics named ``*_plugin``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import estimators as est
+from pipeline import schema, stats
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_BANDS",
+    "Analysis",
+    "AnalyzeConfig",
+    "Band",
+    "analyze",
+    "counts_from_priors",
+    "counts_from_samples",
+    "prompt_stats",
+    "summary",
+    "validate_counts",
+    "weights",
+]
+
+
+@dataclass(frozen=True)
+class Band:
+    """A difficulty band: a union of intervals of p, each ``(lo, hi, lo_closed, hi_closed)``."""
+
+    name: str
+    intervals: tuple[tuple[float, float, bool, bool], ...]
+
+    def contains(self, p: np.ndarray) -> np.ndarray:
+        p = np.asarray(p, float)
+        out = np.zeros(p.shape, bool)
+        for lo, hi, lo_closed, hi_closed in self.intervals:
+            left = p >= lo if lo_closed else p > lo
+            right = p <= hi if hi_closed else p < hi
+            out |= left & right
+        return out
+
+
+DEFAULT_BANDS: tuple[Band, ...] = (
+    Band("extreme", ((0.0, 0.1, True, False), (0.9, 1.0, False, True))),
+    Band("medium", ((0.4, 0.6, True, True),)),
+)
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    """Settings of the analysis stage.
+
+    Attributes:
+        group_sizes: the G values to evaluate (each >= 1).
+        estimators: estimator specs (``name[:param=value,...]``).
+        level: interval coverage in (0, 1).
+        prior_a: Beta prior ``a`` for zero-signal rates when n < G.
+        prior_b: Beta prior ``b``.
+        bands: difficulty bands of the gradient-share summary.
+        pass_at_k: compute per-prompt pass@k lists and the mean curve.
+    """
+
+    group_sizes: tuple[int, ...] = (4, 8, 16, 32, 64)
+    estimators: tuple[str, ...] = est.DEFAULT_ESTIMATORS
+    level: float = 0.95
+    prior_a: float = 0.5
+    prior_b: float = 0.5
+    bands: tuple[Band, ...] = DEFAULT_BANDS
+    pass_at_k: bool = True
+    _stats: stats.StatsConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group_sizes", tuple(self.group_sizes))
+        object.__setattr__(self, "estimators", tuple(self.estimators))
+        if not self.group_sizes:
+            raise ValueError("group_sizes is empty; give at least one G >= 1")
+        for G in self.group_sizes:
+            if int(G) != G or G < 1:
+                raise ValueError(f"group size G={G!r} must be an integer >= 1")
+        for spec in self.estimators:
+            est.get(spec)  # unknown names raise, listing the registry
+        names = [b.name for b in self.bands]
+        if len(set(names)) != len(names):
+            raise ValueError(f"band names {names} must be distinct")
+        object.__setattr__(
+            self, "_stats", stats.StatsConfig(self.level, self.prior_a, self.prior_b)
+        )
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The three analysis tables of one run."""
+
+    prompt_stats: pa.Table
+    weights: pa.Table
+    summary: pa.Table
+
+
+# --- input --------------------------------------------------------------------------------------
+
+
+def _as_numbers(table: pa.Table, name: str, ids: pa.Array) -> np.ndarray:
+    if name not in table.column_names:
+        raise ValueError(f"counts table needs a {name!r} column; has {table.column_names}")
+    col = table.column(name).combine_chunks()
+    if col.null_count:
+        i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"prompt {ids[i].as_py()!r}: {name} is missing")
+    values = col.to_numpy(zero_copy_only=False)
+    if not pa.types.is_integer(col.type):
+        values = values.astype(float)
+    if values.dtype.kind == "f":
+        bad = ~np.isfinite(values) | (values != np.round(values))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"prompt {ids[i].as_py()!r}: {name}={values[i]!r} is not a whole number")
+    return values.astype(np.int64)
+
+
+def validate_counts(counts: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Check a counts table and return ``(prompt_id, n, c)``.
+
+    Raises:
+        ValueError: naming the prompt, for a missing, NaN or non-integer count, ``n < 0``,
+            ``c < 0``, ``c > n``, or a duplicated prompt_id.
+    """
+    if "prompt_id" not in counts.column_names:
+        raise ValueError(f"counts table needs a 'prompt_id' column; has {counts.column_names}")
+    ids = counts.column("prompt_id").combine_chunks()
+    if ids.null_count:
+        raise ValueError("counts table has a null prompt_id")
+    ids = ids.cast(pa.string())
+    n = _as_numbers(counts, "n", ids)
+    c = _as_numbers(counts, "c", ids)
+    for mask, what in ((n < 0, "n < 0"), (c < 0, "c < 0"), (c > n, "c > n")):
+        if mask.any():
+            i = int(np.flatnonzero(mask)[0])
+            raise ValueError(f"prompt {ids[i].as_py()!r}: {what} (n={n[i]}, c={c[i]})")
+    if len(pc.unique(ids)) != len(ids):
+        counts_ = pc.value_counts(ids)
+        dup = counts_.filter(pc.greater(counts_.field("counts"), 1))[0]["values"].as_py()
+        raise ValueError(f"prompt {dup!r} appears more than once in the counts table")
+    return ids, n, c
+
+
+_COUNTS_SQL = """
+SELECT prompt_id, count(*)::BIGINT AS n, (count(*) FILTER (WHERE correct))::BIGINT AS c
+FROM {source} {where}
+GROUP BY prompt_id ORDER BY prompt_id
+"""
+
+_HISTOGRAM_SQL = """
+SELECT prompt_id, extracted_answer AS a, count(*)::BIGINT AS cnt,
+       (count(*) FILTER (WHERE correct))::BIGINT AS cc
+FROM {source} {where}
+GROUP BY prompt_id, extracted_answer
+"""
+
+
+def _counts_from_histogram(flat: pa.Table) -> pa.Table:
+    """Per-prompt counts and answer-histogram lists from (prompt, answer) rows in any order.
+
+    Grouping by prompt is done here on dictionary codes (a stable argsort of integers), which
+    is cheaper than an ORDER BY on the string key in the query.
+    """
+    encoded = pc.dictionary_encode(flat.column("prompt_id").combine_chunks())
+    codes = encoded.indices.to_numpy()
+    prompts = encoded.dictionary
+    P = len(prompts)
+    cnt = flat.column("cnt").to_numpy()
+    cc = flat.column("cc").to_numpy()
+    answer = flat.column("a").combine_chunks()
+    has = answer.is_valid().to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")
+    order = order[has[order]]  # rows with an answer, grouped by prompt
+    lengths = np.bincount(codes[order], minlength=P)
+    return pa.table({
+        "prompt_id": prompts,
+        "n": np.bincount(codes, weights=cnt, minlength=P).astype(np.int64),
+        "c": np.bincount(codes, weights=cc, minlength=P).astype(np.int64),
+        "answer_values": _list_column(answer.take(pa.array(order)), lengths,
+                                      pa.list_(pa.string())),
+        "answer_counts": _list_column(cnt[order], lengths, pa.list_(pa.int64())),
+        "answer_correct_counts": _list_column(cc[order], lengths, pa.list_(pa.int64())),
+    })
+
+
+def counts_from_samples(con_or_data_dir, run_id: str, answers: bool = True) -> pa.Table:
+    """Per-prompt counts of one run by a DuckDB ``GROUP BY`` over its samples Parquet.
+
+    ``n`` counts every sample and ``c`` the correct ones (ungradable samples count as not correct,
+    as in ``sql/prompt_counts.sql``). With ``answers`` the query groups by (prompt, extracted
+    answer) instead and the per-prompt answer histograms come back as ``answer_values``,
+    ``answer_counts`` and ``answer_correct_counts`` (null answers counted in n, not listed).
+
+    Args:
+        con_or_data_dir: a DuckDB connection with a ``samples`` view (``store.connect``), or a
+            data directory, whose ``samples/run_id=<run_id>/`` files are read directly.
+        run_id: the run.
+        answers: also aggregate extracted answers.
+
+    Raises:
+        ValueError: the run has no samples.
+    """
+    import duckdb
+
+    sql = _HISTOGRAM_SQL if answers else _COUNTS_SQL
+    if isinstance(con_or_data_dir, (str, os.PathLike)):
+        folder = Path(con_or_data_dir) / "samples" / f"run_id={run_id}"
+        if not any(folder.glob("*.parquet")):
+            raise ValueError(f"run {run_id!r} has no samples under {folder}")
+        glob = str(folder / "*.parquet").replace("'", "''")
+        source = f"read_parquet('{glob}', hive_partitioning=false)"
+        con = duckdb.connect(":memory:")
+        try:
+            result = con.sql(sql.format(source=source, where="")).to_arrow_table()
+        finally:
+            con.close()
+    else:
+        con = con_or_data_dir
+        result = con.sql(
+            sql.format(source="samples", where="WHERE run_id = $run_id"), params={"run_id": run_id}
+        ).to_arrow_table()
+    if result.num_rows == 0:
+        raise ValueError(f"run {run_id!r} has no samples")
+    return _counts_from_histogram(result) if answers else result
+
+
+def counts_from_priors(problems: pa.Table) -> pa.Table:
+    """Counts from a problems table's prior measurements (``prior_n``, ``prior_c``).
+
+    A problem without a prior measurement gets ``n = c = 0`` (kept, not dropped): its pass rate
+    is undefined and its zero-signal rates come from the Beta prior alone.
+    """
+    for name in ("prompt_id", "prior_n", "prior_c"):
+        if name not in problems.column_names:
+            raise ValueError(f"problems table needs a {name!r} column")
+    n = pc.fill_null(problems.column("prior_n").cast(pa.int64()), 0)
+    c = pc.fill_null(problems.column("prior_c").cast(pa.int64()), 0)
+    missing = problems.column("prior_n").null_count
+    if missing:
+        log.warning("%d problems have no prior counts; they get n = c = 0", missing)
+    return pa.table({"prompt_id": problems.column("prompt_id"), "n": n, "c": c})
+
+
+def _answer_histogram(counts: pa.Table):
+    """``(parent, counts, correct_counts)`` sorted by prompt, or None when there are no answers."""
+    names = counts.column_names
+    if "answer_values" in names and "answer_counts" in names:
+        vals = counts.column("answer_counts").combine_chunks()
+        parent = pc.list_parent_indices(vals).to_numpy()
+        cnt = pc.list_flatten(vals).to_numpy(zero_copy_only=False).astype(float)
+        cc = None
+        if "answer_correct_counts" in names:
+            cc = pc.list_flatten(counts.column("answer_correct_counts").combine_chunks())
+            cc = cc.to_numpy(zero_copy_only=False).astype(float)
+        return parent, cnt, cc
+    if "answers" not in names:
+        return None
+    raw = counts.column("answers").combine_chunks()
+    flat = pc.list_flatten(raw)
+    parent = pc.list_parent_indices(raw)
+    cols = {"parent": parent, "a": flat}
+    has_correct = "answers_correct" in names
+    if has_correct:
+        corr = counts.column("answers_correct").combine_chunks()
+        if not pc.all(pc.equal(pc.list_value_length(corr), pc.list_value_length(raw))).as_py():
+            raise ValueError("answers and answers_correct lists differ in length")
+        cols["ok"] = pc.cast(pc.fill_null(pc.list_flatten(corr), False), pa.int64())
+    else:
+        cols["ok"] = pa.array(np.zeros(len(flat), np.int64))
+    t = pa.table(cols).filter(pc.is_valid(pa.table(cols).column("a")))
+    g = t.group_by(["parent", "a"]).aggregate([("ok", "count"), ("ok", "sum")])
+    g = g.sort_by([("parent", "ascending")])
+    return (
+        g.column("parent").to_numpy(),
+        g.column("ok_count").to_numpy().astype(float),
+        g.column("ok_sum").to_numpy().astype(float) if has_correct else None,
+    )
+
+
+# --- per-pair computations ----------------------------------------------------------------------
+
+
+class _Pairs:
+    """Everything that depends on a prompt only through (n, c), on the unique pairs."""
+
+    def __init__(self, n: np.ndarray, c: np.ndarray, config: AnalyzeConfig) -> None:
+        self.config = config
+        self.n_u, self.c_u, self.inv = stats.unique_pairs(n, c)
+        self.mult = np.bincount(self.inv, minlength=len(self.n_u))
+        self.p_u = stats.pass_rate(self.n_u, self.c_u)
+        a, b = config.prior_a, config.prior_b
+        Gs = config.group_sizes
+        self.plus = np.empty((len(self.n_u), len(Gs)))
+        self.minus = np.empty_like(self.plus)
+        self.plugin = np.empty_like(self.plus)
+        for j, G in enumerate(Gs):
+            self.plus[:, j], self.minus[:, j] = stats.silent_rates(self.n_u, self.c_u, G, a, b)
+            self.plugin[:, j] = stats.zero_signal_plugin(self.n_u, self.c_u, G)
+        self.zero = self.plus + self.minus
+        self.estimators = [est.get(s) for s in config.estimators]
+        self.labels = [e.spec for e in self.estimators]
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"estimator list has duplicates: {self.labels}")
+        known = ~np.isnan(self.p_u)
+        pk = np.where(known, self.p_u, 0.5)
+        # weight[e, u, j] and mass at the point estimate; NaN where n = 0
+        self.weight = np.full((len(self.estimators), len(self.n_u), len(Gs)), np.nan)
+        for i, e in enumerate(self.estimators):
+            for j, G in enumerate(Gs):
+                self.weight[i, :, j] = np.where(known, e.weight(pk, G), np.nan)
+        self.mass = self.weight * (self.p_u * (1 - self.p_u))[None, :, None]
+        self._curves = None
+
+    @property
+    def curves(self) -> list[np.ndarray]:
+        if self._curves is None:
+            self._curves = stats.pass_at_k_curves(self.n_u, self.c_u)
+        return self._curves
+
+
+def _list_column(values: np.ndarray, lengths: np.ndarray, type_: pa.DataType) -> pa.Array:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32 if len(values) < 2**31 else np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    cls = pa.ListArray if offsets.dtype == np.int32 else pa.LargeListArray
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        flat = values.cast(type_.value_type)
+        if isinstance(flat, pa.ChunkedArray):
+            flat = flat.combine_chunks()
+    else:
+        nan = values.dtype.kind == "f" and bool(np.isnan(values).any())
+        flat = pa.array(values, type=type_.value_type, from_pandas=nan)  # NaN -> null
+    arr = cls.from_arrays(pa.array(offsets), flat)
+    return arr.cast(type_) if arr.type != type_ else arr
+
+
+def _per_g_lists(matrix_u: np.ndarray, inv: np.ndarray) -> pa.Array:
+    rows = matrix_u[inv]
+    return _list_column(rows.ravel(), np.full(len(inv), rows.shape[1]), pa.list_(pa.float64()))
+
+
+def _float_col(x: np.ndarray) -> pa.Array:
+    x = np.asarray(x, float)
+    nan = np.isnan(x)
+    return pa.array(x, mask=nan) if nan.any() else pa.array(x)
+
+
+def _int_col(x: np.ndarray, known: bool) -> pa.Array:
+    if not known:
+        return pa.nulls(len(x), pa.int32())
+    return pa.array(np.asarray(x).astype(np.int32), type=pa.int32())
+
+
+def _pass_at_k_values(pairs: _Pairs, n: np.ndarray) -> np.ndarray:
+    """Flat pass@k values of every prompt in order (k = 1..n each), gathered from the pairs."""
+    inv = pairs.inv
+    out = np.empty(int(n.sum()))
+    ends = np.cumsum(n)
+    for size in np.unique(pairs.n_u):
+        if size == 0:
+            continue
+        rows_u = np.flatnonzero(pairs.n_u == size)
+        curves = np.stack([pairs.curves[u] for u in rows_u])  # (pairs with this n, size)
+        local = np.full(len(pairs.n_u), -1)
+        local[rows_u] = np.arange(len(rows_u))
+        prompts = np.flatnonzero(n == size)
+        block = curves[local[inv[prompts]]]  # (prompts with this n, size)
+        if len(prompts) == len(n):
+            return block.ravel()  # every prompt has the same n: the gather is the answer
+        else:
+            pos = (ends[prompts] - size)[:, None] + np.arange(size)
+            out[pos.ravel()] = block.ravel()
+    return out
+
+
+def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa.Table:
+    cfg = pairs.config
+    inv = pairs.inv
+    N = len(ids)
+    wl, wh = stats.wilson_interval(pairs.n_u, pairs.c_u, cfg.level)
+    jl, jh = stats.jeffreys_interval(pairs.n_u, pairs.c_u, cfg.level)
+    cols: dict[str, pa.Array] = {
+        "run_id": pa.array(np.full(N, run_id, dtype=object), pa.string()),
+        "prompt_id": ids,
+        "n": pa.array(n.astype(np.int32)),
+        "c": pa.array(c.astype(np.int32)),
+        "pass_rate": _float_col(pairs.p_u[inv]),
+        "interval_level": pa.array(np.full(N, cfg.level)),
+        "wilson_lo": pa.array(wl[inv]),
+        "wilson_hi": pa.array(wh[inv]),
+        "jeffreys_lo": pa.array(jl[inv]),
+        "jeffreys_hi": pa.array(jh[inv]),
+    }
+    if cfg.pass_at_k:
+        values = _pass_at_k_values(pairs, n)
+        lens = n
+        cols["pass_at_k"] = _list_column(values, lens, pa.list_(pa.float64()))
+    else:
+        cols["pass_at_k"] = pa.nulls(N, pa.list_(pa.float64()))
+    Gs = np.asarray(cfg.group_sizes, np.int32)
+    cols["group_sizes"] = _list_column(np.tile(Gs, N), np.full(N, len(Gs)), pa.list_(pa.int32()))
+    cols["zero_signal"] = _per_g_lists(pairs.zero, inv)
+    cols["silent_all_correct"] = _per_g_lists(pairs.plus, inv)
+    cols["silent_all_wrong"] = _per_g_lists(pairs.minus, inv)
+    cols["zero_signal_plugin"] = _per_g_lists(pairs.plugin, inv)
+    hist = _answer_histogram(counts)
+    if hist is None:
+        for name in schema.PROMPT_STATS.names[len(cols):]:
+            cols[name] = pa.nulls(N, schema.PROMPT_STATS.field(name).type)
+    else:
+        parent, cnt, cc = hist
+        a = stats.answer_stats_from_histogram(N, parent, cnt, cc)
+        cols["n_answered"] = _int_col(a["n_answered"], True)
+        cols["n_distinct_answers"] = _int_col(a["n_distinct_answers"], True)
+        cols["n_distinct_correct"] = _int_col(a["n_distinct_correct"], cc is not None)
+        for name in ("modal_share", "answer_entropy", "modal_correct_share_grpo",
+                     "modal_correct_share_reco"):
+            cols[name] = _float_col(a[name])
+    return pa.Table.from_arrays(list(cols.values()), schema=schema.PROMPT_STATS)
+
+
+def _weights(ids, pairs: _Pairs, run_id: str) -> pa.Table:
+    cfg = pairs.config
+    N, E, nG = len(ids), len(pairs.estimators), len(cfg.group_sizes)
+    K = E * nG
+    # Row order: prompt, then estimator, then G. Each column is one gather of a per-pair
+    # (U, K) matrix by the prompt -> pair index: a row copy per prompt, no per-row work.
+    U = len(pairs.n_u)
+
+    def per_pair(x: np.ndarray) -> np.ndarray:  # (E, U, nG) -> (U, E * nG)
+        return np.ascontiguousarray(x.transpose(1, 0, 2)).reshape(U, K)
+
+    inv = pairs.inv
+    weight = per_pair(pairs.weight)[inv].ravel()
+    mass = per_pair(pairs.mass)[inv].ravel()
+    zero = np.tile(pairs.zero, (1, E))[inv].ravel()
+    p_rows = np.repeat(pairs.p_u[:, None], K, axis=1)[inv].ravel()
+    prompt_idx = np.broadcast_to(np.arange(N, dtype=np.int32)[:, None], (N, K)).ravel()
+    est_pattern = np.repeat(np.arange(E, dtype=np.int32), nG)
+    G_pattern = np.tile(np.asarray(cfg.group_sizes, np.int32), E)
+    est_idx = np.broadcast_to(est_pattern, (N, K)).ravel()
+    G_col = np.broadcast_to(G_pattern, (N, K)).ravel()
+    rows = N * K
+    dict_type = schema.WEIGHTS.field("prompt_id").type
+    cols = [
+        pa.DictionaryArray.from_arrays(np.zeros(rows, np.int32), pa.array([run_id])),
+        pa.DictionaryArray.from_arrays(prompt_idx, ids),
+        pa.DictionaryArray.from_arrays(est_idx, pa.array(pairs.labels)),
+        pa.array(G_col),
+        _float_col(p_rows),
+        _float_col(weight),
+        _float_col(mass),
+        pa.array(zero),
+    ]
+    cols[:3] = [col.cast(dict_type) if col.type != dict_type else col for col in cols[:3]]
+    return pa.Table.from_arrays(cols, schema=schema.WEIGHTS)
+
+
+def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
+    cfg = pairs.config
+    rows: list[dict] = []
+
+    def add(section, metric, value, n_prompts, estimator=None, G=None, band=None, k=None):
+        value = float(value)
+        rows.append({
+            "run_id": run_id, "section": section, "metric": metric, "estimator": estimator,
+            "G": G, "band": band, "k": k, "value": None if np.isnan(value) else value,
+            "n_prompts": int(n_prompts),
+        })
+
+    known = pairs.n_u > 0
+    m = pairs.mult * known  # prompts with no samples carry no measurement
+    total = int(m.sum())
+
+    def mean(x):
+        return float((x * m).sum() / total) if total else np.nan
+
+    p_safe = np.where(known, pairs.p_u, 0.0)
+    pbar = mean(p_safe)
+    add("dataset", "n_prompts", int(pairs.mult.sum()), pairs.mult.sum())
+    add("dataset", "n_prompts_measured", total, total)
+    add("dataset", "n_samples", (pairs.n_u * pairs.mult).sum(), total)
+    add("dataset", "mean_pass_rate", pbar, total)
+    add("dataset", "share_all_correct", mean(known & (pairs.c_u == pairs.n_u)), total)
+    add("dataset", "share_all_wrong", mean(known & (pairs.c_u == 0)), total)
+    for j, G in enumerate(cfg.group_sizes):
+        obs = mean(pairs.zero[:, j])
+        pred = mean(np.nan_to_num(pairs.plugin[:, j]))
+        iid = pbar**G + (1 - pbar) ** G if total else np.nan
+        add("zero_signal", "observed", obs, total, G=G)
+        add("zero_signal", "observed_all_correct", mean(pairs.plus[:, j]), total, G=G)
+        add("zero_signal", "observed_all_wrong", mean(pairs.minus[:, j]), total, G=G)
+        add("zero_signal", "predicted_plugin", pred, total, G=G)
+        add("zero_signal", "iid", iid, total, G=G)
+        add("zero_signal", "jensen_gap", obs - iid, total, G=G)
+        add("zero_signal", "jensen_gap_plugin", pred - iid, total, G=G)
+        add("zero_signal", "share_posterior", mean(pairs.n_u < G), total, G=G)
+        add("dapo", "oversampling_fill", est.DAPO.dataset_scale(obs) if total else np.nan, total,
+            estimator="dapo", G=G)
+        for e, label in zip(pairs.estimators, pairs.labels):
+            if isinstance(e, est.DAPO) and e.mode == "resample":
+                z = pairs.zero[:, j]
+                factor = sum(z**t for t in range(e.T))
+                add("dapo", "rollouts_factor_resample", mean(factor), total, estimator=label, G=G)
+    for i, label in enumerate(pairs.labels):
+        for j, G in enumerate(cfg.group_sizes):
+            mass = np.nan_to_num(pairs.mass[i, :, j]) * m
+            tot = mass.sum()
+            add("gradient_share", "mean_mass", tot / total if total else np.nan, total,
+                estimator=label, G=G, band="all")
+            for band in cfg.bands:
+                inside = band.contains(p_safe) & known
+                share = mass[inside].sum() / tot if tot > 0 else np.nan
+                add("gradient_share", "share", share, int(m[inside].sum()),
+                    estimator=label, G=G, band=band.name)
+    if cfg.pass_at_k and total:
+        kmax = int(pairs.n_u.max())
+        sums = np.zeros(kmax)
+        cnts = np.zeros(kmax)
+        for u, curve in enumerate(pairs.curves):
+            if len(curve):
+                sums[: len(curve)] += pairs.mult[u] * curve
+                cnts[: len(curve)] += pairs.mult[u]
+        for k in range(1, kmax + 1):
+            add("pass_at_k", "mean_pass_at_k", sums[k - 1] / cnts[k - 1], cnts[k - 1], k=k)
+    return pa.Table.from_pylist(rows, schema=schema.SUMMARY)
+
+
+# --- public table functions ---------------------------------------------------------------------
+
+
+def prompt_stats(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) -> pa.Table:
+    """Per-prompt statistics (schema ``PROMPT_STATS``) of a counts table."""
+    config = config or AnalyzeConfig()
+    ids, n, c = validate_counts(counts)
+    return _prompt_stats(ids, n, c, _Pairs(n, c, config), counts, run_id)
+
+
+def weights(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) -> pa.Table:
+    """Prompt x estimator x G: implied weight, update mass, zero-signal rate (``WEIGHTS``)."""
+    config = config or AnalyzeConfig()
+    ids, n, c = validate_counts(counts)
+    return _weights(ids, _Pairs(n, c, config), run_id)
+
+
+def summary(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) -> pa.Table:
+    """Dataset-level summary (``SUMMARY``, long format).
+
+    Sections: ``dataset``; ``zero_signal`` per G (``observed``: mean unbiased/posterior rate,
+    ``predicted_plugin``: mean plug-in rate, ``iid``: ``pbar^G + (1-pbar)^G``, ``jensen_gap`` =
+    observed - iid, ``jensen_gap_plugin``, all-correct / all-wrong split); ``dapo`` per G
+    (``oversampling_fill`` = 1/(1 - D), and for resample variants the mean rollouts factor
+    ``sum_{t<T} z^t``); ``gradient_share`` per estimator, G and band (share of total update mass,
+    and ``mean_mass`` for band ``all``); ``pass_at_k`` (mean over prompts with n >= k).
+    """
+    config = config or AnalyzeConfig()
+    _, n, c = validate_counts(counts)
+    return _summary(_Pairs(n, c, config), run_id)
+
+
+def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) -> Analysis:
+    """All three tables at once, sharing the per-pair computations."""
+    config = config or AnalyzeConfig()
+    ids, n, c = validate_counts(counts)
+    pairs = _Pairs(n, c, config)
+    return Analysis(
+        prompt_stats=_prompt_stats(ids, n, c, pairs, counts, run_id),
+        weights=_weights(ids, pairs, run_id),
+        summary=_summary(pairs, run_id),
+    )

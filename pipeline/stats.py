@@ -1,0 +1,266 @@
+"""Per-prompt statistics from counts: pass rate, intervals, pass@k, zero-signal rates, answers.
+
+Everything here is a vectorised numpy function of the counts ``n`` (samples) and ``c`` (correct)
+of a prompt, following ``spec/estimators.md`` sections 3, 4 and 6. All of these depend on the
+prompt only through ``(n, c)``, so callers at scale evaluate them on the unique pairs and
+broadcast (``unique_pairs``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import betaincinv
+from scipy.stats import norm
+
+__all__ = [
+    "StatsConfig",
+    "answer_stats_from_histogram",
+    "jeffreys_interval",
+    "pass_at_k",
+    "pass_at_k_curves",
+    "pass_rate",
+    "silent_rates",
+    "unbiased_expect_k",
+    "unique_pairs",
+    "wilson_interval",
+    "zero_signal",
+    "zero_signal_plugin",
+]
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    """Settings for per-prompt statistics.
+
+    Attributes:
+        level: coverage of the Wilson and Jeffreys intervals, in (0, 1).
+        prior_a: Beta prior ``a`` for zero-signal rates when ``n < G`` (Jeffreys: 1/2).
+        prior_b: Beta prior ``b`` (Jeffreys: 1/2).
+    """
+
+    level: float = 0.95
+    prior_a: float = 0.5
+    prior_b: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 < self.level < 1:
+            raise ValueError(f"interval level={self.level!r} must be in (0, 1)")
+        for name in ("prior_a", "prior_b"):
+            v = getattr(self, name)
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name}={v!r} must be a finite number > 0")
+
+
+def unique_pairs(n: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unique ``(n, c)`` pairs and the index of each prompt's pair.
+
+    Returns:
+        ``(n_u, c_u, inverse)`` with ``n[i] == n_u[inverse[i]]`` and likewise for c.
+    """
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    key = n * (int(n.max(initial=0)) + 1) + c
+    uniq, inverse = np.unique(key, return_inverse=True)
+    base = int(n.max(initial=0)) + 1
+    return uniq // base, uniq % base, inverse.reshape(-1)
+
+
+def pass_rate(n: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``c / n`` (NaN where n = 0)."""
+    n = np.asarray(n, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.asarray(c, float) / np.where(n > 0, n, 1), np.nan)
+
+
+def wilson_interval(
+    n: np.ndarray, c: np.ndarray, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval for ``p`` (Wilson 1927); ``[0, 1]`` where n = 0."""
+    n = np.asarray(n, float)
+    c = np.asarray(c, float)
+    z = norm.ppf(0.5 + level / 2)
+    nn = np.where(n > 0, n, 1.0)
+    ph = c / nn
+    den = 1 + z * z / nn
+    centre = (ph + z * z / (2 * nn)) / den
+    half = z / den * np.sqrt(ph * (1 - ph) / nn + z * z / (4 * nn * nn))
+    # c = 0 and c = n give exactly 0 and 1 (rounding would leave 1e-17 off)
+    lo = np.where((n > 0) & (c > 0), np.clip(centre - half, 0.0, 1.0), 0.0)
+    hi = np.where((n > 0) & (c < n), np.clip(centre + half, 0.0, 1.0), 1.0)
+    return lo, hi
+
+
+def jeffreys_interval(
+    n: np.ndarray, c: np.ndarray, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """Equal-tailed Jeffreys interval: quantiles of ``Beta(c + 1/2, n - c + 1/2)`` (spec s. 4)."""
+    n = np.asarray(n, float)
+    c = np.asarray(c, float)
+    a, b = c + 0.5, n - c + 0.5
+    alpha = 1 - level
+    return betaincinv(a, b, alpha / 2), betaincinv(a, b, 1 - alpha / 2)
+
+
+def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+    """Unbiased pass@k ``1 - C(n-c, k)/C(n, k)`` (Chen et al. 2021), as a product; NaN if k > n.
+
+    ``C(n-c, k)/C(n, k) = prod_{i<k} (n-c-i)/(n-i)``: every factor is in [0, 1], so the product
+    neither overflows nor loses precision for n in the thousands.
+    """
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    if k < 1:
+        raise ValueError(f"k={k!r} must be >= 1")
+    prod = np.ones(np.broadcast(n, c).shape)
+    for i in range(k):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            prod = prod * np.clip((n - c - i) / np.maximum(n - i, 1), 0.0, None)
+    return np.where(k <= n, 1.0 - prod, np.nan)
+
+
+def pass_at_k_curves(n_u: np.ndarray, c_u: np.ndarray) -> list[np.ndarray]:
+    """pass@k for k = 1..n of each pair, as a list of arrays (length ``n_u[j]``).
+
+    Pairs with the same n are done together as one cumulative product.
+    """
+    n_u = np.asarray(n_u, dtype=np.int64)
+    c_u = np.asarray(c_u, dtype=np.int64)
+    out: list[np.ndarray] = [np.empty(0)] * len(n_u)
+    for n in np.unique(n_u):
+        rows = np.flatnonzero(n_u == n)
+        if n == 0:
+            continue
+        i = np.arange(n)
+        ratio = np.clip((n - c_u[rows, None] - i) / (n - i), 0.0, None)
+        curves = 1.0 - np.cumprod(ratio, axis=1)
+        for j, row in enumerate(rows):
+            out[row] = curves[j]
+    return out
+
+
+def _falling_ratio(top: np.ndarray, bottom: np.ndarray, G: int) -> np.ndarray:
+    """``prod_{j<G} (top - j)/(bottom - j)`` = ``C(top, G)/C(bottom, G)`` for bottom >= G."""
+    out = np.ones(np.broadcast(top, bottom).shape)
+    for j in range(G):
+        out = out * np.clip((top - j) / (bottom - j), 0.0, None)
+    return out
+
+
+def silent_rates(
+    n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prior_b: float = 0.5
+) -> tuple[np.ndarray, np.ndarray]:
+    """Probability that a group of G is all correct, and all wrong (spec section 3).
+
+    For ``n >= G`` the unbiased estimates ``C(c, G)/C(n, G)`` and ``C(n-c, G)/C(n, G)``
+    (hypergeometric); for ``n < G`` the Beta(a + c, b + n - c) posterior means
+    ``prod_{j<G} (a + c + j)/(a + b + n + j)`` and the mirror term.
+    """
+    if int(G) != G or G < 1:
+        raise ValueError(f"group size G={G!r} must be an integer >= 1")
+    n = np.asarray(n, dtype=float)
+    c = np.asarray(c, dtype=float)
+    exact = n >= G
+    nn = np.where(exact, n, float(G))  # placeholder where not exact, avoids 0/0
+    ub_plus = _falling_ratio(np.where(exact, c, 0.0), nn, G)
+    ub_minus = _falling_ratio(np.where(exact, n - c, 0.0), nn, G)
+    post_plus = np.ones(n.shape)
+    post_minus = np.ones(n.shape)
+    for j in range(G):
+        den = prior_a + prior_b + n + j
+        post_plus = post_plus * (prior_a + c + j) / den
+        post_minus = post_minus * (prior_b + n - c + j) / den
+    return np.where(exact, ub_plus, post_plus), np.where(exact, ub_minus, post_minus)
+
+
+def zero_signal(
+    n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prior_b: float = 0.5
+) -> np.ndarray:
+    """Zero-signal rate ``z_G``: unbiased for n >= G, Beta posterior mean for n < G."""
+    plus, minus = silent_rates(n, c, G, prior_a, prior_b)
+    return plus + minus
+
+
+def zero_signal_plugin(n: np.ndarray, c: np.ndarray, G: int) -> np.ndarray:
+    """Plug-in ``p_hat^G + (1 - p_hat)^G``: biased upward, reported only under this name."""
+    p = pass_rate(n, c)
+    return p**G + (1 - p) ** G
+
+
+def unbiased_expect_k(phi: np.ndarray, G: int, n: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Unbiased estimate of ``E_{k ~ Bin(G, p)}[phi(k)]`` from n samples with c correct (n >= G):
+    ``sum_j phi(j) C(c, j) C(n-c, G-j) / C(n, G)`` (spec section 3).
+    """
+    from scipy.stats import hypergeom
+
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    if np.any(n < G):
+        raise ValueError(f"unbiased estimate of a G={G} quantity needs n >= G")
+    j = np.arange(G + 1)
+    pmf = hypergeom.pmf(j, n[..., None], c[..., None], G)
+    return pmf @ np.asarray(phi, float)
+
+
+def answer_stats_from_histogram(
+    n_prompts: int,
+    parent: np.ndarray,
+    counts: np.ndarray,
+    correct_counts: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """Answer concentration per prompt from answer histograms (spec section 6).
+
+    Args:
+        n_prompts: number of prompts.
+        parent: prompt index of each (prompt, distinct non-null answer) row, sorted ascending.
+        counts: samples giving that answer.
+        correct_counts: of those, how many were graded correct (None when unknown).
+
+    Returns:
+        Arrays of length ``n_prompts`` (NaN where undefined): ``n_answered``,
+        ``n_distinct_answers``, ``n_distinct_correct``, ``modal_share`` (modal answer's share of
+        the answered samples), ``answer_entropy`` (nats), ``modal_correct_share_grpo`` (share of
+        the GRPO push on correct responses that goes to the modal correct answer: GRPO gives
+        every correct response the same advantage, so it is ``n_modal_correct / c``) and
+        ``modal_correct_share_reco`` (after occurrence normalisation every distinct correct
+        answer gets the same total weight: ``1 / n_distinct_correct``).
+    """
+    parent = np.asarray(parent, dtype=np.int64)
+    counts = np.asarray(counts, dtype=float)
+    nan = np.full(n_prompts, np.nan)
+    out = {k: nan.copy() for k in (
+        "n_answered", "n_distinct_answers", "n_distinct_correct", "modal_share",
+        "answer_entropy", "modal_correct_share_grpo", "modal_correct_share_reco",
+    )}
+    if len(parent) == 0:
+        return out
+    if np.any(np.diff(parent) < 0):
+        raise ValueError("answer histogram rows must be sorted by prompt")
+    starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
+    rows = parent[starts]
+    total = np.add.reduceat(counts, starts)
+    out["n_answered"][rows] = total
+    out["n_distinct_answers"][rows] = np.add.reduceat((counts > 0).astype(float), starts)
+    out["modal_share"][rows] = np.maximum.reduceat(counts, starts) / total
+    share = counts / np.repeat(total, np.diff(np.r_[starts, len(parent)]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = np.where(share > 0, -share * np.log(share), 0.0)
+    out["answer_entropy"][rows] = np.add.reduceat(ent, starts)
+    if correct_counts is not None:
+        cc = np.asarray(correct_counts, dtype=float)
+        d_correct = np.add.reduceat((cc > 0).astype(float), starts)
+        c_total = np.add.reduceat(cc, starts)
+        out["n_distinct_correct"][rows] = d_correct
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["modal_correct_share_grpo"][rows] = np.where(
+                c_total > 0, np.maximum.reduceat(cc, starts) / c_total, np.nan
+            )
+            out["modal_correct_share_reco"][rows] = np.where(d_correct > 0, 1.0 / d_correct, np.nan)
+    # prompts with no answered sample: zero distinct answers, the rest undefined
+    for key in ("n_answered", "n_distinct_answers"):
+        out[key] = np.nan_to_num(out[key], nan=0.0)
+    if correct_counts is not None:
+        out["n_distinct_correct"] = np.nan_to_num(out["n_distinct_correct"], nan=0.0)
+    return out
