@@ -25,10 +25,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 from scipy.special import betaln, gammaln
 
 from pipeline import estimators as est
-from pipeline import stats
+from pipeline import schema, stats
 
 log = logging.getLogger(__name__)
 
@@ -508,3 +509,31 @@ def group_size_for_fidelity(p: float, fidelity: float, G_max: int = 10_000_000) 
         else:
             lo = mid
     return hi
+
+
+# --- the allocation table -------------------------------------------------------------------------
+
+
+def allocation_table(
+    run_id: str, prompt_ids: pa.Array | list[str], result: Allocation, config: AllocationConfig
+) -> pa.Table:
+    """Shape one allocation as rows of the ``allocation`` table (schema ``ALLOCATION``)."""
+    N = len(result.n)
+    label = est.get(config.estimator).spec if config.objective == "signal" else None
+    return pa.table(
+        {
+            "run_id": pa.array([run_id] * N, pa.string()),
+            "objective": pa.array([config.objective] * N, pa.string()),
+            "estimator": pa.array([label] * N, pa.string()),
+            "method": pa.array([config.method] * N, pa.string()),
+            "posterior": pa.array([config.posterior] * N, pa.bool_()),
+            "budget": pa.array([config.budget] * N, pa.int64()),
+            "prompt_id": prompt_ids,
+            "p": pa.array(result.p),
+            "n_rollouts": pa.array(result.n.astype(np.int32)),
+            "expected_value": pa.array(result.value),
+            "uniform_n": pa.array(result.uniform_n.astype(np.int32)),
+            "uniform_value": pa.array(result.uniform_value),
+        },
+        schema=schema.ALLOCATION,
+    )

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
-import sys
 from pathlib import Path
-from typing import Optional
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pipeline import datasets, store
+from pipeline.cli_common import (
+    DataDirOption,
+    console,
+    data_dir_or_fail,
+    emit,
+    err_console,
+    fail,
+    print_table,
+)
 
 app = typer.Typer(
     help="Per-prompt pass rates, estimator weights, zero-signal rates and rollout allocation.",
@@ -24,76 +25,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
-
-DataDirOption = typer.Option(
-    None, "--data-dir", envvar=store.DATA_DIR_ENV, help="Data directory (default ./difficulty-data)."
-)
-
-
-def fail(message: str) -> None:
-    """Print an error and exit with status 1."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(1)
-
-
-def print_table(table: pa.Table, title: str | None = None, max_rows: int = 50) -> None:
-    """Pretty-print an Arrow table with rich (first ``max_rows`` rows)."""
-    view = Table(title=title, show_lines=False)
-    for name in table.column_names:
-        view.add_column(name, overflow="fold")
-    for row in table.slice(0, max_rows).to_pylist():
-        view.add_row(*(_cell(v) for v in row.values()))
-    console.print(view)
-    if table.num_rows > max_rows:
-        console.print(f"... {table.num_rows - max_rows} more rows (use --format csv or --output)")
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def emit(table: pa.Table, fmt: str, output: Path | None, title: str | None = None) -> None:
-    """Write a result as a pretty table, CSV, JSON or Parquet, to a file or standard output."""
-    fmt = fmt.lower()
-    if fmt not in ("table", "csv", "json", "parquet"):
-        fail(f"unknown --format {fmt!r}; use table, csv, json or parquet")
-    if fmt == "parquet" and output is None:
-        fail("--format parquet needs --output PATH")
-    if fmt == "table" and output is None:
-        print_table(table, title)
-        return
-    if fmt == "parquet":
-        pq.write_table(table, output)
-        return
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(table.column_names)
-        for row in table.to_pylist():
-            writer.writerow(["" if v is None else v for v in row.values()])
-        text = buffer.getvalue()
-    else:
-        text = json.dumps(table.to_pylist(), default=str, indent=1) + "\n"
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        Path(output).write_text(text)
-
-
-def data_dir_or_fail(data_dir: Optional[str]) -> Path:
-    try:
-        return store.resolve_data_dir(data_dir)
-    except store.StoreError as exc:
-        fail(str(exc))
-        raise  # unreachable
-
-
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details.")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -116,11 +47,11 @@ def datasets_cmd() -> None:
 
 
 def load_problems(
-    dataset: Optional[str],
-    data_file: Optional[Path],
-    split: Optional[str],
-    limit: Optional[int],
-    columns: Optional[str],
+    dataset: str | None,
+    data_file: Path | None,
+    split: str | None,
+    limit: int | None,
+    columns: str | None,
     data_dir: Path,
 ) -> datasets.LoadResult:
     """Load a dataset, store its problems table, print the load summary."""
@@ -141,12 +72,12 @@ def load_problems(
 
 @app.command("load")
 def load_cmd(
-    dataset: Optional[str] = typer.Argument(None, help="Adapter name (see `difficulty datasets`)."),
-    data_file: Optional[Path] = typer.Option(None, "--data-file", help="Local Parquet/JSONL/CSV file or hub-layout folder."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Keep the first N problems."),
-    split: Optional[str] = typer.Option(None, "--split", help="Split to read."),
-    columns: Optional[str] = typer.Option(None, "--columns", help="Column mapping, e.g. problem=question,answer=final."),
-    data_dir: Optional[str] = DataDirOption,
+    dataset: str | None = typer.Argument(None, help="Adapter name (see `difficulty datasets`)."),
+    data_file: Path | None = typer.Option(None, "--data-file", help="Local Parquet/JSONL/CSV file or hub-layout folder."),
+    limit: int | None = typer.Option(None, "--limit", help="Keep the first N problems."),
+    split: str | None = typer.Option(None, "--split", help="Split to read."),
+    columns: str | None = typer.Option(None, "--columns", help="Column mapping, e.g. problem=question,answer=final."),
+    data_dir: str | None = DataDirOption,
 ) -> None:
     """Load a dataset into the problems table."""
     if dataset is None and data_file is None:
@@ -158,8 +89,8 @@ def load_cmd(
 def sql_cmd(
     query: str = typer.Argument(..., help="SQL over the views problems, runs, samples, prompt_stats, weights, summary, allocation."),
     fmt: str = typer.Option("table", "--format", help="table, csv, json or parquet."),
-    output: Optional[Path] = typer.Option(None, "--output", help="Write the result to this file."),
-    data_dir: Optional[str] = DataDirOption,
+    output: Path | None = typer.Option(None, "--output", help="Write the result to this file."),
+    data_dir: str | None = DataDirOption,
 ) -> None:
     """Run a SQL query on the difficulty tables (DuckDB)."""
     try:
@@ -170,7 +101,7 @@ def sql_cmd(
 
 
 @app.command("runs")
-def runs_cmd(data_dir: Optional[str] = DataDirOption) -> None:
+def runs_cmd(data_dir: str | None = DataDirOption) -> None:
     """List the runs in the registry, newest first."""
     runs = store.list_runs(data_dir_or_fail(data_dir))
     keep = ["run_id", "dataset", "model", "backend", "n_prompts", "status", "created_at"]
@@ -190,28 +121,28 @@ def print_run_summary(data_dir: Path, run_id: str) -> None:
 @app.command("profile")
 def profile_cmd(
     dataset: str = typer.Option("arithmetic", "--dataset", help="Adapter name (default: the bundled arithmetic set)."),
-    data_file: Optional[Path] = typer.Option(None, "--data-file", help="Local file or hub-layout folder."),
-    split: Optional[str] = typer.Option(None, "--split"),
+    data_file: Path | None = typer.Option(None, "--data-file", help="Local file or hub-layout folder."),
+    split: str | None = typer.Option(None, "--split"),
     backend: str = typer.Option("llamacpp", "--backend", help="llamacpp, vllm or openai."),
-    model: Optional[str] = typer.Option(None, "--model", help="GGUF path, vLLM model or served model id."),
+    model: str | None = typer.Option(None, "--model", help="GGUF path, vLLM model or served model id."),
     n: int = typer.Option(8, "--n", help="Samples per problem."),
     temperature: float = typer.Option(1.0, "--temperature"),
     top_p: float = typer.Option(1.0, "--top-p"),
     max_tokens: int = typer.Option(48, "--max-tokens"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Number of problems (bundled default: 72)."),
+    limit: int | None = typer.Option(None, "--limit", help="Number of problems (bundled default: 72)."),
     seed: int = typer.Option(0, "--seed"),
     shard_size: int = typer.Option(256, "--shard-size", help="Prompts per shard (unit of retry and resume)."),
-    template_file: Optional[Path] = typer.Option(None, "--template-file", help="Prompt template with {problem}."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="llama.cpp threads."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
-    tensor_parallel: Optional[int] = typer.Option(None, "--tensor-parallel-size", help="vLLM tensor parallelism."),
+    template_file: Path | None = typer.Option(None, "--template-file", help="Prompt template with {problem}."),
+    threads: int | None = typer.Option(None, "--threads", help="llama.cpp threads."),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
+    tensor_parallel: int | None = typer.Option(None, "--tensor-parallel-size", help="vLLM tensor parallelism."),
     grade_workers: int = typer.Option(2, "--grade-workers"),
     executor: str = typer.Option("local", "--executor", help="local, or ray: sampling shards on Ray actors."),
-    ray_address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local one)."),
+    ray_address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: start a local one)."),
     replicas: int = typer.Option(1, "--replicas", help="Ray actors (one engine each; one GPU each for vLLM)."),
     prefect: bool = typer.Option(True, "--prefect/--no-prefect", help="Run as a Prefect flow (default) or in-process."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write the HTML report at the end."),
-    data_dir: Optional[str] = DataDirOption,
+    data_dir: str | None = DataDirOption,
 ) -> None:
     """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -263,15 +194,15 @@ def profile_cmd(
 @app.command("grade")
 def grade_cmd(
     input: Path = typer.Option(..., "--input", help="JSON Lines or Parquet file of rollouts."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name (default: import-<file stem>)."),
-    problem_col: Optional[str] = typer.Option("problem", "--problem-col", help="Problem text column ('' if none)."),
-    prompt_id_col: Optional[str] = typer.Option(None, "--prompt-id-col", help="Prompt id column, used as is."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Dataset name (default: import-<file stem>)."),
+    problem_col: str | None = typer.Option("problem", "--problem-col", help="Problem text column ('' if none)."),
+    prompt_id_col: str | None = typer.Option(None, "--prompt-id-col", help="Prompt id column, used as is."),
     answer_col: str = typer.Option("answer", "--answer-col", help="Gold answer column."),
     completion_col: str = typer.Option("completion", "--completion-col", help="Completion column."),
     model: str = typer.Option("imported", "--model", help="Model name recorded on the run."),
     grade_workers: int = typer.Option(2, "--grade-workers"),
     report: bool = typer.Option(True, "--report/--no-report"),
-    data_dir: Optional[str] = DataDirOption,
+    data_dir: str | None = DataDirOption,
 ) -> None:
     """Grade rollouts you already have (e.g. verl/TRL logs) and store them as a run."""
     from pipeline.flows.import_rollouts import ImportConfig, import_rollouts

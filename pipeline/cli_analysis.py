@@ -9,51 +9,47 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pipeline import allocate as alloc
 from pipeline import analyze as an
 from pipeline import estimators as est
 from pipeline import store
+from pipeline.cli_common import (
+    DataDirOption,
+    FormatOption,
+    console,
+    data_dir_or_fail,
+    emit,
+    fail,
+    print_table,
+)
 
 log = logging.getLogger(__name__)
-console = Console()
-err_console = Console(stderr=True)
 
 DEFAULT_P = "0.01,0.05,0.1,0.2,0.3,0.5,0.7,0.8,0.9,0.95,0.99"
 
-_DATA_DIR = typer.Option(
-    None, "--data-dir", envvar="DIFFICULTY_DATA", help="Data directory (default ./difficulty-data)."
-)
-_FORMAT = typer.Option("table", "--format", help="table, csv or json.")
-
-
-def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(1)
+_DATA_DIR = DataDirOption
+_FORMAT = FormatOption
 
 
 def _floats(text: str, what: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        _fail(f"{what} must be a comma-separated list of numbers, got {text!r}")
+        fail(f"{what} must be a comma-separated list of numbers, got {text!r}")
         raise  # unreachable
 
 
 def _ints(text: str, what: str) -> list[int]:
     values = _floats(text, what)
     if any(v != int(v) for v in values):
-        _fail(f"{what} must be whole numbers, got {text!r}")
+        fail(f"{what} must be whole numbers, got {text!r}")
     return [int(v) for v in values]
 
 
@@ -74,60 +70,19 @@ def split_estimators(text: str) -> list[str]:
     return specs
 
 
-def _emit(table: pa.Table, fmt: str, title: str | None = None) -> None:
-    fmt = fmt.lower()
-    if fmt == "csv":
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(table, sink, pacsv.WriteOptions(quoting_style="needed"))
-        sys.stdout.write(sink.getvalue().to_pybytes().decode())
-    elif fmt == "json":
-        sys.stdout.write(json.dumps(table.to_pylist(), indent=1) + "\n")
-    elif fmt == "table":
-        _print_table(table, title)
-    else:
-        _fail(f"unknown --format {fmt!r}; use table, csv or json")
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _print_table(table: pa.Table, title: str | None = None, max_rows: int = 60) -> None:
-    view = Table(title=title)
-    for name in table.column_names:
-        view.add_column(name, overflow="fold")
-    for row in table.slice(0, max_rows).to_pylist():
-        view.add_row(*(_cell(v) for v in row.values()))
-    console.print(view)
-    if table.num_rows > max_rows:
-        console.print(f"... {table.num_rows - max_rows} more rows")
-
-
-def _data_dir(data_dir: str | None) -> Path:
-    try:
-        return store.resolve_data_dir(data_dir)
-    except store.StoreError as exc:
-        _fail(str(exc))
-        raise  # unreachable
-
-
 def _counts(data_dir: Path, run: str | None, dataset: str | None) -> tuple[str, pa.Table]:
     """(run_id, counts) for ``--run`` or ``--dataset`` (prior counts, run_id ``prior-<name>``)."""
     if (run is None) == (dataset is None):
-        _fail("give exactly one of --run RUN_ID or --dataset NAME")
+        fail("give exactly one of --run RUN_ID or --dataset NAME")
     try:
         if run is not None:
             return run, an.counts_from_samples(data_dir, run)
         problems = store.read_table(data_dir, "problems", {"dataset": dataset})
         if problems.num_rows == 0:
-            _fail(f"no problems stored for dataset {dataset!r}; run `difficulty load` first")
+            fail(f"no problems stored for dataset {dataset!r}; run `difficulty load` first")
         return f"prior-{dataset}", an.counts_from_priors(problems)
     except (ValueError, store.StoreError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
         raise  # unreachable
 
 
@@ -166,7 +121,7 @@ def analyze_cmd(
     data_dir: str | None = _DATA_DIR,
 ) -> None:
     """Compute prompt_stats, weights and summary for a run or a dataset's prior counts."""
-    path = _data_dir(data_dir)
+    path = data_dir_or_fail(data_dir)
     try:
         config = an.AnalyzeConfig(
             group_sizes=tuple(_ints(group_sizes, "--G")),
@@ -174,12 +129,12 @@ def analyze_cmd(
             level=level,
         )
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     run_id, counts = _counts(path, run, dataset)
     try:
         result = an.analyze(counts, run_id, config)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for name in ("prompt_stats", "weights", "summary"):
         store.delete_partition(path, name, {"run_id": run_id})
         store.write_table(path, name, getattr(result, name), {"run_id": run_id})
@@ -187,9 +142,9 @@ def analyze_cmd(
         f"analysed [bold]{counts.num_rows}[/] prompts of [bold]{run_id}[/]; wrote prompt_stats, "
         f"weights ({result.weights.num_rows} rows) and summary under {path}"
     )
-    _print_table(_pivot_zero_signal(result.summary), title=f"zero-signal rate by G ({run_id})")
+    print_table(_pivot_zero_signal(result.summary), title=f"zero-signal rate by G ({run_id})")
     G = 8 if 8 in config.group_sizes else config.group_sizes[0]
-    _print_table(_pivot_shares(result.summary, G), title=f"gradient share by band at G={G}")
+    print_table(_pivot_shares(result.summary, G), title=f"gradient share by band at G={G}")
 
 
 def allocate_cmd(
@@ -210,38 +165,25 @@ def allocate_cmd(
     data_dir: str | None = _DATA_DIR,
 ) -> None:
     """Allocate a rollout budget over prompts; writes the allocation table and an export file."""
-    path = _data_dir(data_dir)
+    path = data_dir_or_fail(data_dir)
     if output is not None and output.suffix.lower() not in (".parquet", ".jsonl", ".json"):
-        _fail(f"--output {str(output)!r}: use a .parquet or .jsonl file name")
+        fail(f"--output {str(output)!r}: use a .parquet or .jsonl file name")
     try:
         config = alloc.AllocationConfig(
             budget=budget, objective=objective, estimator=estimator, n_min=n_min, n_max=n_max,
             posterior=posterior, method=method,
         )
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     run_id, counts = _counts(path, run, dataset)
     try:
         ids, n, c = an.validate_counts(counts)
         result = alloc.allocate(n, c, config)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     label = est.get(estimator).spec if objective == "signal" else None
     N = len(n)
-    table = pa.table({
-        "run_id": pa.array([run_id] * N, pa.string()),
-        "objective": pa.array([objective] * N, pa.string()),
-        "estimator": pa.array([label] * N, pa.string()),
-        "method": pa.array([method] * N, pa.string()),
-        "posterior": pa.array([posterior] * N, pa.bool_()),
-        "budget": pa.array([budget] * N, pa.int64()),
-        "prompt_id": ids,
-        "p": pa.array(result.p),
-        "n_rollouts": pa.array(result.n.astype(np.int32)),
-        "expected_value": pa.array(result.value),
-        "uniform_n": pa.array(result.uniform_n.astype(np.int32)),
-        "uniform_value": pa.array(result.uniform_value),
-    })
+    table = alloc.allocation_table(run_id, ids, result, config)
     part = re.sub(r"[^A-Za-z0-9._-]", "_", f"{objective}-{label}" if label else objective)
     store.write_table(path, "allocation", table, {"run_id": run_id}, part=part)
     if output is not None:
@@ -271,9 +213,9 @@ def weights_cmd(
     """Implied weight w(p, G) and update mass w p q for each estimator (CSV: estimator,G,p,weight,mass)."""
     ps = np.asarray(_floats(p, "--p"))
     if np.any((ps < 0) | (ps > 1)):
-        _fail(f"--p values must be in [0, 1], got {p!r}")
+        fail(f"--p values must be in [0, 1], got {p!r}")
     if G < 1:
-        _fail(f"--G {G} must be >= 1")
+        fail(f"--G {G} must be >= 1")
     rows = []
     try:
         for spec in split_estimators(estimators):
@@ -283,8 +225,8 @@ def weights_cmd(
             rows += [{"estimator": e.spec, "G": G, "p": float(pi), "weight": float(wi),
                       "mass": float(mi)} for pi, wi, mi in zip(ps, w, m)]
     except ValueError as exc:
-        _fail(str(exc))
-    _emit(pa.Table.from_pylist(rows), fmt, title=f"implied weights at G={G}")
+        fail(str(exc))
+    emit(pa.Table.from_pylist(rows), fmt, title=f"implied weights at G={G}")
 
 
 def groupsize_cmd(
@@ -299,8 +241,8 @@ def groupsize_cmd(
             for f in _floats(fidelity, "--fidelity"):
                 rows.append({"p": pi, "fidelity": f, "G": alloc.group_size_for_fidelity(pi, f)})
     except ValueError as exc:
-        _fail(str(exc))
-    _emit(pa.Table.from_pylist(rows), fmt, title="group size for GRPO fidelity")
+        fail(str(exc))
+    emit(pa.Table.from_pylist(rows), fmt, title="group size for GRPO fidelity")
 
 
 def tries_cmd(
@@ -313,9 +255,9 @@ def tries_cmd(
     try:
         ns = alloc.min_tries(ps, delta)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     rows = [{"p": pi, "delta": delta, "n": int(ni)} for pi, ni in zip(ps, ns)]
-    _emit(pa.Table.from_pylist(rows), fmt, title=f"minimum tries for P(silent) <= {delta}")
+    emit(pa.Table.from_pylist(rows), fmt, title=f"minimum tries for P(silent) <= {delta}")
 
 
 def register(app: typer.Typer) -> None:
