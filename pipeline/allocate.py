@@ -537,3 +537,21 @@ def allocation_table(
         },
         schema=schema.ALLOCATION,
     )
+
+
+def allocate_prompts(
+    run_id: str, prompt_ids: pa.Array | list[str], n_obs: np.ndarray, c_obs: np.ndarray, config: AllocationConfig
+) -> tuple[pa.Table, Allocation]:
+    """Allocate over prompts and return the ``allocation`` rows with the result.
+
+    Under point estimates a prompt with no samples has no pass rate and is left out; under the
+    posterior every prompt takes part.
+    """
+    n_obs = np.asarray(n_obs, np.int64)
+    c_obs = np.asarray(c_obs, np.int64)
+    ids = prompt_ids if isinstance(prompt_ids, pa.Array | pa.ChunkedArray) else pa.array(prompt_ids, pa.string())
+    if not config.posterior:
+        keep = n_obs > 0
+        ids, n_obs, c_obs = ids.filter(pa.array(keep)), n_obs[keep], c_obs[keep]
+    result = allocate(n_obs, c_obs, config)
+    return allocation_table(run_id, ids.cast(pa.string()), result, config), result

@@ -369,7 +369,9 @@ def _float_col(x: np.ndarray) -> pa.Array:
 def _int_col(x: np.ndarray, known: bool) -> pa.Array:
     if not known:
         return pa.nulls(len(x), pa.int32())
-    return pa.array(np.asarray(x).astype(np.int32), type=pa.int32())
+    x = np.asarray(x, dtype=float)
+    missing = np.isnan(x)  # e.g. no correct answer among a prompt's samples
+    return pa.array(np.where(missing, 0, x).astype(np.int32), type=pa.int32(), mask=missing)
 
 
 def _pass_at_k_values(pairs: _Pairs, n: np.ndarray) -> np.ndarray:

@@ -226,9 +226,9 @@ def grade_cmd(
 
 
 def _register_stage_commands() -> None:
-    from pipeline import cli_analysis, cli_flows
+    from pipeline import cli_analysis, cli_flows, cli_report
 
-    for module in (cli_analysis, cli_flows):
+    for module in (cli_analysis, cli_flows, cli_report):
         module.register(app)
 
 

@@ -215,11 +215,21 @@ def arithmetic_problems(n: int = 180, seed: int = 0) -> pa.Table:
     rng = random.Random(seed)
     tiers = _tier_makers(rng)
     rows, seen = [], set()
+    exhausted: set[int] = set()  # small tiers (1-digit sums, products) run out of new problems
+    tier = -1
     while len(rows) < n:
-        tier = len(rows) % len(tiers)
+        if len(exhausted) == len(tiers):
+            raise DatasetError(f"arithmetic size {n} is more than the {len(rows)} distinct problems it can make")
+        tier = (tier + 1) % len(tiers)
+        if tier in exhausted:
+            continue
         label, make = tiers[tier]
-        text, value = make()
-        if text in seen:  # small tiers can repeat; ids must be unique
+        for _ in range(200):
+            text, value = make()
+            if text not in seen:
+                break
+        else:
+            exhausted.add(tier)
             continue
         seen.add(text)
         rows.append(

@@ -121,3 +121,12 @@ def test_hub_unreachable_fails_fast(monkeypatch):
     with pytest.raises(datasets.DatasetError, match="cannot be reached"):
         datasets.load("deepmath")
     assert time.monotonic() - start < 5
+
+
+def test_arithmetic_large_sizes_finish_and_stay_unique():
+    big = datasets.arithmetic_problems(3000)
+    assert big.num_rows == 3000
+    assert len(set(big.column("problem").to_pylist())) == 3000
+    # The 1-digit tiers have fewer than 100 distinct problems each: they ran out, others filled in.
+    tiers = big.column("source").to_pylist()
+    assert tiers.count("1-digit add") <= 81 and tiers.count("3x2-digit mul") > 333

@@ -1,0 +1,893 @@
+"""Grading: answer extraction, an exact numeric fast path, and math-verify in a killable pool.
+
+A completion is graded in three steps:
+
+1. **Extraction** (in the calling process, cheap): the last ``\\boxed{...}`` / ``\\fbox{...}``
+   (balanced braces, nesting allowed), else the text after the last ``####``, else the last number
+   in the text. Scans are bounded so a 1 MB completion costs milliseconds.
+2. **Numeric fast path** (in the calling process): when the gold answer and the extracted answer
+   both read as plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``, with ``,`` thousands
+   separators, ``$`` and ``%`` stripped), they are compared exactly as fractions.
+3. **math-verify** for everything else, gold first: ``verify(parse(gold), parse(pred))``. It runs
+   in worker processes (its timeouts rely on ``signal``, which only works in a main thread). Each
+   item has a soft deadline (a ``SIGALRM`` raised inside the worker) and a hard deadline: a worker
+   that does not answer in time is killed and replaced, and its other items are re-queued, so one
+   pathological item can neither hang the stage nor stall the rest.
+
+Every row gets one of the statuses in :data:`pipeline.schema.GRADE_STATUSES` and a short reason;
+rows are never dropped and keep their order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+logger = logging.getLogger(__name__)
+
+# The same values as pipeline.schema.GRADE_STATUSES, spelled here so that worker processes need
+# not import pyarrow (through pipeline.schema) to start.
+CORRECT, INCORRECT, UNPARSED, TIMEOUT, ERROR = STATUSES = (
+    "correct",
+    "incorrect",
+    "unparsed",
+    "timeout",
+    "error",
+)
+
+GRADER_NAME = "math-verify"
+
+# Bounds that keep extraction linear in a small window whatever the completion's size.
+MAX_ANSWER_CHARS = 2_000  # a longer "answer" is not an answer; never sent to the parser
+BOXED_SCAN_CHARS = 10_000  # a \boxed{ whose brace does not close within this is unbalanced
+BOXED_TRIES = 8  # earlier \boxed occurrences tried when the last ones are unbalanced or empty
+
+# Hard deadline = timeout_s + max(HARD_GRACE_MIN_S, HARD_GRACE_FRACTION * timeout_s): the soft
+# SIGALRM inside the worker normally fires first; the kill is for code that ignores signals.
+HARD_GRACE_MIN_S = 1.0
+HARD_GRACE_FRACTION = 0.5
+WORKER_START_TIMEOUT_S = 120.0
+MAX_START_FAILURES = 3
+GOLD_CACHE_SIZE = 8_192
+CHECK_TIMEOUT_S = 10.0  # the self-check after a soft timeout (7 small pairs, ~0.1 s when warm)
+MAX_BATCH_BYTES = 64 * 1024  # a batch stops growing at about this size, whatever batch_size
+
+OUTPUT_COLUMNS = ("extracted_answer", "grade_status", "grade_reason", "correct", "grader")
+
+GradeFn = Callable[[str, str, dict[str, Any]], tuple[str, str]]
+
+
+def _default_workers() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))  # what this process may use, not the host's count
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return max(1, min(2, cpus))
+
+
+@dataclass(frozen=True)
+class GradeConfig:
+    """Settings of the grading stage.
+
+    Attributes:
+        workers: Worker processes running math-verify (1 to 256).
+        timeout_s: Wall-clock seconds one item may take in math-verify before it is marked
+            ``timeout`` (0 < timeout_s <= 3600). A worker that ignores the soft deadline is
+            killed a grace period later and replaced.
+        batch_size: Items sent to a worker per message (1 to 10,000).
+        use_math_verify: When False, answers that are not plain numbers are compared as
+            whitespace-normalised strings and no worker process is started.
+    """
+
+    workers: int = field(default_factory=_default_workers)
+    timeout_s: float = 5.0
+    batch_size: int = 16
+    use_math_verify: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
+            raise TypeError(f"workers must be an int, got {self.workers!r}")
+        if not 1 <= self.workers <= 256:
+            raise ValueError(f"workers={self.workers} is out of range; allowed 1 to 256")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float):
+            raise TypeError(f"timeout_s must be a number, got {self.timeout_s!r}")
+        if not 0 < self.timeout_s <= 3600:
+            raise ValueError(f"timeout_s={self.timeout_s} is out of range; allowed (0, 3600]")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
+            raise TypeError(f"batch_size must be an int, got {self.batch_size!r}")
+        if not 1 <= self.batch_size <= 10_000:
+            raise ValueError(f"batch_size={self.batch_size} is out of range; allowed 1 to 10000")
+        if not isinstance(self.use_math_verify, bool):
+            raise TypeError(f"use_math_verify must be a bool, got {self.use_math_verify!r}")
+
+    @property
+    def hard_timeout_s(self) -> float:
+        """Seconds after which a worker that has not answered is killed."""
+        return self.timeout_s + max(HARD_GRACE_MIN_S, HARD_GRACE_FRACTION * self.timeout_s)
+
+
+def grader_version(config: GradeConfig | None = None) -> str:
+    """Name and version of the grader, recorded on the run and on every sample.
+
+    Args:
+        config: The grading config; with ``use_math_verify=False`` the grader is the numeric
+            fast path plus exact string matching.
+
+    Returns:
+        For example ``"math-verify==0.9.0+numeric"`` or ``"numeric+string"``.
+    """
+    if config is not None and not config.use_math_verify:
+        return "numeric+string"
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        mv = version("math-verify")
+    except PackageNotFoundError:
+        mv = "missing"
+    return f"{GRADER_NAME}=={mv}+numeric"
+
+
+# --------------------------------------------------------------------------- extraction
+
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_BRACE = re.compile(r"(?<!\\)[{}]")  # "\{" and "\}" are literal braces of a set
+_BARE_TOKEN = re.compile(r"[^\s$]+")
+# A minus sign counts only where it cannot be a binary minus ("5-3" ends in 3, not -3).
+_LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:/\d+)?)")
+
+
+def _boxed_content(text: str, start: int, command: str) -> str | None:
+    """Content of the box command at ``start``; None if it is unbalanced or not a box."""
+    i = start + len(command)
+    n = len(text)
+    if i < n and text[i].isalpha():
+        return None  # "\boxedfoo" is another command
+    while i < n and text[i] == " ":
+        i += 1
+    if i >= n:
+        return None
+    if text[i] != "{":
+        # "\boxed 5": TeX takes one token; accept what runs up to a space or a "$".
+        m = _BARE_TOKEN.match(text, i, min(n, i + MAX_ANSWER_CHARS))
+        return m.group(0) if m else None
+    depth = 0
+    for m in _BRACE.finditer(text, i, min(n, i + BOXED_SCAN_CHARS)):
+        depth += 1 if m.group(0) == "{" else -1
+        if depth == 0:
+            return text[i + 1 : m.start()]
+    return None
+
+
+def _extract_boxed(text: str) -> tuple[str, str] | None:
+    end = len(text)
+    for _ in range(BOXED_TRIES):
+        found = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
+        pos, cmd = found
+        if pos < 0:
+            return None
+        content = _boxed_content(text, pos, cmd)
+        if content is not None and content.strip():
+            return content.strip(), cmd.lstrip("\\")
+        end = pos
+    return None
+
+
+def _extract_hash(text: str) -> str | None:
+    pos = text.rfind("####")
+    if pos < 0:
+        return None
+    line = text[pos + 4 : pos + 4 + MAX_ANSWER_CHARS].split("\n", 1)[0]
+    answer = line.strip().strip("*").strip().rstrip(".").strip()
+    return answer or None
+
+
+def _extract_last_number(text: str) -> str | None:
+    # rfind per digit runs at memory speed, so the last number costs nothing to locate even in
+    # a megabyte; the regex then reads only the few hundred characters that end at it.
+    last_digit = max(text.rfind(d) for d in "0123456789")
+    if last_digit < 0:
+        return None
+    found = _LAST_NUMBER.findall(text, max(0, last_digit - 200), last_digit + 1)
+    return found[-1] if found else None
+
+
+def extract_answer(completion: str | None) -> tuple[str | None, str]:
+    """Extracts the final answer from a completion.
+
+    Order: the last ``\\boxed{...}`` or ``\\fbox{...}`` with balanced braces (an unbalanced or
+    empty last box falls back to the one before it), then the text after the last ``####`` up to
+    the end of its line, then the last number in the text.
+
+    Args:
+        completion: The model's completion; None or blank gives no answer.
+
+    Returns:
+        ``(answer, method)`` with method one of ``boxed``, ``fbox``, ``hash``, ``last_number``;
+        ``(None, "none")`` when nothing was found.
+    """
+    if not completion or not completion.strip():
+        return None, "none"
+    boxed = _extract_boxed(completion)
+    if boxed is not None:
+        return boxed
+    answer = _extract_hash(completion)
+    if answer is not None:
+        return answer, "hash"
+    answer = _extract_last_number(completion)
+    if answer is not None:
+        return answer, "last_number"
+    return None, "none"
+
+
+# --------------------------------------------------------------------------- numeric fast path
+
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+_SLASH = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
+_TEX_FRAC = re.compile(r"([+-]?)\\[dt]?frac\{\s*([+-]?\d+)\s*\}\{\s*(\d+)\s*\}")
+_TEX_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mathbf)\{([^{}]*)\}")
+_STRIP = str.maketrans("", "", "$%")
+
+
+def parse_number(text: str | None) -> Fraction | None:
+    """Reads a plain number exactly, or returns None when ``text`` is anything more.
+
+    Accepts integers, decimals, ``a/b`` and ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``), with
+    ``,`` thousands separators (``1,000``, ``1{,}000``, ``1\\,000``), ``$`` and ``%`` stripped, an
+    optional ``\\text{...}`` wrapper and a trailing period.
+
+    Args:
+        text: A gold or extracted answer.
+
+    Returns:
+        The exact value as a Fraction, or None when the text is not a plain number (or divides
+        by zero).
+    """
+    if text is None or len(text) > 64:
+        return None
+    s = text.strip()
+    if s.startswith("\\"):
+        m = _TEX_TEXT.fullmatch(s)
+        if m is not None:
+            s = m.group(1)
+    if "\\" in s:
+        s = s.replace("\\!", "").replace("\\,", "").replace("\\$", "").replace("\\%", "")
+        m = _TEX_FRAC.fullmatch(s.strip())
+        if m is not None:
+            sign, num, den = m.groups()
+            if int(den) == 0:
+                return None
+            value = Fraction(int(num), int(den))
+            return -value if sign == "-" else value
+        if "\\" in s:
+            return None
+    s = s.translate(_STRIP).replace("{,}", ",").replace("\u2212", "-").strip().rstrip(".")
+    if not s:
+        return None
+    if "," in s:
+        if _THOUSANDS.fullmatch(s) is None:
+            return None
+        s = s.replace(",", "")
+    if _DECIMAL.fullmatch(s) is not None:
+        # Fraction(int) skips Fraction's string parser: integers are the common case.
+        return Fraction(int(s)) if s.lstrip("+-").isdigit() else Fraction(s)
+    m = _SLASH.fullmatch(s)
+    if m is not None:
+        den = int(m.group(2))
+        return Fraction(int(m.group(1)), den) if den else None
+    return None
+
+
+def _normalise_string(s: str) -> str:
+    return " ".join(s.split()).strip("$ .")
+
+
+# --------------------------------------------------------------------------- math-verify worker
+
+
+class _SoftTimeout(BaseException):
+    """Raised by SIGALRM inside a worker; a BaseException so math-verify's handlers let it pass."""
+
+
+_TIMED_OUT = object()  # gold cache marker: parsing this gold ran out of time once already
+_alarm_armed = False
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    if _alarm_armed:
+        raise _SoftTimeout()
+
+
+def _latex_wrap(answer: str) -> str:
+    # math-verify's LaTeX extraction wants a delimiter; \boxed{} accepts LaTeX and plain forms.
+    s = answer.strip()
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+        s = s.strip("$")
+    return "\\boxed{" + s + "}"
+
+
+def math_verify_grade(gold: str, pred: str, gold_cache: dict[str, Any]) -> tuple[str, str]:
+    """Grades one extracted answer with math-verify, gold first; gold parses are cached.
+
+    Runs inside a worker process with math-verify's own timeouts disabled: the worker's alarm
+    and the pool's kill bound the time instead.
+
+    Args:
+        gold: The gold answer.
+        pred: The extracted answer.
+        gold_cache: Per-worker cache of parsed gold answers, keyed by the gold string.
+
+    Returns:
+        ``(status, reason)``.
+    """
+    from math_verify import parse, verify
+
+    parsed_gold = gold_cache.get(gold)
+    if parsed_gold is _TIMED_OUT:
+        return TIMEOUT, "parsing the gold answer timed out"
+    if parsed_gold is None:
+        if len(gold_cache) >= GOLD_CACHE_SIZE:
+            gold_cache.clear()
+        try:
+            parsed_gold = parse(_latex_wrap(gold), parsing_timeout=None)
+        except _SoftTimeout:
+            gold_cache[gold] = _TIMED_OUT
+            raise
+        gold_cache[gold] = parsed_gold
+    if not parsed_gold:
+        return ERROR, "math-verify could not parse the gold answer"
+    parsed_pred = parse(_latex_wrap(pred), parsing_timeout=None)
+    if not parsed_pred:
+        return UNPARSED, "math-verify could not parse the answer"
+    if verify(parsed_gold, parsed_pred, timeout_seconds=None):
+        return CORRECT, "math-verify: equivalent"
+    return INCORRECT, "math-verify: not equivalent"
+
+
+# Pairs that load math-verify's lazy parts (grammars, regexes, sympy submodules) before any item
+# is timed, and that a healthy worker must grade "correct": the canary after a soft timeout.
+_WARM_UP = (
+    ("\\frac{1}{2}", "0.5"),
+    ("x+1", "1+x"),
+    ("\\sqrt{2}", "2^{1/2}"),
+    ("(1,2]", "(1, 2]"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
+    ("x=3", "3"),
+    ("3\\pi", "3\\pi"),
+)
+
+
+def _healthy() -> bool:
+    cache: dict[str, Any] = {}
+    return all(math_verify_grade(g, p, cache)[0] == CORRECT for g, p in _WARM_UP)
+
+
+def _healthy_within(timeout_s: float) -> bool:
+    global _alarm_armed
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    _alarm_armed = True
+    try:
+        ok = _healthy()
+        _alarm_armed = False
+        return ok
+    except _SoftTimeout:
+        return False
+    except Exception:  # noqa: BLE001 - any failure means this worker is not to be trusted
+        return False
+    finally:
+        _alarm_armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _worker_main(conn_in: Connection, conn_out: Connection, timeout_s: float, grade_fn: GradeFn) -> None:
+    """Worker loop: receive batches of ``(key, gold, pred)``, send one result per item.
+
+    After a soft timeout the worker checks itself on known pairs and retires (tells the parent
+    and exits) if the interruption left math-verify or sympy in a bad state.
+    """
+    global _alarm_armed
+    # Ctrl-C goes to the whole process group; the parent decides when workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    # Timeouts are handled here; math-verify would warn about disabled ones in every process.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    cache: dict[str, Any] = {}
+    try:
+        # Outside any alarm: an import or lazy set-up interrupted half-way leaves sympy broken.
+        if not _healthy():
+            raise RuntimeError("math-verify fails its warm-up checks")
+        conn_out.send(("ready",))
+        while True:
+            batch = conn_in.recv()
+            if batch is None:
+                return
+            for key, gold, pred in batch:
+                interrupted = False
+                signal.setitimer(signal.ITIMER_REAL, timeout_s)
+                _alarm_armed = True
+                try:
+                    status, reason = grade_fn(gold, pred, cache)
+                    _alarm_armed = False
+                except _SoftTimeout:
+                    status, reason = TIMEOUT, f"exceeded {timeout_s:g}s"
+                    interrupted = True
+                except Exception as exc:  # noqa: BLE001 - a parser crash is a status, not a loss
+                    status, reason = ERROR, f"{type(exc).__name__}: {str(exc)[:200]}"
+                finally:
+                    _alarm_armed = False
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                conn_out.send((key, status, reason))
+                if interrupted:
+                    conn_out.send(("checking",))  # gives the check its own time at the parent
+                    if not _healthy_within(max(timeout_s, CHECK_TIMEOUT_S)):
+                        conn_out.send(("retire",))
+                        return
+                    conn_out.send(("checked",))  # restarts the parent's clock for the next item
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        return
+
+
+def _worker_entry() -> None:
+    """Entry point of a worker process (``python -c``): arguments are JSON in argv[1]."""
+    args = json.loads(sys.argv[1])
+    sys.path[:] = args["sys_path"]  # so a grade_fn from the caller's modules can be imported
+    module_name, _, qualname = args["grade_fn"].partition(":")
+    grade_fn = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        grade_fn = getattr(grade_fn, part)
+    conn_in = Connection(args["fd_in"], writable=False)
+    conn_out = Connection(args["fd_out"], readable=False)
+    _worker_main(conn_in, conn_out, float(args["timeout_s"]), grade_fn)
+
+
+# --------------------------------------------------------------------------- the pool
+
+
+def _function_ref(fn: GradeFn) -> str:
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or "<" in qualname:
+        raise ValueError(f"grade_fn must be a module-level function, got {fn!r}")
+    if module == "__main__":
+        raise ValueError("grade_fn must live in an importable module, not in __main__")
+    return f"{module}:{qualname}"
+
+
+def _worker_env() -> dict[str, str]:
+    # The worker must import this package even when the caller runs it from a source tree.
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _pipe_capacity(fd: int) -> int:
+    """Grows the pipe to 1 MiB where Linux allows it; returns its capacity in bytes."""
+    try:
+        import fcntl
+
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+        except OSError:
+            pass  # above /proc/sys/fs/pipe-max-size: keep the default
+        return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
+    except (ImportError, AttributeError, OSError):
+        return 16 * 1024  # the smallest capacity POSIX systems give a pipe
+
+
+class _Worker:
+    """One worker: a fresh interpreter started with ``python -c`` and two pipes.
+
+    A plain subprocess rather than multiprocessing: nothing of the caller (threads, its
+    ``__main__`` script) is forked or re-imported, and killing it is a plain SIGKILL.
+    """
+
+    def __init__(self, config: GradeConfig, grade_fn_ref: str) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        args = {
+            "fd_in": to_child_r,
+            "fd_out": from_child_w,
+            "timeout_s": float(config.timeout_s),
+            "grade_fn": grade_fn_ref,
+            "sys_path": [p for p in sys.path if isinstance(p, str)],
+        }
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "from pipeline.grade import _worker_entry; _worker_entry()",
+                    json.dumps(args),
+                ],
+                pass_fds=(to_child_r, from_child_w),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+                env=_worker_env(),
+            )
+        except BaseException:
+            for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
+                os.close(fd)
+            raise
+        # Only the child keeps its ends, so the parent reads EOF the moment the child dies.
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.queue_bytes = _pipe_capacity(to_child_w) // 2  # what may wait unread in the pipe
+        self.conn_in = Connection(from_child_r, writable=False)
+        self.conn_out = Connection(to_child_w, readable=False)
+        self.started = time.monotonic()
+        self.ready = False
+        self.checking = False  # running its self-check after a soft timeout
+        self.inflight: deque[int] = deque()  # item ids sent, in the order it grades them
+        self.batch_sizes: deque[int] = deque()  # items left of each batch sent
+        self.last_event = self.started
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            logger.warning("grading worker %s did not exit after SIGKILL", self.pid)
+        self.conn_in.close()
+        self.conn_out.close()
+
+
+class GradingPool:
+    """Worker processes running math-verify with per-item deadlines.
+
+    Each item gets a soft deadline of ``config.timeout_s`` (SIGALRM inside the worker) and a
+    hard one of ``config.hard_timeout_s``, after which the worker is killed, its item marked
+    ``timeout``, its other items re-queued and a replacement started.
+
+    Use it as a context manager to keep the workers across several :func:`grade_table` calls
+    (each call otherwise starts and stops its own workers, about a second of start-up).
+
+    Args:
+        config: Worker count, timeout and batch size.
+        grade_fn: Module-level function ``(gold, pred, gold_cache) -> (status, reason)`` run in
+            the workers; :func:`math_verify_grade` unless a test substitutes another.
+    """
+
+    def __init__(self, config: GradeConfig, grade_fn: GradeFn = math_verify_grade) -> None:
+        self.config = config
+        self._grade_fn_ref = _function_ref(grade_fn)
+        self._workers: list[_Worker] = []
+        self.replaced = 0  # workers killed (hard timeout) or lost (crash) and replaced
+        self._start_failures = 0
+
+    def __enter__(self) -> Self:
+        self._ensure_workers()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current workers."""
+        return [w.pid for w in self._workers]
+
+    def _ensure_workers(self) -> None:
+        while len(self._workers) < self.config.workers:
+            self._workers.append(_Worker(self.config, self._grade_fn_ref))
+
+    def close(self) -> None:
+        """Stops the workers. They hold nothing worth a clean exit, so they are killed (an
+        interpreter with sympy loaded takes a second or more to shut down politely)."""
+        for w in self._workers:
+            w.kill()
+        self._workers = []
+
+    def _deadline(self, w: _Worker) -> float:
+        """When a busy worker that has not spoken since ``w.last_event`` is given up on."""
+        if not w.ready:
+            return w.started + WORKER_START_TIMEOUT_S
+        if w.checking:
+            return w.last_event + max(self.config.timeout_s, CHECK_TIMEOUT_S) + HARD_GRACE_MIN_S
+        return w.last_event + self.config.hard_timeout_s
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self._workers.remove(w)
+        self.replaced += 1
+        self._ensure_workers()
+
+    def grade(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        on_done: Callable[[int], None] | None = None,
+    ) -> list[tuple[str, str]]:
+        """Grades ``(gold, pred)`` pairs; returns ``(status, reason)`` per pair, in order.
+
+        Args:
+            pairs: Gold and extracted answers. Pairs sharing a gold are best kept adjacent so
+                each worker parses that gold once.
+            on_done: Called with the index of each pair as soon as it is graded.
+
+        Returns:
+            One ``(status, reason)`` per pair.
+
+        Raises:
+            RuntimeError: If workers repeatedly die, or hang, before becoming ready.
+        """
+        try:
+            return self._grade(pairs, on_done)
+        except BaseException:
+            # Workers may hold items of this call; they must not answer into the next one.
+            self.close()
+            raise
+
+    def _grade(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        on_done: Callable[[int], None] | None,
+    ) -> list[tuple[str, str]]:
+        results: list[tuple[str, str] | None] = [None] * len(pairs)
+        remaining = len(pairs)
+        pending: deque[int] = deque(range(len(pairs)))
+        batch_size = self.config.batch_size
+        hard_timeout = self.config.hard_timeout_s
+        self._ensure_workers()
+
+        def finish(i: int, status: str, reason: str) -> None:
+            nonlocal remaining
+            if results[i] is None:
+                results[i] = (status, reason)
+                remaining -= 1
+                if on_done is not None:
+                    on_done(i)
+
+        def lose_worker(w: _Worker, status: str, reason: str) -> None:
+            # The item at the head was running; the rest go back to the front of the queue.
+            if w.inflight:
+                finish(w.inflight.popleft(), status, reason)
+            pending.extendleft(reversed(w.inflight))
+            w.inflight.clear()
+            w.batch_sizes.clear()
+            self._replace(w)
+
+        while remaining:
+            now = time.monotonic()
+            dead: list[_Worker] = []
+            for w in self._workers:
+                # Up to two batches in flight, so a worker never waits on the parent between
+                # batches. A batch the worker is not already waiting for must fit in the pipe:
+                # a write into a full pipe would block this loop behind a hung worker, and then
+                # nothing could kill it.
+                while pending and len(w.batch_sizes) < 2:
+                    idle = not w.inflight
+                    ids, size = [], 0
+                    while pending and len(ids) < batch_size and size < MAX_BATCH_BYTES:
+                        i = pending.popleft()
+                        ids.append(i)
+                        size += len(pairs[i][0]) + len(pairs[i][1]) + 32
+                    data = pickle.dumps([(i, pairs[i][0], pairs[i][1]) for i in ids])
+                    if (w.batch_sizes or not w.ready) and len(data) > w.queue_bytes:
+                        pending.extendleft(reversed(ids))
+                        break
+                    if idle:
+                        w.last_event = now  # its clock starts now
+                    try:
+                        w.conn_out.send_bytes(data)
+                    except OSError:
+                        pending.extendleft(reversed(ids))
+                        dead.append(w)
+                        break
+                    w.inflight.extend(ids)
+                    w.batch_sizes.append(len(ids))
+
+            busy = {w.conn_in: w for w in self._workers if w.inflight or not w.ready}
+            deadlines = [self._deadline(w) for w in busy.values()]
+            wait_s = min([0.5, *(d - now for d in deadlines)])
+            for conn in wait(list(busy), timeout=max(0.0, wait_s)):
+                w = busy[conn]
+                try:
+                    while conn.poll():
+                        msg = conn.recv()
+                        w.last_event = time.monotonic()
+                        if msg[0] == "ready":
+                            w.ready = True
+                            self._start_failures = 0
+                            continue
+                        if msg[0] == "checking":
+                            w.checking = True
+                            continue
+                        if msg[0] == "checked":
+                            w.checking = False
+                            continue
+                        if msg[0] == "retire":
+                            # Its remaining items never started: re-queue them, blame none.
+                            logger.warning(
+                                "grading worker %s failed its check after a timeout; replacing it",
+                                w.pid,
+                            )
+                            pending.extendleft(reversed(w.inflight))
+                            w.inflight.clear()
+                            w.batch_sizes.clear()
+                            self._replace(w)
+                            break
+                        key, status, reason = msg
+                        if w.inflight and w.inflight[0] == key:
+                            w.inflight.popleft()
+                            w.batch_sizes[0] -= 1
+                            if not w.batch_sizes[0]:
+                                w.batch_sizes.popleft()
+                        finish(key, status, reason)
+                except (EOFError, OSError):
+                    dead.append(w)
+
+            for w in dict.fromkeys(dead):
+                if w not in self._workers:
+                    continue  # retired and replaced already
+                try:
+                    code = w.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None
+                if not w.ready:
+                    self._start_failures += 1
+                    if self._start_failures >= MAX_START_FAILURES:
+                        self.close()
+                        raise RuntimeError(
+                            f"grading workers die on start-up (exit code {code}); is math-verify "
+                            "installed? pip install 'difficulty-pipeline' (it depends on "
+                            "math-verify)"
+                        )
+                logger.warning("grading worker %s died (exit code %s); replacing it", w.pid, code)
+                lose_worker(w, ERROR, f"worker died (exit code {code})")
+
+            now = time.monotonic()
+            for w in list(self._workers):
+                if w.ready and w.inflight and now > self._deadline(w):
+                    logger.warning(
+                        "grading worker %s spent over %.1fs on one item; killing it",
+                        w.pid,
+                        hard_timeout,
+                    )
+                    lose_worker(w, TIMEOUT, f"no result within {hard_timeout:g}s; worker killed")
+                elif not w.ready and now - w.started > WORKER_START_TIMEOUT_S:
+                    self.close()
+                    raise RuntimeError(f"grading worker did not start within {WORKER_START_TIMEOUT_S:g}s")
+        return [r for r in results if r is not None]
+
+
+# --------------------------------------------------------------------------- table API
+
+
+def _column(items: pa.Table, *names: str) -> list[Any]:
+    for name in names:
+        if name in items.column_names:
+            return items.column(name).to_pylist()
+    raise ValueError(f"items table needs a column {names[0]!r}; it has {items.column_names}")
+
+
+def grade_table(
+    items: pa.Table,
+    config: GradeConfig | None = None,
+    progress: Callable[[int], None] | None = None,
+    pool: GradingPool | None = None,
+) -> pa.Table:
+    """Grades every row of ``items``; row order and count are preserved.
+
+    Identical ``(gold, extracted answer)`` pairs are graded once. Numeric pairs are compared
+    exactly in this process; the rest go to math-verify workers (or exact string matching when
+    ``config.use_math_verify`` is False).
+
+    Args:
+        items: Table with columns ``prompt_id``, ``sample_idx``, ``completion`` and ``gold``
+            (``answer`` is accepted in place of ``gold``); other columns are kept.
+        config: Grading settings; defaults to ``GradeConfig()``.
+        progress: Called with the cumulative number of rows graded so far (for a progress bar).
+        pool: A running :class:`GradingPool` to reuse; otherwise one is started if needed.
+
+    Returns:
+        ``items`` with ``extracted_answer``, ``grade_status``, ``grade_reason``, ``correct`` and
+        ``grader`` set (replaced if present). ``correct`` is True only for status ``correct``.
+    """
+    import pyarrow as pa
+
+    config = config or GradeConfig()
+    started = time.perf_counter()
+    completions = _column(items, "completion")
+    golds = _column(items, "gold", "answer")
+    n = len(completions)
+    extracted: list[str | None] = [None] * n
+    statuses: list[str] = [""] * n
+    reasons: list[str] = [""] * n
+    numbers: dict[str, Fraction | None] = {}  # parse_number per distinct gold or answer
+    # Unique (gold, pred) pairs that need math-verify -> the rows waiting on them.
+    waiting: dict[tuple[str, str], list[int]] = {}
+    done = 0
+
+    for i in range(n):
+        gold = golds[i]
+        gold = gold.strip() if isinstance(gold, str) else ("" if gold is None else str(gold))
+        answer, method = extract_answer(completions[i])
+        extracted[i] = answer
+        if not gold:
+            statuses[i], reasons[i] = ERROR, "no gold answer"
+        elif answer is None:
+            statuses[i] = UNPARSED
+            reasons[i] = "empty completion" if not (completions[i] or "").strip() else ("no answer found")
+        elif len(answer) > MAX_ANSWER_CHARS:
+            statuses[i], reasons[i] = UNPARSED, f"answer too long ({len(answer)} chars)"
+        else:
+            g = numbers[gold] if gold in numbers else numbers.setdefault(gold, parse_number(gold))
+            p = None
+            if g is not None:
+                p = numbers[answer] if answer in numbers else numbers.setdefault(answer, parse_number(answer))
+            if p is not None:
+                ok = g == p
+                statuses[i] = CORRECT if ok else INCORRECT
+                reasons[i] = f"numeric exact ({method})"
+            elif config.use_math_verify:
+                waiting.setdefault((gold, answer), []).append(i)
+                continue
+            else:
+                ok = _normalise_string(gold) == _normalise_string(answer)
+                statuses[i] = CORRECT if ok else INCORRECT
+                reasons[i] = f"string match ({method})" if ok else f"string mismatch ({method})"
+        done += 1
+    if progress is not None and done:
+        progress(done)
+
+    if waiting:
+        # Sorted by gold so each batch shares golds and a worker parses each gold about once.
+        pairs = sorted(waiting)
+
+        def on_done(j: int) -> None:
+            nonlocal done
+            done += len(waiting[pairs[j]])
+            if progress is not None:
+                progress(done)
+
+        own_pool = pool is None
+        active = pool if pool is not None else GradingPool(config)
+        try:
+            graded = active.grade(pairs, on_done=on_done)
+        finally:
+            if own_pool:
+                active.close()
+        for pair, (status, reason) in zip(pairs, graded, strict=True):
+            for i in waiting[pair]:
+                statuses[i], reasons[i] = status, reason
+
+    grader = grader_version(config)
+    out = items
+    for name in OUTPUT_COLUMNS:
+        if name in out.column_names:
+            out = out.drop_columns([name])
+    out = out.append_column("extracted_answer", pa.array(extracted, pa.string()))
+    out = out.append_column("grade_status", pa.array(statuses, pa.string()))
+    out = out.append_column("grade_reason", pa.array(reasons, pa.string()))
+    out = out.append_column("correct", pa.array([s == CORRECT for s in statuses], pa.bool_()))
+    out = out.append_column("grader", pa.array([grader] * n, pa.string()))
+    if logger.isEnabledFor(logging.INFO):
+        counts = {s: statuses.count(s) for s in STATUSES}
+        logger.info(
+            "graded %d rows (%d sent to math-verify) in %.2fs: %s",
+            n,
+            sum(len(v) for v in waiting.values()),
+            time.perf_counter() - started,
+            counts,
+        )
+    return out

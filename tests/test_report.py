@@ -1,0 +1,321 @@
+"""The HTML report: rendered from a tiny stored run, drawn by a real headless Chromium offline."""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import typer
+from plotly.offline import get_plotlyjs
+from report_fixtures import build_run, check_page, chromium_missing_message, open_browser
+from typer.testing import CliRunner
+
+from pipeline import report, store
+from pipeline.cli_report import register
+
+PIPELINE = Path(report.__file__).parent
+N_SECTIONS = 10
+
+
+def _plotly_banner() -> str:
+    """The first line of plotly.min.js (its version banner), to count how often it is inlined."""
+    return get_plotlyjs().lstrip()[:40]
+
+
+def _chart_divs(html: str) -> int:
+    return len(re.findall(r'class="plotly-graph-div"', html))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two stored runs of the same prompts: run-a fully analysed (priors, answers), run-b with
+    samples only (the report analyses it in memory) and no extracted answers."""
+    data_dir = tmp_path_factory.mktemp("report") / "data"
+    now = datetime.now(UTC)
+    build_run(data_dir, "run-a", model="model-a", created_at=now - timedelta(hours=1))
+    build_run(
+        data_dir,
+        "run-b",
+        model="model-b",
+        skill=1.0,
+        seed=1,
+        answers=False,
+        analysis=False,
+        created_at=now,
+    )
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def browser():
+    missing = chromium_missing_message()
+    if missing:  # CI installs Chromium; a missing browser is a broken set-up, not a skip
+        pytest.fail(missing, pytrace=False)
+    with open_browser() as b:
+        yield b
+
+
+def _assert_drawn(result, html: str, sections: int) -> None:
+    assert result.errors == [], f"JavaScript errors: {result.errors}"
+    assert result.blocked == [], f"the report asked the network for {result.blocked}"
+    assert result.sections == sections
+    divs = _chart_divs(html)
+    assert divs > 0
+    assert len(result.charts) == divs
+    undrawn = [c for c in result.charts if not c["drawn"]]
+    assert not undrawn, f"charts not drawn: {undrawn}"
+    assert result.drawn == divs
+    for chart in result.charts:
+        assert chart["title"] and chart["xtitle"] and chart["ytitle"], chart
+        assert chart["caption"], chart
+        assert chart["width"] > 100 and chart["height"] > 100, chart
+
+
+@pytest.mark.slow
+def test_reports_draw_offline_in_chromium(runs, browser, tmp_path):
+    out = tmp_path / "reports"
+    a = report.render_report(runs, "run-a", out / "run-a.html")
+    b = report.render_report(runs, "run-b", out / "run-b.html", plotly_js="shared")
+    cmp = report.render_comparison(runs, ["run-a", "run-b"], out / "compare.html")
+
+    result = check_page(browser, a, tmp_path / "run-a.png")
+    _assert_drawn(result, a.read_text(), N_SECTIONS)
+    # every section with data draws its charts: run-a has them all (answers, priors, labels)
+    assert len(result.charts) >= 12
+    shot = (tmp_path / "run-a.png").read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 50_000
+
+    result = check_page(browser, b, tmp_path / "run-b.png", section="weights")
+    _assert_drawn(result, b.read_text(), N_SECTIONS)
+    assert (tmp_path / "run-b.png").stat().st_size > 10_000
+
+    result = check_page(browser, cmp, tmp_path / "compare.png")
+    _assert_drawn(result, cmp.read_text(), 6)
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_browser_check_catches_errors_and_blank_charts(browser, tmp_path):
+    """The probe itself: a chart with no data, a thrown error and a network request are caught."""
+    report.write_plotly_js(tmp_path)
+    page = tmp_path / "broken.html"
+    page.write_text(
+        f'<html><head><script src="{report.PLOTLY_JS_NAME}"></script></head><body>'
+        '<figure><div id="good" class="plotly-graph-div"></div><figcaption>c</figcaption></figure>'
+        '<figure><div id="blank" class="plotly-graph-div"></div></figure>'
+        "<img src='http://example.invalid/x.png'>"
+        "<script>Plotly.newPlot('good', [{x: [1, 2], y: [3, 1], type: 'bar'}],"
+        " {title: {text: 't'}, xaxis: {title: {text: 'x'}}, yaxis: {title: {text: 'y'}}});"
+        "Plotly.newPlot('blank', [], {});"
+        "throw new Error('boom');</script></body></html>"
+    )
+    result = check_page(browser, page)
+    assert any("boom" in e for e in result.errors)
+    assert result.blocked == ["http://example.invalid/x.png"]
+    drawn = {c["id"]: c["drawn"] for c in result.charts}
+    assert drawn == {"good": True, "blank": False}
+
+
+def test_inline_report_is_self_contained(runs, tmp_path):
+    html = report.render_report(runs, "run-a", tmp_path / "a.html").read_text()
+    assert html.count(_plotly_banner()) == 1  # plotly.js once per file, not once per chart
+    assert _chart_divs(html) >= 12
+    # nothing is loaded from elsewhere (plotly.min.js itself mentions its CDN, so look at tags)
+    assert not re.search(r"<script[^>]*\bsrc=", html)
+    assert not re.search(r"<link[^>]*\bhref=", html)
+    assert not (tmp_path / report.PLOTLY_JS_NAME).exists()
+    assert html.count("<section id=") == N_SECTIONS
+    assert html.count("<figcaption>") == _chart_divs(html)
+
+
+def test_shared_plotly_js_is_written_once_beside_the_reports(runs, tmp_path):
+    a = report.render_report(runs, "run-a", tmp_path / "a.html", plotly_js="shared")
+    js = tmp_path / report.PLOTLY_JS_NAME
+    first = js.stat().st_mtime_ns
+    b = report.render_report(runs, "run-b", tmp_path / "b.html", plotly_js="shared")
+    assert js.read_text() == get_plotlyjs()
+    assert js.stat().st_mtime_ns == first  # an up-to-date shared file is not rewritten
+    for path in (a, b):
+        html = path.read_text()
+        assert f'src="{report.PLOTLY_JS_NAME}"' in html
+        assert _plotly_banner() not in html
+        assert len(html) < len(get_plotlyjs()) / 5
+
+
+def test_missing_data_gets_notes_not_empty_charts(tmp_path):
+    data_dir = tmp_path / "data"
+    build_run(data_dir, "bare", answers=False, priors=False, analysis=False, n_prompts=18)
+    # strip the dataset's labels and put markup in a problem text
+    problems = store.read_table(data_dir, "problems", {"dataset": "arithmetic"})
+    for name in ("source", "difficulty"):
+        i = problems.schema.get_field_index(name)
+        problems = problems.set_column(i, name, pa.nulls(problems.num_rows, problems.schema.field(name).type))
+    text = problems.column("problem").to_pylist()
+    text[0] = "<script>alert('x')</script> What is 1 + 1?"
+    problems = problems.set_column(problems.schema.get_field_index("problem"), "problem", pa.array(text))
+    store.write_table(data_dir, "problems", problems, {"dataset": "arithmetic"})
+
+    html = report.render_report(data_dir, "bare", tmp_path / "bare.html").read_text()
+    assert "no prior pass rates" in html
+    assert "no extracted answers" in html
+    assert "no source, domain, topic or difficulty labels" in html
+    assert "computed for this report" in html
+    assert "<script>alert(" not in html and "&lt;script&gt;alert(" in html
+
+    def section(name: str) -> str:
+        return html.split(f'<section id="{name}">')[1].split("</section>")[0]
+
+    assert "plotly-graph-div" not in section("answers")
+    assert "plotly-graph-div" not in section("breakdown")
+    assert "plotly-graph-div" in section("weights")
+    # the report reads the store and never writes analysis tables into it
+    for table in ("prompt_stats", "weights", "summary", "allocation"):
+        assert store.read_table(data_dir, table, {"run_id": "bare"}).num_rows == 0
+
+
+def test_in_memory_analysis_matches_stored_tables(runs, tmp_path):
+    stored = report.load_run(runs, "run-a")
+    assert stored.computed == []
+    # the same samples without stored analysis: computed in memory, same numbers
+    copy = tmp_path / "data"
+    build_run(copy, "run-a", model="model-a", analysis=False)
+    fresh = report.load_run(copy, "run-a")
+    assert {"prompt_stats", "summary", "weights", "allocation"} <= set(fresh.computed)
+    cols = ["prompt_id", "n", "c", "pass_rate", "zero_signal_G"]
+    assert stored.stats.select(cols).sort("prompt_id").equals(fresh.stats.select(cols).sort("prompt_id"))
+    key = ["section", "metric", "estimator", "G", "band", "k"]
+    a = stored.summary.filter(stored.summary["G"].is_in([8])).sort(key)
+    b = fresh.summary.filter(fresh.summary["G"].is_in([8])).sort(key)
+    assert a.height > 0 and a.select([*key, "value"]).equals(b.select([*key, "value"]))
+    assert stored.top_mass is not None and fresh.top_mass is not None
+    assert stored.top_mass["prompt_id"].to_list() == fresh.top_mass["prompt_id"].to_list()
+
+
+def test_allocation_table_spends_the_budget(runs):
+    from pipeline.allocate import AllocationConfig, allocate_prompts
+
+    stats = store.read_table(runs, "prompt_stats", {"run_id": "run-a"})
+    n = stats.column("n").to_numpy()
+    c = stats.column("c").to_numpy()
+    table, _ = allocate_prompts(
+        "run-a",
+        stats.column("prompt_id"),
+        n,
+        c,
+        AllocationConfig(budget=8 * len(n), objective="knapsack"),
+    )
+    assert table.schema == store.schema.ALLOCATION
+    assert pc.sum(table.column("n_rollouts")).as_py() == 8 * len(n)
+    assert pc.sum(table.column("uniform_n")).as_py() == 8 * len(n)
+    assert pc.sum(table.column("expected_value")).as_py() >= pc.sum(table.column("uniform_value")).as_py()
+
+
+def test_unanalysed_G_falls_back_to_nearest(runs, tmp_path):
+    html = report.render_report(runs, "run-a", tmp_path / "a.html", G=10).read_text()
+    assert "G = 10 was not analysed" in html and "uses G = 8" in html
+
+
+def test_config_errors_name_the_bad_value():
+    with pytest.raises(ValueError, match="plotly_js='cdn'"):
+        report.ReportConfig(plotly_js="cdn")
+    with pytest.raises(ValueError, match="G=0"):
+        report.ReportConfig(G=0)
+    with pytest.raises(ValueError, match="unknown estimator"):
+        report.ReportConfig(estimator="nope")
+
+
+def test_comparison_needs_two_distinct_runs(runs, tmp_path):
+    with pytest.raises(report.ReportError, match="at least two"):
+        report.render_comparison(runs, ["run-a"], tmp_path / "c.html")
+    with pytest.raises(report.ReportError, match="duplicates"):
+        report.render_comparison(runs, ["run-a", "run-a"], tmp_path / "c.html")
+    with pytest.raises(store.StoreError, match="unknown run"):
+        report.render_report(runs, "nope", tmp_path / "x.html")
+
+
+def test_report_stage_imports_only_stages_to_its_left():
+    allowed = {
+        "pipeline",
+        "pipeline.schema",
+        "pipeline.store",
+        "pipeline.stats",
+        "pipeline.estimators",
+        "pipeline.analyze",
+        "pipeline.allocate",
+    }
+    tree = ast.parse((PIPELINE / "report.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+            imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names if a.name.startswith("pipeline")}
+    modules = {m for m in imported if m.count(".") <= 1}
+    assert modules, "report.py should import pipeline stages"
+    bad = {m for m in modules if m not in allowed}
+    assert not bad, f"report.py imports stages to its right or the CLI: {bad}"
+
+
+# --- CLI ----------------------------------------------------------------------------------------
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:  # a group, so `report` stays a subcommand
+        pass
+
+    register(app)
+    return app
+
+
+def test_cli_reports_newest_run_by_default(runs, tmp_path):
+    out = tmp_path / "one.html"
+    result = CliRunner().invoke(_app(), ["report", "--data-dir", str(runs), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "report of run-b" in result.output  # run-b is the newer one
+    assert result.output.strip().endswith(str(out))
+    assert out.exists() and "Difficulty report: run-b" in out.read_text()
+
+
+def test_cli_several_runs_write_each_and_a_comparison(runs, tmp_path):
+    out = tmp_path / "reports"
+    args = [
+        "report",
+        "--data-dir",
+        str(runs),
+        "--run",
+        "run-a",
+        "--run",
+        "run-b",
+        "--output",
+        str(out),
+        "--plotly-js",
+        "shared",
+        "--G",
+        "4",
+    ]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 0, result.output
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["compare-run-a-vs-run-b.html", "plotly.min.js", "run-a.html", "run-b.html"]
+    compare = (out / "compare-run-a-vs-run-b.html").read_text()
+    assert 'href="run-a.html"' in compare and 'href="run-b.html"' in compare
+    assert "G = 4" in (out / "run-a.html").read_text()
+    assert result.output.strip().splitlines()[-1].endswith("compare-run-a-vs-run-b.html")
+
+
+def test_cli_errors_are_one_clear_line(runs, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(_app(), ["report", "--data-dir", str(runs), "--run", "nope"])
+    assert result.exit_code == 1 and "unknown run 'nope'" in result.output
+    result = runner.invoke(_app(), ["report", "--data-dir", str(runs), "--plotly-js", "cdn"])
+    assert result.exit_code == 1 and "plotly_js='cdn'" in result.output
+    result = runner.invoke(_app(), ["report", "--data-dir", str(tmp_path / "empty")])
+    assert result.exit_code == 1 and "no runs" in result.output
