@@ -128,13 +128,14 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
     )
     shards = []
     done = store.finished_shards(data_dir, run_id)
-    for shard, start in enumerate(range(0, n, config.shard_size)):
-        shards.append([])
-        if shard in done:
-            continue
-        part = grade.grade_table(samples.slice(start, config.shard_size), grade_config)
-        part = part.drop_columns(["gold"]).append_column("run_id", pa.array([run_id] * part.num_rows, pa.string()))
-        store.write_shard(data_dir, run_id, shard, part)
+    with grade.GradingPool(grade_config) as pool:  # workers start once, not once per shard
+        for shard, start in enumerate(range(0, n, config.shard_size)):
+            shards.append([])
+            if shard in done:
+                continue
+            part = grade.grade_table(samples.slice(start, config.shard_size), grade_config, pool=pool)
+            part = part.drop_columns(["gold"]).append_column("run_id", pa.array([run_id] * part.num_rows, pa.string()))
+            store.write_shard(data_dir, run_id, shard, part)
     plan = RunPlan(run_id, dataset, config.model, "", problems, shards, {})
     info = finish_run(ProfileConfig(report=config.report), data_dir, plan)
     statuses = store.query(
