@@ -249,7 +249,7 @@ def connect(data_dir: str | os.PathLike) -> duckdb.DuckDBPyConnection:
         else:
             con.register(f"_{table}_empty", target.empty_table())
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_empty")
-    for view in ("history_drift",):  # SQL views over the base tables, defined in sql/
+    for view in ("history_drift", "history_silent", "history_zero_signal", "history_checkpoints"):  # SQL views over the base tables, defined in sql/
         try:
             con.execute(f"CREATE VIEW {view} AS " + load_sql(view))
         except (StoreError, duckdb.Error):

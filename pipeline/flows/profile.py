@@ -12,15 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -140,7 +138,17 @@ def get_sampler(backend: str, model: str | None, options: dict[str, Any]):
     return _SAMPLERS[key]
 
 
+def get_grading_pool(config: ProfileConfig) -> grade.GradingPool:
+    """The process's math-verify workers, kept across shards (each start costs about a second)."""
+    cfg = _grade_config(config)
+    key = ("grade", cfg.workers, cfg.timeout_s)
+    if key not in _SAMPLERS:
+        _SAMPLERS[key] = grade.GradingPool(cfg)
+    return _SAMPLERS[key]
+
+
 def close_samplers() -> None:
+    """Free the cached samplers (models) and grading workers of this process."""
     while _SAMPLERS:
         _, sampler = _SAMPLERS.popitem()
         sampler.close()
@@ -217,15 +225,14 @@ def _grade_config(config: ProfileConfig) -> grade.GradeConfig:
     return grade.GradeConfig(workers=config.grade_workers, timeout_s=config.grade_timeout_s)
 
 
-def run_shard(config: ProfileConfig, data_dir: Path, plan: RunPlan, shard: int, sampler=None) -> int:
-    """Sample and grade one shard and write it; a shard already written is skipped.
+def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, run_id: str,
+                     sampler=None) -> pa.Table:
+    """Sample and grade a batch of problems; returns ``samples`` rows (nothing is written).
 
-    Returns the number of samples written (0 when the shard was already done).
+    This is the unit of work an executor runs: in this process (``run_shard``) or on a Ray actor
+    (``pipeline.flows.ray_exec``). It touches no store, so it can run on a machine without the
+    data directory.
     """
-    if shard in store.finished_shards(data_dir, plan.run_id):
-        log.info("run %s shard %d already done", plan.run_id, shard)
-        return 0
-    problems = plan.problems.take(plan.shards[shard])
     params = config.sampling()
     sampler = sampler or get_sampler(config.backend, config.model, config.backend_options)
     total = problems.num_rows * params.n
@@ -235,15 +242,37 @@ def run_shard(config: ProfileConfig, data_dir: Path, plan: RunPlan, shard: int, 
         done[0] += k
         _progress("sample", done[0], total)
 
-    samples = sampler.sample(problems, params, sampled, template=plan.template)
-    gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist()))
-    items = samples.append_column("gold", pa.array([gold[p] for p in samples.column("prompt_id").to_pylist()], pa.string()))
-    graded = grade.grade_table(items, _grade_config(config), progress=lambda k: _progress("grade", k, len(items)))
-    graded = graded.drop_columns(["gold"]).append_column(
-        "run_id", pa.array([plan.run_id] * graded.num_rows, pa.string())
+    samples = sampler.sample(problems, params, sampled, template=template)
+    gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(),
+                    strict=True))
+    items = samples.append_column(
+        "gold", pa.array([gold[p] for p in samples.column("prompt_id").to_pylist()], pa.string())
     )
+    graded = grade.grade_table(items, _grade_config(config), pool=get_grading_pool(config),
+                               progress=lambda k: _progress("grade", k, len(items)))
+    return graded.drop_columns(["gold"]).append_column(
+        "run_id", pa.array([run_id] * graded.num_rows, pa.string())
+    )
+
+
+def run_shard(config: ProfileConfig, data_dir: Path, plan: RunPlan, shard: int, sampler=None) -> int:
+    """Sample and grade one shard and write it; a shard already written is skipped.
+
+    Returns the number of samples written (0 when the shard was already done).
+    """
+    if shard in store.finished_shards(data_dir, plan.run_id):
+        log.info("run %s shard %d already done", plan.run_id, shard)
+        return 0
+    graded = sample_and_grade(config, plan.problems.take(plan.shards[shard]), plan.template,
+                              plan.run_id, sampler)
     store.write_shard(data_dir, plan.run_id, shard, graded)
     return graded.num_rows
+
+
+def pending_shards(data_dir: Path, plan: RunPlan) -> list[int]:
+    """Shards of the plan not written yet (what a rerun still has to do)."""
+    done = store.finished_shards(data_dir, plan.run_id)
+    return [s for s in range(len(plan.shards)) if s not in done]
 
 
 def allocation_table(run_id: str, counts: pa.Table, objective: str = "signal", estimator: str = "grpo",
@@ -258,18 +287,7 @@ def allocation_table(run_id: str, counts: pa.Table, objective: str = "signal", e
         posterior=posterior, method=method,
     )
     result = allocate.allocate(n, c, cfg)
-    rows = len(n)
-    table = pa.table(
-        {
-            "run_id": [run_id] * rows, "objective": [objective] * rows,
-            "estimator": [estimator if objective == "signal" else None] * rows,
-            "method": [method] * rows, "posterior": [posterior] * rows, "budget": [budget] * rows,
-            "prompt_id": counts.column("prompt_id"), "p": result.p, "n_rollouts": result.n.astype(np.int32),
-            "expected_value": result.value, "uniform_n": result.uniform_n.astype(np.int32),
-            "uniform_value": result.uniform_value,
-        }
-    )
-    return table, result
+    return allocate.allocation_table(run_id, counts.column("prompt_id"), result, cfg), result
 
 
 def finish_run(config: ProfileConfig, data_dir: Path, plan: RunPlan) -> dict[str, Any]:
@@ -305,48 +323,74 @@ def _write_report(data_dir: Path, run_id: str) -> Path | None:
 def profile_direct(config: ProfileConfig, data_dir: str | Path | None = None) -> dict[str, Any]:
     """Run the whole profile without Prefect (same stages, same store)."""
     data_dir = store.resolve_data_dir(data_dir)
-    plan = prepare_run(config, data_dir)
-    try:
-        for shard in range(len(plan.shards)):
-            run_shard(config, data_dir, plan, shard)
-    except BaseException:
-        store.set_run_status(data_dir, plan.run_id, "failed")
-        raise
+    if config.executor == "ray":
+        from pipeline.flows import ray_exec
+
+        with ray_exec.ShardPool(config) as pool:
+            plan = prepare_run(config, data_dir, sampler=pool)
+            with _failed_on_error(data_dir, plan.run_id):
+                pool.run_all(data_dir, plan, pending_shards(data_dir, plan))
+    else:
+        plan = prepare_run(config, data_dir)
+        with _failed_on_error(data_dir, plan.run_id):
+            for shard in pending_shards(data_dir, plan):
+                run_shard(config, data_dir, plan, shard)
     return finish_run(config, data_dir, plan)
+
+
+@contextmanager
+def _failed_on_error(data_dir: Path, run_id: str):
+    """Mark the run failed in the registry when sampling stops with an error."""
+    try:
+        yield
+    except BaseException:
+        store.set_run_status(data_dir, run_id, "failed")
+        raise
 
 
 # --- Prefect ------------------------------------------------------------------------------------
 
 
-def profile_flow_fn():
-    """Build the Prefect flow lazily (importing Prefect costs about a second)."""
-    from prefect import flow, task
+def run_label(config: ProfileConfig | dict, run_id: str | None = None) -> str:
+    """The Prefect flow run name: ``<dataset>/<model>/<run id>`` (``pending`` before it is known)."""
+    cfg = config if isinstance(config, dict) else asdict(config)
+    dataset = cfg.get("dataset") or (Path(cfg["data_file"]).stem if cfg.get("data_file") else "local")
+    model = Path(cfg["model"]).name if cfg.get("model") else f"{cfg.get('backend', 'llamacpp')}-default"
+    return f"{dataset}/{model}/{run_id or 'pending'}"
 
-    shard_task = task(
-        run_shard, name="sample-and-grade-shard", retries=2, retry_delay_seconds=2,
-        task_run_name="shard-{shard}", persist_result=False, cache_policy=None,
+
+def prefect_settings(**extra: Any):
+    """Settings that make an interactive flow run cheap, as a context manager.
+
+    Turns off the flow-run heartbeat (its thread costs about a second per flow run, and a
+    profile is watched by the user anyway) and result persistence (results live in the store),
+    and gives the ephemeral API server time to start on a busy machine. Served (scheduled) runs
+    keep Prefect's defaults: there, heartbeats detect crashed runs.
+    """
+    from prefect.settings import (
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_RESULTS_PERSIST_BY_DEFAULT,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
     )
-    prepare_task = task(prepare_run, name="load-and-register", persist_result=False, cache_policy=None)
-    finish_task = task(finish_run, name="analyze-allocate-report", persist_result=False, cache_policy=None)
 
-    @flow(name="profile", flow_run_name="{run_label}", persist_result=False, log_prints=False)
-    def profile(config: dict, data_dir: str, run_label: str = "profile") -> dict:
-        cfg = ProfileConfig(**config)
-        path = store.resolve_data_dir(data_dir)
-        plan = prepare_task(cfg, path)
-        try:
-            for shard in range(len(plan.shards)):
-                shard_task(cfg, path, plan, shard)
-        except BaseException:
-            store.set_run_status(path, plan.run_id, "failed")
-            raise
-        return finish_task(cfg, path, plan)
+    updates = {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None, PREFECT_RESULTS_PERSIST_BY_DEFAULT: False}
+    if PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() < 90:
+        updates[PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS] = 90
+    updates.update(extra)
+    return temporary_settings(updates=updates)
 
-    return profile
+
+def profile_flow_fn():
+    """The Prefect ``profile`` flow object (imported lazily: importing Prefect takes seconds)."""
+    from pipeline.flows import prefect_flows
+
+    return prefect_flows.profile
 
 
 def profile_flow(config: ProfileConfig, data_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run the profile as a Prefect flow (named ``<dataset>-<model>-<time>`` in Prefect)."""
+    """Run the profile as a Prefect flow (named ``<dataset>/<model>/<run id>`` in Prefect)."""
     path = store.resolve_data_dir(data_dir)
-    label = f"{config.dataset or 'local'}-{Path(config.model).name if config.model else config.backend}-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return profile_flow_fn()(asdict(config), str(path), run_label=label)
+    flow = profile_flow_fn()
+    with prefect_settings():
+        return flow(config=asdict(config), data_dir=str(path))

