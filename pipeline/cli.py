@@ -14,7 +14,6 @@ from pipeline.cli_common import (
     console,
     data_dir_or_fail,
     emit,
-    err_console,
     fail,
     print_table,
 )
@@ -106,89 +105,6 @@ def runs_cmd(data_dir: str | None = DataDirOption) -> None:
     runs = store.list_runs(data_dir_or_fail(data_dir))
     keep = ["run_id", "dataset", "model", "backend", "n_prompts", "status", "created_at"]
     print_table(runs.select(keep), title="runs")
-
-
-def print_run_summary(data_dir: Path, run_id: str) -> None:
-    """The end-of-profile summary: pass-rate spread, zero-signal rates, weight shares."""
-    spread = store.query(data_dir, store.load_sql("pass_rate_spread"), {"run_id": run_id})
-    print_table(spread, title=f"pass-rate spread, run {run_id}")
-    silent = store.query(data_dir, store.load_sql("zero_signal_summary"), {"run_id": run_id})
-    print_table(silent, title="zero-signal (silent group) rate by group size G")
-    shares = store.query(data_dir, store.load_sql("gradient_shares"), {"run_id": run_id, "G": 8})
-    print_table(shares, title="gradient share by difficulty band at G = 8")
-
-
-@app.command("profile")
-def profile_cmd(
-    dataset: str = typer.Option("arithmetic", "--dataset", help="Adapter name (default: the bundled arithmetic set)."),
-    data_file: Path | None = typer.Option(None, "--data-file", help="Local file or hub-layout folder."),
-    split: str | None = typer.Option(None, "--split"),
-    backend: str = typer.Option("llamacpp", "--backend", help="llamacpp, vllm or openai."),
-    model: str | None = typer.Option(None, "--model", help="GGUF path, vLLM model or served model id."),
-    n: int = typer.Option(8, "--n", help="Samples per problem."),
-    temperature: float = typer.Option(1.0, "--temperature"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    max_tokens: int = typer.Option(48, "--max-tokens"),
-    limit: int | None = typer.Option(None, "--limit", help="Number of problems (bundled default: 72)."),
-    seed: int = typer.Option(0, "--seed"),
-    shard_size: int = typer.Option(256, "--shard-size", help="Prompts per shard (unit of retry and resume)."),
-    template_file: Path | None = typer.Option(None, "--template-file", help="Prompt template with {problem}."),
-    threads: int | None = typer.Option(None, "--threads", help="llama.cpp threads."),
-    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
-    tensor_parallel: int | None = typer.Option(None, "--tensor-parallel-size", help="vLLM tensor parallelism."),
-    grade_workers: int = typer.Option(2, "--grade-workers"),
-    executor: str = typer.Option("local", "--executor", help="local, or ray: sampling shards on Ray actors."),
-    ray_address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: start a local one)."),
-    replicas: int = typer.Option(1, "--replicas", help="Ray actors (one engine each; one GPU each for vLLM)."),
-    prefect: bool = typer.Option(True, "--prefect/--no-prefect", help="Run as a Prefect flow (default) or in-process."),
-    report: bool = typer.Option(True, "--report/--no-report", help="Write the HTML report at the end."),
-    data_dir: str | None = DataDirOption,
-) -> None:
-    """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from pipeline.flows import profile as flow
-
-    options: dict = {}
-    if threads is not None:
-        options["n_threads"] = threads
-    if base_url is not None:
-        options["base_url"] = base_url
-    if tensor_parallel is not None:
-        options["tensor_parallel_size"] = tensor_parallel
-    try:
-        config = flow.ProfileConfig(
-            dataset=dataset, data_file=str(data_file) if data_file else None, split=split,
-            limit=limit, backend=backend, model=model, n=n, temperature=temperature, top_p=top_p,
-            max_tokens=max_tokens, seed=seed, template_file=str(template_file) if template_file else None,
-            shard_size=shard_size, grade_workers=grade_workers, backend_options=options, report=report,
-            executor=executor, ray_address=ray_address, replicas=replicas,
-        )
-    except (ValueError, TypeError) as exc:
-        fail(str(exc))
-    path = data_dir_or_fail(data_dir)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console) as bars:
-        tasks: dict[str, int] = {}
-
-        def sink(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bars.add_task("sampling" if stage == "sample" else "grading", total=total)
-            bars.update(tasks[stage], completed=done, total=total)
-            if stage == "sample" and done == 0:
-                bars.reset(tasks[stage], total=total)
-
-        flow.set_progress_sink(sink)
-        try:
-            run = (flow.profile_flow if prefect else flow.profile_direct)(config, path)
-        except (datasets.DatasetError, FileNotFoundError, ValueError, ImportError, RuntimeError) as exc:
-            fail(f"{type(exc).__name__}: {exc}")
-        finally:
-            flow.set_progress_sink(None)
-            flow.close_samplers()
-    print_run_summary(path, run["run_id"])
-    console.print(f"run [bold]{run['run_id']}[/] done; tables under {path}")
-    if run.get("report"):
-        console.print(f"report: {run['report']}")
 
 
 @app.command("grade")

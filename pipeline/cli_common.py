@@ -86,3 +86,13 @@ def data_dir_or_fail(data_dir: str | None) -> Path:
     except store.StoreError as exc:
         fail(str(exc))
         raise  # unreachable
+
+
+def print_run_summary(data_dir: Path, run_id: str) -> None:
+    """The end-of-profile summary: pass-rate spread, zero-signal rates, weight shares."""
+    spread = store.query(data_dir, store.load_sql("pass_rate_spread"), {"run_id": run_id})
+    print_table(spread, title=f"pass-rate spread, run {run_id}")
+    silent = store.query(data_dir, store.load_sql("zero_signal_summary"), {"run_id": run_id})
+    print_table(silent, title="zero-signal (silent group) rate by group size G")
+    shares = store.query(data_dir, store.load_sql("gradient_shares"), {"run_id": run_id, "G": 8})
+    print_table(shares, title="gradient share by difficulty band at G = 8")

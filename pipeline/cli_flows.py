@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from pipeline import store
-from pipeline.cli_common import fail, print_table
+from pipeline.cli_common import console, err_console, fail, print_run_summary, print_table
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,10 @@ PROFILE_OPTIONS = [
     _opt("split", str | None, None, "--split"),
     _opt("backend", str, "llamacpp", "--backend", help="llamacpp, vllm or openai."),
     _opt("n", int, 8, "--n", help="Samples per problem."),
-    _opt("temperature", float, 1.0, "--temperature"),
+    _opt("temperature", float | None, None, "--temperature", help="Default 0.7 on the bundled set, 1.0 otherwise."),
     _opt("top_p", float, 1.0, "--top-p"),
-    _opt("max_tokens", int, 48, "--max-tokens"),
-    _opt("limit", int | None, None, "--limit", help="Number of problems (bundled default: 72)."),
+    _opt("max_tokens", int | None, None, "--max-tokens", help="Default 24 on the bundled set, 1024 otherwise."),
+    _opt("limit", int | None, None, "--limit", help="Number of problems (bundled default: 45; others: all)."),
     _opt("seed", int, 0, "--seed"),
     _opt("shard_size", int, 256, "--shard-size", help="Prompts per shard (unit of retry and resume)."),
     _opt("template_file", Path | None, None, "--template-file", help="Prompt template with {problem}."),
@@ -88,14 +88,6 @@ def profile_config(model: str | None = None, **opts: Any):
     )
 
 
-def _fail(message: str) -> None:
-    fail(message)
-
-
-def _print(table, title: str) -> None:
-    print_table(table, title=title)
-
-
 def _checkpoint_config(folder: Path | None, checkpoint: list[str], min_age: float, opts: dict):
     from pipeline.flows.checkpoints import CheckpointConfig
 
@@ -130,11 +122,11 @@ def schedule_cmd(
     not yet profiled and appends them to the history table instead.
     """
     if (cron is None) == (interval is None):
-        _fail("give exactly one of --cron EXPR or --interval SECONDS")
+        fail("give exactly one of --cron EXPR or --interval SECONDS")
     if interval is not None and interval <= 0:
-        _fail(f"--interval {interval} must be > 0")
+        fail(f"--interval {interval} must be > 0")
     if not os.environ.get("PREFECT_API_URL"):
-        _fail(
+        fail(
             "schedules need a running Prefect server: start one with `prefect server start` and "
             "export PREFECT_API_URL=http://127.0.0.1:4200/api"
         )
@@ -151,7 +143,7 @@ def schedule_cmd(
             params = {"config": asdict(cfg), "data_dir": str(data_dir)}
             flow_name = "profile"
     except (ValueError, TypeError, store.StoreError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     from pipeline.flows import schedule
 
@@ -161,6 +153,46 @@ def schedule_cmd(
         "Ctrl-C stops it and pauses the schedule"
     )
     schedule.serve_flow(flow_name, deployment, params, cron=cron, interval=interval, timezone=timezone_)
+
+
+@with_profile_options
+def profile_cmd(
+    model: str | None = typer.Option(None, "--model", help="GGUF path, vLLM model or served model id."),
+    prefect: bool = typer.Option(True, "--prefect/--no-prefect", help="Run as a Prefect flow (default) or in-process."),
+    **profile: Any,
+) -> None:
+    """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pipeline import datasets
+    from pipeline.flows import profile as flow
+
+    path = data_dir_orfail(profile.pop("data_dir"))
+    try:
+        config = profile_config(model, **profile)
+    except (ValueError, TypeError) as exc:
+        fail(str(exc))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console) as bars:
+        tasks: dict[str, int] = {}
+
+        def sink(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task("sampling" if stage == "sample" else "grading", total=total)
+            bars.update(tasks[stage], completed=done, total=total)
+
+        flow.set_progress_sink(sink)
+        try:
+            run = (flow.profile_flow if prefect else flow.profile_direct)(config, path)
+        except (datasets.DatasetError, FileNotFoundError, ValueError, ImportError, RuntimeError) as exc:
+            fail(f"{type(exc).__name__}: {exc}")
+        finally:
+            flow.set_progress_sink(None)
+            flow.close_samplers()
+    print_run_summary(path, run["run_id"])
+    console.print(f"run [bold]{run['run_id']}[/] done; tables under {path}")
+    if run.get("report"):
+        console.print(f"report: {run['report']}")
 
 
 @with_profile_options
@@ -183,15 +215,15 @@ def checkpoints_cmd(
         run = ckpt.profile_checkpoints_flow if prefect else ckpt.profile_checkpoints_direct
         done = run(cfg, data_dir)
     except (ValueError, TypeError, FileNotFoundError, ImportError, RuntimeError, store.StoreError) as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
+        fail(f"{type(exc).__name__}: {exc}")
         return
     finally:
         close_samplers()
     if not done:
         typer.echo("no new checkpoints")
         return
-    _print(pa.Table.from_pylist(done), "checkpoints profiled")
-    _print(store.query(data_dir, store.load_sql("history_checkpoints")), "history by checkpoint")
+    print_table(pa.Table.from_pylist(done), title="checkpoints profiled")
+    print_table(store.query(data_dir, title=store.load_sql("history_checkpoints")), "history by checkpoint")
 
 
 def drift_cmd(
@@ -202,22 +234,23 @@ def drift_cmd(
     """Checkpoint drift: per checkpoint summary, prompts that became silent, largest changes."""
     try:
         path = store.resolve_data_dir(data_dir)
-        _print(store.query(path, store.load_sql("history_checkpoints")), "history by checkpoint")
+        print_table(store.query(path, title=store.load_sql("history_checkpoints")), "history by checkpoint")
         silent = store.query(path, f"SELECT * FROM ({store.load_sql('history_silent')}) LIMIT {int(limit)}")
-        _print(silent, "prompts that became silent")
+        print_table(silent, title="prompts that became silent")
         moved = store.query(
             path,
             "SELECT dataset, prompt_id, prev_checkpoint, checkpoint, prev_pass_rate, pass_rate, "
             "pass_rate_change FROM history_drift WHERE pass_rate_change IS NOT NULL "
             f"ORDER BY abs(pass_rate_change) DESC, prompt_id LIMIT {int(limit)}",
         )
-        _print(moved, "largest pass-rate changes")
+        print_table(moved, title="largest pass-rate changes")
     except store.StoreError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def register(app: typer.Typer) -> None:
     """Add ``schedule``, ``checkpoints`` and ``drift`` to the ``difficulty`` app."""
+    app.command("profile")(profile_cmd)
     app.command("schedule")(schedule_cmd)
     app.command("checkpoints")(checkpoints_cmd)
     app.command("drift")(drift_cmd)

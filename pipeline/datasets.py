@@ -187,20 +187,27 @@ def detect_adapter(columns: list[str]) -> str:
 
 # --- the bundled arithmetic generator -----------------------------------------------------------
 
-# Tiers from trivial to hopeless for a 135M model: (label, maker). Each maker returns (text, value).
+# Tiers from easy to hopeless for the bundled 135M model (measured at temperature 0.7: the first
+# tiers pass about 60-80% of the time, the last ones never). Each maker returns (text, value).
 def _tier_makers(rng: random.Random) -> list[tuple[str, Callable[[], tuple[str, int]]]]:
     r = rng.randint
+
+    def add(lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> Callable[[], tuple[str, int]]:
+        return lambda: (lambda a, b: (f"{a} + {b}", a + b))(r(lo_a, hi_a), r(lo_b, hi_b))
+
+    def mul(lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> Callable[[], tuple[str, int]]:
+        return lambda: (lambda a, b: (f"{a} * {b}", a * b))(r(lo_a, hi_a), r(lo_b, hi_b))
+
     return [
-        ("1-digit add", lambda: (lambda a, b: (f"{a} + {b}", a + b))(r(1, 9), r(1, 9))),
-        ("2-digit add", lambda: (lambda a, b: (f"{a} + {b}", a + b))(r(10, 99), r(1, 9))),
-        ("2x2-digit add", lambda: (lambda a, b: (f"{a} + {b}", a + b))(r(10, 99), r(10, 99))),
-        ("1-digit mul", lambda: (lambda a, b: (f"{a} * {b}", a * b))(r(2, 9), r(2, 9))),
-        ("2-digit sub", lambda: (lambda a, b: (f"{a} - {b}", a - b))(r(50, 99), r(10, 49))),
+        ("add one", add(1, 8, 1, 1)),
+        ("small add", add(1, 5, 1, 5)),
+        ("add zero", add(2, 30, 0, 0)),
+        ("1-digit add", add(1, 9, 1, 9)),
+        ("1-digit mul", mul(2, 9, 2, 9)),
+        ("2-digit + 1-digit", add(10, 99, 1, 9)),
+        ("2-digit add", add(10, 99, 10, 99)),
         ("two steps", lambda: (lambda a, b, c: (f"({a} + {b}) * {c}", (a + b) * c))(r(2, 9), r(2, 9), r(2, 9))),
-        ("2x1-digit mul", lambda: (lambda a, b: (f"{a} * {b}", a * b))(r(12, 99), r(3, 9))),
-        ("three steps", lambda: (lambda a, b, c, d: (f"{a} * {b} - {c} + {d}", a * b - c + d))(
-            r(11, 49), r(3, 9), r(10, 99), r(10, 99))),
-        ("3x2-digit mul", lambda: (lambda a, b: (f"{a} * {b}", a * b))(r(101, 999), r(11, 99))),
+        ("3x2-digit mul", mul(101, 999, 11, 99)),
     ]
 
 
@@ -233,7 +240,7 @@ def arithmetic_problems(n: int = 180, seed: int = 0) -> pa.Table:
             continue
         seen.add(text)
         rows.append(
-            {"problem": f"What is {text}?", "answer": str(value), "difficulty": float(tier + 1), "source": label}
+            {"problem": f"Calculate {text}.", "answer": str(value), "difficulty": float(tier + 1), "source": label}
         )
     return pa.Table.from_pylist(rows)
 

@@ -44,6 +44,13 @@ def _progress(stage: str, done: int, total: int) -> None:
         _progress_sink(stage, done, total)
 
 
+# Sized for the bundled 135M model on 2 CPU cores: short numeric answers, a temperature that
+# keeps easy tiers near 1 and hard tiers near 0, and few enough problems to finish in minutes.
+BUNDLED_DEFAULTS: dict[str, Any] = {"temperature": 0.7, "max_tokens": 24, "limit": 45}
+# Real datasets: the usual RL rollout temperature and room for a worked solution.
+GENERIC_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "max_tokens": 1024, "limit": None}
+
+
 @dataclass(frozen=True)
 class ProfileConfig:
     """Everything that defines a profile run.
@@ -52,11 +59,12 @@ class ProfileConfig:
         dataset: adapter name (default ``arithmetic``, the bundled set).
         data_file: local file or hub-layout folder instead of the hub.
         split: dataset split.
-        limit: number of problems (default: 72 for the bundled set, all otherwise).
+        limit: number of problems (default: 45 for the bundled set, all otherwise).
         backend: ``llamacpp``, ``vllm`` or ``openai``.
         model: model path or name (default: the backend's default, the bundled model on CPU).
         n: samples per problem.
-        temperature, top_p, max_tokens, seed: sampling parameters.
+        temperature, top_p, max_tokens, seed: sampling parameters; temperature and max_tokens
+            default to ``BUNDLED_DEFAULTS`` on the bundled set and ``GENERIC_DEFAULTS`` otherwise.
         template_file: prompt template overriding the dataset's bundled one.
         shard_size: prompts per shard (the unit of work, retry and resume).
         grade_workers: math-verify worker processes.
@@ -73,9 +81,9 @@ class ProfileConfig:
     backend: str = "llamacpp"
     model: str | None = None
     n: int = 8
-    temperature: float = 1.0
+    temperature: float | None = None
     top_p: float = 1.0
-    max_tokens: int = 48
+    max_tokens: int | None = None
     seed: int = 0
     template_file: str | None = None
     shard_size: int = 256
@@ -89,6 +97,10 @@ class ProfileConfig:
     replicas: int = 1
 
     def __post_init__(self) -> None:
+        defaults = BUNDLED_DEFAULTS if self.is_bundled() else GENERIC_DEFAULTS
+        for name in ("temperature", "max_tokens", "limit"):
+            if getattr(self, name) is None and defaults.get(name) is not None:
+                object.__setattr__(self, name, defaults[name])
         if self.shard_size < 1:
             raise ValueError(f"shard_size={self.shard_size} must be >= 1")
         if self.limit is not None and self.limit < 1:
@@ -107,10 +119,9 @@ class ProfileConfig:
             max_tokens=self.max_tokens, seed=self.seed,
         )
 
-    def effective_limit(self) -> int | None:
-        if self.limit is None and self.data_file is None and (self.dataset or "arithmetic") == "arithmetic":
-            return 72
-        return self.limit
+    def is_bundled(self) -> bool:
+        """True for the bundled arithmetic set (no data file)."""
+        return self.data_file is None and (self.dataset or "arithmetic") == "arithmetic"
 
 
 @dataclass(frozen=True)
@@ -186,7 +197,7 @@ def prepare_run(config: ProfileConfig, data_dir: Path, sampler=None) -> RunPlan:
         config.dataset if config.data_file is None or config.dataset != "arithmetic" else None,
         data_file=config.data_file,
         split=config.split,
-        limit=config.effective_limit(),
+        limit=config.limit,
         seed=config.seed,
     )
     problems = result.problems
@@ -208,7 +219,7 @@ def prepare_run(config: ProfileConfig, data_dir: Path, sampler=None) -> RunPlan:
         data_dir,
         {
             "run_id": run_id, "dataset": dataset, "model": model, "backend": config.backend,
-            "params": {**params, "limit": config.effective_limit(), "shard_size": config.shard_size},
+            "params": {**params, "limit": config.limit, "shard_size": config.shard_size},
             "seed": config.seed, "prompt_template": template,
             "grader": grade.grader_version(_grade_config(config)),
             "versions": _versions(), "n_prompts": gradable.num_rows, "status": "sampling",
