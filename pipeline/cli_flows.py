@@ -167,7 +167,7 @@ def profile_cmd(
     from pipeline import datasets
     from pipeline.flows import profile as flow
 
-    path = data_dir_orfail(profile.pop("data_dir"))
+    path = data_dir_or_fail(profile.pop("data_dir"))
     try:
         config = profile_config(model, **profile)
     except (ValueError, TypeError) as exc:
