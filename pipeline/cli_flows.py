@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from pipeline import store
-from pipeline.cli_common import console, err_console, fail, print_run_summary, print_table
+from pipeline.cli_common import console, data_dir_or_fail, err_console, fail, print_run_summary, print_table
 
 log = logging.getLogger(__name__)
 
