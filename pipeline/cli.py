@@ -9,14 +9,7 @@ import pyarrow as pa
 import typer
 
 from pipeline import datasets, store
-from pipeline.cli_common import (
-    DataDirOption,
-    console,
-    data_dir_or_fail,
-    emit,
-    fail,
-    print_table,
-)
+from pipeline.cli_common import DataDirOption, console, data_dir_or_fail, emit, fail, print_run_summary, print_table
 
 app = typer.Typer(
     help="Per-prompt pass rates, estimator weights, zero-signal rates and rollout allocation.",
