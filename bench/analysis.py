@@ -55,17 +55,18 @@ def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
         wrong = rng.integers(1, 6, (m, samples))
         ans_idx = np.where(correct, 0, wrong).astype(np.int32).ravel()
         pid = np.repeat(np.arange(start, stop, dtype=np.int32), samples)
-        table = pa.table({
-            "run_id": pa.DictionaryArray.from_arrays(np.zeros(m * samples, np.int32),
-                                                     pa.array([RUN_ID])),
-            "prompt_id": pa.DictionaryArray.from_arrays(pid, ids),
-            "sample_idx": pa.array(np.tile(np.arange(samples, dtype=np.int32), m)),
-            "extracted_answer": pa.DictionaryArray.from_arrays(ans_idx, answers),
-            "grade_status": pa.DictionaryArray.from_arrays(
-                np.where(correct, 0, 1).astype(np.int32).ravel(),
-                pa.array(["correct", "incorrect"])),
-            "correct": pa.array(correct.ravel()),
-        })
+        table = pa.table(
+            {
+                "run_id": pa.DictionaryArray.from_arrays(np.zeros(m * samples, np.int32), pa.array([RUN_ID])),
+                "prompt_id": pa.DictionaryArray.from_arrays(pid, ids),
+                "sample_idx": pa.array(np.tile(np.arange(samples, dtype=np.int32), m)),
+                "extracted_answer": pa.DictionaryArray.from_arrays(ans_idx, answers),
+                "grade_status": pa.DictionaryArray.from_arrays(
+                    np.where(correct, 0, 1).astype(np.int32).ravel(), pa.array(["correct", "incorrect"])
+                ),
+                "correct": pa.array(correct.ravel()),
+            }
+        )
         pq.write_table(table, folder / f"shard-{shard:05d}.parquet", row_group_size=1 << 20)
 
 
@@ -90,8 +91,12 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=64)
     ap.add_argument("--budget", type=int, default=None, help="default: 64 per prompt (16M at 250k)")
     ap.add_argument("--n-max", type=int, default=512)
-    ap.add_argument("--greedy-prompts", type=int, default=None,
-                    help="run the greedy on the first N prompts only (with a scaled budget)")
+    ap.add_argument(
+        "--greedy-prompts",
+        type=int,
+        default=None,
+        help="run the greedy on the first N prompts only (with a scaled budget)",
+    )
     ap.add_argument("--data-dir", type=Path, default=None, help="keep the data here")
     ap.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -106,12 +111,23 @@ def main() -> None:
     if not (args.data_dir / "samples" / f"run_id={RUN_ID}").exists():
         t0 = time.perf_counter()
         subprocess.run(
-            [sys.executable, __file__, "--generate-only", "--prompts", str(args.prompts),
-             "--samples", str(args.samples), "--data-dir", str(args.data_dir)],
+            [
+                sys.executable,
+                __file__,
+                "--generate-only",
+                "--prompts",
+                str(args.prompts),
+                "--samples",
+                str(args.samples),
+                "--data-dir",
+                str(args.data_dir),
+            ],
             check=True,
         )
-        print(f"generated {args.prompts:,} prompts x {args.samples} samples "
-              f"in {time.perf_counter() - t0:.1f} s (child process)")
+        print(
+            f"generated {args.prompts:,} prompts x {args.samples} samples "
+            f"in {time.perf_counter() - t0:.1f} s (child process)"
+        )
 
     import duckdb
 
@@ -120,9 +136,12 @@ def main() -> None:
 
     glob = str(args.data_dir / "samples" / f"run_id={RUN_ID}" / "*.parquet")
     con = duckdb.connect(":memory:")
-    floor_s, floor = timed(lambda: con.sql(
-        f"SELECT prompt_id, count(*) AS n FROM read_parquet('{glob}') GROUP BY prompt_id"
-    ).to_arrow_table(), repeat=3)
+    floor_s, floor = timed(
+        lambda: con.sql(
+            f"SELECT prompt_id, count(*) AS n FROM read_parquet('{glob}') GROUP BY prompt_id"
+        ).to_arrow_table(),
+        repeat=3,
+    )
     con.close()
     assert floor.num_rows == args.prompts
     print(f"floor  DuckDB GROUP BY prompt_id count      {floor_s:8.3f} s")
@@ -137,46 +156,58 @@ def main() -> None:
     del res
     t_full, (counts_a, res_a) = timed(lambda: full(True), repeat=2)
     t_counts, _ = timed(lambda: analyze.counts_from_samples(args.data_dir, RUN_ID, answers=True))
-    print(f"analyze (counts + {len(cfg.estimators)} estimators x {len(cfg.group_sizes)} G,"
-          f" no answers) {t_plain:8.3f} s  = {t_plain / floor_s:5.2f} x floor")
-    print(f"analyze full (with answer histograms)     {t_full:8.3f} s  = "
-          f"{t_full / floor_s:5.2f} x floor   (of which counts query {t_counts:.3f} s)")
-    print(f"  tables: prompt_stats {res_a.prompt_stats.num_rows:,} rows, weights "
-          f"{res_a.weights.num_rows:,} rows ({res_a.weights.nbytes / 2**20:.0f} MiB), summary "
-          f"{res_a.summary.num_rows:,} rows")
+    print(
+        f"analyze (counts + {len(cfg.estimators)} estimators x {len(cfg.group_sizes)} G,"
+        f" no answers) {t_plain:8.3f} s  = {t_plain / floor_s:5.2f} x floor"
+    )
+    print(
+        f"analyze full (with answer histograms)     {t_full:8.3f} s  = "
+        f"{t_full / floor_s:5.2f} x floor   (of which counts query {t_counts:.3f} s)"
+    )
+    print(
+        f"  tables: prompt_stats {res_a.prompt_stats.num_rows:,} rows, weights "
+        f"{res_a.weights.num_rows:,} rows ({res_a.weights.nbytes / 2**20:.0f} MiB), summary "
+        f"{res_a.summary.num_rows:,} rows"
+    )
     print(f"peak memory (RSS, this process so far)    {peak_rss_gb():8.2f} GB  (target < 3 GB)")
     del res_a, counts_a
 
     n = counts.column("n").to_numpy()
     c = counts.column("c").to_numpy()
     budget = args.budget or 64 * len(n)
-    acfg = alloc.AllocationConfig(budget=budget, objective="signal", estimator="grpo",
-                                  n_min=2, n_max=args.n_max)
+    acfg = alloc.AllocationConfig(budget=budget, objective="signal", estimator="grpo", n_min=2, n_max=args.n_max)
     t_fast, fast = timed(lambda: alloc.allocate(n, c, acfg), repeat=2)
-    print(f"allocate fast  budget {budget:,} (signal, grpo, n in [2, {args.n_max}])"
-          f" {t_fast:8.3f} s   value {fast.total:.10g}  (uniform {fast.uniform_total:.10g},"
-          f" x{fast.improvement:.3f})")
+    print(
+        f"allocate fast  budget {budget:,} (signal, grpo, n in [2, {args.n_max}])"
+        f" {t_fast:8.3f} s   value {fast.total:.10g}  (uniform {fast.uniform_total:.10g},"
+        f" x{fast.improvement:.3f})"
+    )
     gp = args.greedy_prompts
     if gp and gp < len(n):
         gb = budget * gp // len(n)
-        small = alloc.AllocationConfig(budget=gb, objective="signal", estimator="grpo",
-                                       n_min=2, n_max=args.n_max)
+        small = alloc.AllocationConfig(budget=gb, objective="signal", estimator="grpo", n_min=2, n_max=args.n_max)
         t_fs, fs = timed(lambda: alloc.allocate(n[:gp], c[:gp], small), repeat=2)
-        gcfg = alloc.AllocationConfig(budget=gb, objective="signal", estimator="grpo",
-                                      n_min=2, n_max=args.n_max, method="greedy")
+        gcfg = alloc.AllocationConfig(
+            budget=gb, objective="signal", estimator="grpo", n_min=2, n_max=args.n_max, method="greedy"
+        )
         t_g, g = timed(lambda: alloc.allocate(n[:gp], c[:gp], gcfg))
         print(f"greedy on a SCALED instance: first {gp:,} prompts, budget {gb:,}")
-        print(f"  fast {t_fs:.3f} s vs greedy {t_g:.3f} s = {t_g / t_fs:.1f}x; "
-              f"value rel diff {abs(fs.total - g.total) / abs(g.total):.2e}")
+        print(
+            f"  fast {t_fs:.3f} s vs greedy {t_g:.3f} s = {t_g / t_fs:.1f}x; "
+            f"value rel diff {abs(fs.total - g.total) / abs(g.total):.2e}"
+        )
     else:
-        gcfg = alloc.AllocationConfig(budget=budget, objective="signal", estimator="grpo",
-                                      n_min=2, n_max=args.n_max, method="greedy")
+        gcfg = alloc.AllocationConfig(
+            budget=budget, objective="signal", estimator="grpo", n_min=2, n_max=args.n_max, method="greedy"
+        )
         t_g, g = timed(lambda: alloc.allocate(n, c, gcfg))
         rel = abs(fast.total - g.total) / abs(g.total)
         same = bool((fast.n == g.n).all())
         print(f"allocate greedy (heap, reference)         {t_g:8.3f} s   value {g.total:.10g}")
-        print(f"  fast is {t_g / t_fast:.1f}x faster than greedy (target >= 20x); value rel diff"
-              f" {rel:.2e} (target <= 1e-9); identical allocation: {same}")
+        print(
+            f"  fast is {t_g / t_fast:.1f}x faster than greedy (target >= 20x); value rel diff"
+            f" {rel:.2e} (target <= 1e-9); identical allocation: {same}"
+        )
     print(f"peak memory (RSS, whole benchmark)        {peak_rss_gb():8.2f} GB")
     if tmp is not None:
         tmp.cleanup()

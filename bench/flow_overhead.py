@@ -48,16 +48,18 @@ def main() -> None:
     from pipeline import grade
     from pipeline.flows import profile as stages
 
-    cfg = stages.ProfileConfig(limit=args.limit, n=args.n, max_tokens=args.max_tokens,
-                               shard_size=args.shard_size, report=args.report)
+    cfg = stages.ProfileConfig(
+        limit=args.limit, n=args.n, max_tokens=args.max_tokens, shard_size=args.shard_size, report=args.report
+    )
 
     # Warm-up: load the model and start the grading workers (cached per process).
     t = time.perf_counter()
     warm = replace(cfg, limit=2, n=1, max_tokens=4, shard_size=2)
     plan = stages.prepare_run(warm, work / "warm")
     stages.sample_and_grade(warm, plan.problems, plan.template, plan.run_id)
-    items = pa.table({"prompt_id": ["w"], "sample_idx": [0], "completion": ["\\boxed{x+1}"],
-                      "gold": ["1+x"]})  # not numeric: goes to (and starts) the math-verify workers
+    items = pa.table(
+        {"prompt_id": ["w"], "sample_idx": [0], "completion": ["\\boxed{x+1}"], "gold": ["1+x"]}
+    )  # not numeric: goes to (and starts) the math-verify workers
     grade.grade_table(items, stages._grade_config(cfg), pool=stages.get_grading_pool(cfg))
     print(f"warm-up (model load, grading workers): {time.perf_counter() - t:.2f} s")
 
@@ -97,6 +99,7 @@ def main() -> None:
                 return fn(*a, **k)
             finally:
                 inner.append(time.perf_counter() - t)
+
         return wrapper
 
     class Timed:
@@ -130,23 +133,31 @@ def main() -> None:
     share = statistics.mean(per_shard) / statistics.mean(shard_work)
 
     n_shards = len(plan.shards)
-    print(f"profile: {args.limit} problems x n={args.n}, max_tokens={args.max_tokens}, "
-          f"{n_shards} shards of {args.shard_size}")
-    print(f"direct: total {t_direct:.2f} s (prepare {t_prepare:.2f}, shards "
-          f"{', '.join(f'{s:.2f}' for s in direct_shards)}, finish {t_finish:.2f})")
-    print(f"flow:   total {t_flow:.2f} s (tasks as waited for by the flow: "
-          f"{', '.join(f'{o:.2f}' for o in calls)})")
-    print(f"cold start, once per process: import Prefect {t_import:.2f} s + ephemeral server and "
-          f"first (tiny) flow run {t_cold:.2f} s")
+    print(
+        f"profile: {args.limit} problems x n={args.n}, max_tokens={args.max_tokens}, "
+        f"{n_shards} shards of {args.shard_size}"
+    )
+    print(
+        f"direct: total {t_direct:.2f} s (prepare {t_prepare:.2f}, shards "
+        f"{', '.join(f'{s:.2f}' for s in direct_shards)}, finish {t_finish:.2f})"
+    )
+    print(f"flow:   total {t_flow:.2f} s (tasks as waited for by the flow: {', '.join(f'{o:.2f}' for o in calls)})")
+    print(
+        f"cold start, once per process: import Prefect {t_import:.2f} s + ephemeral server and "
+        f"first (tiny) flow run {t_cold:.2f} s"
+    )
     print(f"fixed start-up per flow run (warm server; flow total - task calls): {fixed:.3f} s")
     for k in ("load", "finish"):
         o, i = timings[k][0]
         print(f"  {k} task overhead: {o - i:.3f} s ({(o - i) / i:.1%} of its {i:.2f} s)")
-    print(f"per-shard overhead: {statistics.mean(per_shard):.3f} s mean "
-          f"(max {max(per_shard):.3f} s) = {share:.2%} of the shard's own work "
-          f"({statistics.mean(shard_work):.2f} s)  [target < 5%]")
-    print(f"flow / direct total: {t_flow / t_direct:.3f}; "
-          f"(flow - direct) / direct: {(t_flow - t_direct) / t_direct:.2%}")
+    print(
+        f"per-shard overhead: {statistics.mean(per_shard):.3f} s mean "
+        f"(max {max(per_shard):.3f} s) = {share:.2%} of the shard's own work "
+        f"({statistics.mean(shard_work):.2f} s)  [target < 5%]"
+    )
+    print(
+        f"flow / direct total: {t_flow / t_direct:.3f}; (flow - direct) / direct: {(t_flow - t_direct) / t_direct:.2%}"
+    )
 
 
 if __name__ == "__main__":

@@ -124,9 +124,7 @@ class Allocation:
     @property
     def improvement(self) -> float:
         """How much better than uniform: ``total/uniform`` (max) or ``uniform/total`` (min)."""
-        num, den = (
-            (self.total, self.uniform_total) if self.sense == "max" else (self.uniform_total, self.total)
-        )
+        num, den = (self.total, self.uniform_total) if self.sense == "max" else (self.uniform_total, self.total)
         return num / den if den else math.inf if num else 1.0
 
 
@@ -202,10 +200,7 @@ def value_table(
             # E[p q Binom(s; n-1, p)] = C(n-1, s) B(alpha+s+1, beta+n-s) / B(alpha, beta)
             s = np.arange(n)
             logc = gammaln(n) - gammaln(s + 1) - gammaln(n - s)
-            terms = np.exp(
-                logc + betaln(alpha[:, None] + s + 1, beta[:, None] + n - s)
-                - betaln(alpha, beta)[:, None]
-            )
+            terms = np.exp(logc + betaln(alpha[:, None] + s + 1, beta[:, None] + n - s) - betaln(alpha, beta)[:, None])
             out[:, j] = terms @ d
         else:
             out[:, j] = (_binom_pmf_matrix(int(n) - 1, p) @ d) * p * q
@@ -237,8 +232,7 @@ def _check_budget(budget: int, N: int, n_min: int, n_max: int) -> None:
         raise ValueError("no prompts to allocate over")
     if budget < n_min * N:
         raise ValueError(
-            f"budget {budget} is impossible: {N} prompts with n_min={n_min} need at least "
-            f"{n_min * N} rollouts"
+            f"budget {budget} is impossible: {N} prompts with n_min={n_min} need at least {n_min * N} rollouts"
         )
     if budget > n_max * N:
         raise ValueError(
@@ -261,9 +255,7 @@ def _gains(table: np.ndarray) -> np.ndarray:
     return gains
 
 
-def allocate_greedy(
-    table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int
-) -> np.ndarray:
+def allocate_greedy(table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int) -> np.ndarray:
     """Reference: one rollout at a time to the prompt with the largest marginal gain (heap).
 
     Args:
@@ -310,9 +302,7 @@ def _unsortable(k: int) -> float:
     return float(np.array(i, dtype=np.int64).view(np.float64))
 
 
-def allocate_fast(
-    table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int
-) -> np.ndarray:
+def allocate_fast(table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int) -> np.ndarray:
     """Threshold method: bisection on the marginal gain of the last rollout handed out.
 
     With gains made non-increasing per row (a running minimum, which changes nothing for a
@@ -410,14 +400,21 @@ def allocate(
         alpha = config.prior_a + c_u
         beta = config.prior_b + n_u - c_u
         table = value_table(
-            config.objective, n_grid, alpha=alpha, beta=beta, estimator=config.estimator,
+            config.objective,
+            n_grid,
+            alpha=alpha,
+            beta=beta,
+            estimator=config.estimator,
             prompt_weights=prompt_weights,
         )
         p_u = alpha / (alpha + beta)
     else:
         p_u = c_u / n_u
         table = value_table(
-            config.objective, n_grid, p=p_u, estimator=config.estimator,
+            config.objective,
+            n_grid,
+            p=p_u,
+            estimator=config.estimator,
             prompt_weights=prompt_weights,
         )
     _gains(table)
@@ -459,9 +456,7 @@ def min_tries(p: float | np.ndarray, delta: float) -> np.ndarray:
     p = np.atleast_1d(np.asarray(p, dtype=float))
     bad = ~((p > 0) & (p < 1))
     if bad.any():
-        raise ValueError(
-            f"p={p[bad][0]!r} must be in (0, 1): at p = 0 or 1 every group is silent"
-        )
+        raise ValueError(f"p={p[bad][0]!r} must be in (0, 1): at p = 0 or 1 every group is silent")
     m = np.maximum(p, 1 - p)
     lo = np.maximum(2, np.floor(np.log(delta) / np.log(m)).astype(np.int64) - 1)
     hi = np.maximum(2, np.ceil(np.log(delta / 2) / np.log(m)).astype(np.int64) + 1)

@@ -102,9 +102,7 @@ class AnalyzeConfig:
         names = [b.name for b in self.bands]
         if len(set(names)) != len(names):
             raise ValueError(f"band names {names} must be distinct")
-        object.__setattr__(
-            self, "_stats", stats.StatsConfig(self.level, self.prior_a, self.prior_b)
-        )
+        object.__setattr__(self, "_stats", stats.StatsConfig(self.level, self.prior_a, self.prior_b))
 
 
 @dataclass(frozen=True)
@@ -194,15 +192,16 @@ def _counts_from_histogram(flat: pa.Table) -> pa.Table:
     order = np.argsort(codes, kind="stable")
     order = order[has[order]]  # rows with an answer, grouped by prompt
     lengths = np.bincount(codes[order], minlength=P)
-    return pa.table({
-        "prompt_id": prompts,
-        "n": np.bincount(codes, weights=cnt, minlength=P).astype(np.int64),
-        "c": np.bincount(codes, weights=cc, minlength=P).astype(np.int64),
-        "answer_values": _list_column(answer.take(pa.array(order)), lengths,
-                                      pa.list_(pa.string())),
-        "answer_counts": _list_column(cnt[order], lengths, pa.list_(pa.int64())),
-        "answer_correct_counts": _list_column(cc[order], lengths, pa.list_(pa.int64())),
-    })
+    return pa.table(
+        {
+            "prompt_id": prompts,
+            "n": np.bincount(codes, weights=cnt, minlength=P).astype(np.int64),
+            "c": np.bincount(codes, weights=cc, minlength=P).astype(np.int64),
+            "answer_values": _list_column(answer.take(pa.array(order)), lengths, pa.list_(pa.string())),
+            "answer_counts": _list_column(cnt[order], lengths, pa.list_(pa.int64())),
+            "answer_correct_counts": _list_column(cc[order], lengths, pa.list_(pa.int64())),
+        }
+    )
 
 
 def counts_from_samples(con_or_data_dir, run_id: str, answers: bool = True) -> pa.Table:
@@ -428,7 +427,7 @@ def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa
     cols["zero_signal_plugin"] = _per_g_lists(pairs.plugin, inv)
     hist = _answer_histogram(counts)
     if hist is None:
-        for name in schema.PROMPT_STATS.names[len(cols):]:
+        for name in schema.PROMPT_STATS.names[len(cols) :]:
             cols[name] = pa.nulls(N, schema.PROMPT_STATS.field(name).type)
     else:
         parent, cnt, cc = hist
@@ -436,8 +435,7 @@ def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa
         cols["n_answered"] = _int_col(a["n_answered"], True)
         cols["n_distinct_answers"] = _int_col(a["n_distinct_answers"], True)
         cols["n_distinct_correct"] = _int_col(a["n_distinct_correct"], cc is not None)
-        for name in ("modal_share", "answer_entropy", "modal_correct_share_grpo",
-                     "modal_correct_share_reco"):
+        for name in ("modal_share", "answer_entropy", "modal_correct_share_grpo", "modal_correct_share_reco"):
             cols[name] = _float_col(a[name])
     return pa.Table.from_arrays(list(cols.values()), schema=schema.PROMPT_STATS)
 
@@ -485,11 +483,19 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
 
     def add(section, metric, value, n_prompts, estimator=None, G=None, band=None, k=None):
         value = float(value)
-        rows.append({
-            "run_id": run_id, "section": section, "metric": metric, "estimator": estimator,
-            "G": G, "band": band, "k": k, "value": None if np.isnan(value) else value,
-            "n_prompts": int(n_prompts),
-        })
+        rows.append(
+            {
+                "run_id": run_id,
+                "section": section,
+                "metric": metric,
+                "estimator": estimator,
+                "G": G,
+                "band": band,
+                "k": k,
+                "value": None if np.isnan(value) else value,
+                "n_prompts": int(n_prompts),
+            }
+        )
 
     known = pairs.n_u > 0
     m = pairs.mult * known  # prompts with no samples carry no measurement
@@ -518,9 +524,8 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
         add("zero_signal", "jensen_gap", obs - iid, total, G=G)
         add("zero_signal", "jensen_gap_plugin", pred - iid, total, G=G)
         add("zero_signal", "share_posterior", mean(pairs.n_u < G), total, G=G)
-        add("dapo", "oversampling_fill", est.DAPO.dataset_scale(obs) if total else np.nan, total,
-            estimator="dapo", G=G)
-        for e, label in zip(pairs.estimators, pairs.labels):
+        add("dapo", "oversampling_fill", est.DAPO.dataset_scale(obs) if total else np.nan, total, estimator="dapo", G=G)
+        for e, label in zip(pairs.estimators, pairs.labels, strict=False):
             if isinstance(e, est.DAPO) and e.mode == "resample":
                 z = pairs.zero[:, j]
                 factor = sum(z**t for t in range(e.T))
@@ -529,13 +534,13 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
         for j, G in enumerate(cfg.group_sizes):
             mass = np.nan_to_num(pairs.mass[i, :, j]) * m
             tot = mass.sum()
-            add("gradient_share", "mean_mass", tot / total if total else np.nan, total,
-                estimator=label, G=G, band="all")
+            add(
+                "gradient_share", "mean_mass", tot / total if total else np.nan, total, estimator=label, G=G, band="all"
+            )
             for band in cfg.bands:
                 inside = band.contains(p_safe) & known
                 share = mass[inside].sum() / tot if tot > 0 else np.nan
-                add("gradient_share", "share", share, int(m[inside].sum()),
-                    estimator=label, G=G, band=band.name)
+                add("gradient_share", "share", share, int(m[inside].sum()), estimator=label, G=G, band=band.name)
     if cfg.pass_at_k and total:
         kmax = int(pairs.n_u.max())
         sums = np.zeros(kmax)

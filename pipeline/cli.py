@@ -18,6 +18,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details.")) -> None:
     level = logging.INFO if verbose else logging.WARNING
@@ -71,7 +73,9 @@ def load_problems(
 @app.command("load")
 def load_cmd(
     dataset: str | None = typer.Argument(None, help="Adapter name (see `difficulty datasets`)."),
-    data_file: Path | None = typer.Option(None, "--data-file", help="Local Parquet/JSONL/CSV file or hub-layout folder."),
+    data_file: Path | None = typer.Option(
+        None, "--data-file", help="Local Parquet/JSONL/CSV file or hub-layout folder."
+    ),
     limit: int | None = typer.Option(None, "--limit", help="Keep the first N problems."),
     split: str | None = typer.Option(None, "--split", help="Split to read."),
     columns: str | None = typer.Option(None, "--columns", help="Column mapping, e.g. problem=question,answer=final."),
@@ -85,7 +89,9 @@ def load_cmd(
 
 @app.command("sql")
 def sql_cmd(
-    query: str = typer.Argument(..., help="SQL over the views problems, runs, samples, prompt_stats, weights, summary, allocation."),
+    query: str = typer.Argument(
+        ..., help="SQL over the views problems, runs, samples, prompt_stats, weights, summary, allocation."
+    ),
     fmt: str = typer.Option("table", "--format", help="table, csv, json or parquet."),
     output: Path | None = typer.Option(None, "--output", help="Write the result to this file."),
     data_dir: str | None = DataDirOption,
@@ -125,9 +131,15 @@ def grade_cmd(
     path = data_dir_or_fail(data_dir)
     try:
         config = ImportConfig(
-            input=str(input), dataset=dataset, problem_col=problem_col or None,
-            prompt_id_col=prompt_id_col, answer_col=answer_col, completion_col=completion_col,
-            model=model, grade_workers=grade_workers, report=report,
+            input=str(input),
+            dataset=dataset,
+            problem_col=problem_col or None,
+            prompt_id_col=prompt_id_col,
+            answer_col=answer_col,
+            completion_col=completion_col,
+            model=model,
+            grade_workers=grade_workers,
+            report=report,
         )
         info = import_rollouts(config, path)
     except (datasets.DatasetError, ValueError, store.StoreError) as exc:

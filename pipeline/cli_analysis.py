@@ -94,8 +94,16 @@ def _pivot_zero_signal(summary: pa.Table) -> pa.Table:
             continue
         entry = by_g.setdefault(r["G"], {"G": r["G"]})
         entry[r["metric"]] = r["value"]
-    keep = ["G", "observed", "predicted_plugin", "iid", "jensen_gap", "observed_all_correct",
-            "observed_all_wrong", "oversampling_fill"]
+    keep = [
+        "G",
+        "observed",
+        "predicted_plugin",
+        "iid",
+        "jensen_gap",
+        "observed_all_correct",
+        "observed_all_wrong",
+        "oversampling_fill",
+    ]
     return pa.Table.from_pylist([{k: e.get(k) for k in keep} for e in by_g.values()])
 
 
@@ -170,8 +178,13 @@ def allocate_cmd(
         fail(f"--output {str(output)!r}: use a .parquet or .jsonl file name")
     try:
         config = alloc.AllocationConfig(
-            budget=budget, objective=objective, estimator=estimator, n_min=n_min, n_max=n_max,
-            posterior=posterior, method=method,
+            budget=budget,
+            objective=objective,
+            estimator=estimator,
+            n_min=n_min,
+            n_max=n_max,
+            posterior=posterior,
+            method=method,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -222,8 +235,10 @@ def weights_cmd(
             e = est.get(spec)
             w = e.weight(ps, G)
             m = e.mass(ps, G)
-            rows += [{"estimator": e.spec, "G": G, "p": float(pi), "weight": float(wi),
-                      "mass": float(mi)} for pi, wi, mi in zip(ps, w, m)]
+            rows += [
+                {"estimator": e.spec, "G": G, "p": float(pi), "weight": float(wi), "mass": float(mi)}
+                for pi, wi, mi in zip(ps, w, m, strict=False)
+            ]
     except ValueError as exc:
         fail(str(exc))
     emit(pa.Table.from_pylist(rows), fmt, title=f"implied weights at G={G}")
@@ -256,7 +271,7 @@ def tries_cmd(
         ns = alloc.min_tries(ps, delta)
     except ValueError as exc:
         fail(str(exc))
-    rows = [{"p": pi, "delta": delta, "n": int(ni)} for pi, ni in zip(ps, ns)]
+    rows = [{"p": pi, "delta": delta, "n": int(ni)} for pi, ni in zip(ps, ns, strict=False)]
     emit(pa.Table.from_pylist(rows), fmt, title=f"minimum tries for P(silent) <= {delta}")
 
 

@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 _KW = inspect.Parameter.KEYWORD_ONLY
 
 
-def _opt(name: str, annotation: Any, default: Any, *decls: str, help: str | None = None,
-         envvar: str | None = None) -> inspect.Parameter:
+def _opt(
+    name: str, annotation: Any, default: Any, *decls: str, help: str | None = None, envvar: str | None = None
+) -> inspect.Parameter:
     option = typer.Option(default, *decls, help=help, envvar=envvar)
     return inspect.Parameter(name, _KW, default=option, annotation=annotation)
 
@@ -51,8 +52,14 @@ PROFILE_OPTIONS = [
     _opt("ray_address", str | None, None, "--address", help="Ray cluster address (default: a local one)."),
     _opt("replicas", int, 1, "--replicas", help="Ray actors (one engine each; one GPU each for vLLM)."),
     _opt("report", bool, True, "--report/--no-report", help="Write the HTML report of each run."),
-    _opt("data_dir", str | None, None, "--data-dir", envvar=store.DATA_DIR_ENV,
-         help="Data directory (default ./difficulty-data)."),
+    _opt(
+        "data_dir",
+        str | None,
+        None,
+        "--data-dir",
+        envvar=store.DATA_DIR_ENV,
+        help="Data directory (default ./difficulty-data).",
+    ),
 ]
 _PROFILE_NAMES = {p.name for p in PROFILE_OPTIONS}
 
@@ -77,14 +84,25 @@ def profile_config(model: str | None = None, **opts: Any):
     if opts.get("tensor_parallel") is not None:
         backend_options["tensor_parallel_size"] = opts["tensor_parallel"]
     return ProfileConfig(
-        dataset=opts["dataset"], data_file=str(opts["data_file"]) if opts.get("data_file") else None,
-        split=opts.get("split"), limit=opts.get("limit"), backend=opts["backend"], model=model,
-        n=opts["n"], temperature=opts["temperature"], top_p=opts["top_p"],
-        max_tokens=opts["max_tokens"], seed=opts["seed"],
+        dataset=opts["dataset"],
+        data_file=str(opts["data_file"]) if opts.get("data_file") else None,
+        split=opts.get("split"),
+        limit=opts.get("limit"),
+        backend=opts["backend"],
+        model=model,
+        n=opts["n"],
+        temperature=opts["temperature"],
+        top_p=opts["top_p"],
+        max_tokens=opts["max_tokens"],
+        seed=opts["seed"],
         template_file=str(opts["template_file"]) if opts.get("template_file") else None,
-        shard_size=opts["shard_size"], grade_workers=opts["grade_workers"],
-        backend_options=backend_options, executor=opts["executor"],
-        ray_address=opts.get("ray_address"), replicas=opts["replicas"], report=opts.get("report", True),
+        shard_size=opts["shard_size"],
+        grade_workers=opts["grade_workers"],
+        backend_options=backend_options,
+        executor=opts["executor"],
+        ray_address=opts.get("ray_address"),
+        replicas=opts["replicas"],
+        report=opts.get("report", True),
     )
 
 
@@ -92,14 +110,14 @@ def _checkpoint_config(folder: Path | None, checkpoint: list[str], min_age: floa
     from pipeline.flows.checkpoints import CheckpointConfig
 
     return CheckpointConfig(
-        folder=str(folder) if folder else None, paths=tuple(checkpoint or ()), min_age_s=min_age,
+        folder=str(folder) if folder else None,
+        paths=tuple(checkpoint or ()),
+        min_age_s=min_age,
         profile=profile_config(None, **opts),
     )
 
 
-_CKPT_DIR_OPT = typer.Option(
-    None, "--checkpoints", help="Profile each new checkpoint of this folder on every run."
-)
+_CKPT_DIR_OPT = typer.Option(None, "--checkpoints", help="Profile each new checkpoint of this folder on every run.")
 _CKPT_OPT = typer.Option(None, "--checkpoint", help="A checkpoint to profile (repeatable).")
 _FOLDER_ARG = typer.Argument(None, help="Folder of checkpoints (GGUF files, or model folders for vLLM).")
 
@@ -227,8 +245,9 @@ def checkpoints_cmd(
 
 
 def drift_cmd(
-    data_dir: str | None = typer.Option(None, "--data-dir", envvar=store.DATA_DIR_ENV,
-                                           help="Data directory (default ./difficulty-data)."),
+    data_dir: str | None = typer.Option(
+        None, "--data-dir", envvar=store.DATA_DIR_ENV, help="Data directory (default ./difficulty-data)."
+    ),
     limit: int = typer.Option(20, "--limit", help="Rows of each list."),
 ) -> None:
     """Checkpoint drift: per checkpoint summary, prompts that became silent, largest changes."""

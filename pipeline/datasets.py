@@ -187,6 +187,7 @@ def detect_adapter(columns: list[str]) -> str:
 
 # --- the bundled arithmetic generator -----------------------------------------------------------
 
+
 # Tiers from easy to hopeless for the bundled 135M model (measured at temperature 0.7: the first
 # tiers pass about 60-80% of the time, the last ones never). Each maker returns (text, value).
 def _tier_makers(rng: random.Random) -> list[tuple[str, Callable[[], tuple[str, int]]]]:
@@ -321,9 +322,7 @@ def parse_column_map(spec: str | None) -> dict[str, str]:
     for item in spec.split(","):
         target, sep, source = item.partition("=")
         if not sep or target.strip() not in schema.PROBLEMS.names:
-            raise DatasetError(
-                f"bad column mapping {item!r}: use TARGET=SOURCE with TARGET in {schema.PROBLEMS.names}"
-            )
+            raise DatasetError(f"bad column mapping {item!r}: use TARGET=SOURCE with TARGET in {schema.PROBLEMS.names}")
         mapping[target.strip()] = source.strip()
     return mapping
 
@@ -356,7 +355,7 @@ def to_problems(raw: pa.Table, adapter: Adapter, dataset: str, split: str | None
     rows["prompt_id"] = [prompt_id(dataset, p) for p in problems]
     rows["status"] = [
         schema.PROBLEM_EMPTY_PROBLEM if not p.strip() else schema.PROBLEM_EMPTY_ANSWER if not a else schema.PROBLEM_OK
-        for p, a in zip(problems, answers)
+        for p, a in zip(problems, answers, strict=False)
     ]
     table = pa.Table.from_pydict({k: rows[k] for k in schema.PROBLEMS.names})
     table = _cast_problems(table)
@@ -422,7 +421,9 @@ def load(
         if mapping:
             missing = [src for src in mapping.values() if src not in raw.column_names]
             if missing:
-                raise DatasetError(f"mapped column(s) {missing} not in {str(data_file)!r}; columns found: {raw.column_names}")
+                raise DatasetError(
+                    f"mapped column(s) {missing} not in {str(data_file)!r}; columns found: {raw.column_names}"
+                )
             renamed = {src: dst for dst, src in mapping.items()}
             raw = raw.rename_columns([renamed.get(c, c) for c in raw.column_names])
         adapter = ADAPTERS[name or detect_adapter(raw.column_names)]

@@ -476,8 +476,7 @@ class ReCo(Estimator):
 
 
 REGISTRY: dict[str, type[Estimator]] = {
-    cls.name: cls
-    for cls in (GRPO, GRPOBessel, DrGRPO, DAPO, RLOO, Sign, MaxRL, MaxRLImpl, SoftmaxGRPO, ReCo)
+    cls.name: cls for cls in (GRPO, GRPOBessel, DrGRPO, DAPO, RLOO, Sign, MaxRL, MaxRLImpl, SoftmaxGRPO, ReCo)
 }
 
 #: What ``analyze`` computes when no estimator list is given.

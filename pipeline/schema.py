@@ -150,9 +150,7 @@ ALLOCATION = pa.schema(
     ]
 )
 
-SCHEMAS.update(
-    {"prompt_stats": PROMPT_STATS, "weights": WEIGHTS, "summary": SUMMARY, "allocation": ALLOCATION}
-)
+SCHEMAS.update({"prompt_stats": PROMPT_STATS, "weights": WEIGHTS, "summary": SUMMARY, "allocation": ALLOCATION})
 
 # Checkpoint history (flows/checkpoints.py): one row per checkpoint and prompt, appended once per
 # checkpoint (partition checkpoint_id=); the drift views in sql/ compare consecutive checkpoints.

@@ -75,9 +75,7 @@ def pass_rate(n: np.ndarray, c: np.ndarray) -> np.ndarray:
         return np.where(n > 0, np.asarray(c, float) / np.where(n > 0, n, 1), np.nan)
 
 
-def wilson_interval(
-    n: np.ndarray, c: np.ndarray, level: float = 0.95
-) -> tuple[np.ndarray, np.ndarray]:
+def wilson_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval for ``p`` (Wilson 1927); ``[0, 1]`` where n = 0."""
     n = np.asarray(n, float)
     c = np.asarray(c, float)
@@ -93,9 +91,7 @@ def wilson_interval(
     return lo, hi
 
 
-def jeffreys_interval(
-    n: np.ndarray, c: np.ndarray, level: float = 0.95
-) -> tuple[np.ndarray, np.ndarray]:
+def jeffreys_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Equal-tailed Jeffreys interval: quantiles of ``Beta(c + 1/2, n - c + 1/2)`` (spec s. 4)."""
     n = np.asarray(n, float)
     c = np.asarray(c, float)
@@ -175,9 +171,7 @@ def silent_rates(
     return np.where(exact, ub_plus, post_plus), np.where(exact, ub_minus, post_minus)
 
 
-def zero_signal(
-    n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prior_b: float = 0.5
-) -> np.ndarray:
+def zero_signal(n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prior_b: float = 0.5) -> np.ndarray:
     """Zero-signal rate ``z_G``: unbiased for n >= G, Beta posterior mean for n < G."""
     plus, minus = silent_rates(n, c, G, prior_a, prior_b)
     return plus + minus
@@ -230,10 +224,18 @@ def answer_stats_from_histogram(
     parent = np.asarray(parent, dtype=np.int64)
     counts = np.asarray(counts, dtype=float)
     nan = np.full(n_prompts, np.nan)
-    out = {k: nan.copy() for k in (
-        "n_answered", "n_distinct_answers", "n_distinct_correct", "modal_share",
-        "answer_entropy", "modal_correct_share_grpo", "modal_correct_share_reco",
-    )}
+    out = {
+        k: nan.copy()
+        for k in (
+            "n_answered",
+            "n_distinct_answers",
+            "n_distinct_correct",
+            "modal_share",
+            "answer_entropy",
+            "modal_correct_share_grpo",
+            "modal_correct_share_reco",
+        )
+    }
     if len(parent) == 0:
         return out
     if np.any(np.diff(parent) < 0):

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -132,9 +132,7 @@ def _files(data_dir: Path, table: str, where: dict[str, str] | None = None) -> l
     return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
 
 
-def read_table(
-    data_dir: str | os.PathLike, table: str, where: dict[str, str] | None = None
-) -> pa.Table:
+def read_table(data_dir: str | os.PathLike, table: str, where: dict[str, str] | None = None) -> pa.Table:
     """Read a table (or one partition of it) into memory with its declared schema."""
     files = _files(Path(data_dir), table, where)
     target = schema.SCHEMAS[table]
@@ -147,7 +145,7 @@ def read_table(
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def register_run(data_dir: str | os.PathLike, run: dict[str, Any]) -> str:
@@ -221,9 +219,7 @@ def load_sql(name: str) -> str:
     try:
         return resources.files("pipeline.sql").joinpath(f"{name}.sql").read_text()
     except FileNotFoundError as exc:
-        known = sorted(
-            p.name[:-4] for p in resources.files("pipeline.sql").iterdir() if p.name.endswith(".sql")
-        )
+        known = sorted(p.name[:-4] for p in resources.files("pipeline.sql").iterdir() if p.name.endswith(".sql"))
         raise StoreError(f"no query named {name!r}; known: {known}") from exc
 
 
@@ -249,7 +245,12 @@ def connect(data_dir: str | os.PathLike) -> duckdb.DuckDBPyConnection:
         else:
             con.register(f"_{table}_empty", target.empty_table())
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_empty")
-    for view in ("history_drift", "history_silent", "history_zero_signal", "history_checkpoints"):  # SQL views over the base tables, defined in sql/
+    for view in (
+        "history_drift",
+        "history_silent",
+        "history_zero_signal",
+        "history_checkpoints",
+    ):  # SQL views over the base tables, defined in sql/
         try:
             con.execute(f"CREATE VIEW {view} AS " + load_sql(view))
         except (StoreError, duckdb.Error):

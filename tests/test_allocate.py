@@ -38,17 +38,22 @@ def test_greedy_equals_dynamic_programming(objective, estimator, posterior):
         n, c = _instance(seed, N=6)
         n_min, n_max = 2, 12
         for budget in (12, 31, 50, 72):
-            cfg = alloc.AllocationConfig(budget=budget, objective=objective, estimator=estimator,
-                                         n_min=n_min, n_max=n_max, posterior=posterior,
-                                         method="greedy")
+            cfg = alloc.AllocationConfig(
+                budget=budget,
+                objective=objective,
+                estimator=estimator,
+                n_min=n_min,
+                n_max=n_max,
+                posterior=posterior,
+                method="greedy",
+            )
             res = alloc.allocate(n, c, cfg)
             assert res.n.sum() == budget
             assert res.n.min() >= n_min and res.n.max() <= n_max
             # DP over the same value table (one row per prompt)
             grid = np.arange(n_min, n_max + 1)
             if posterior:
-                table = alloc.value_table(objective, grid, alpha=0.5 + c, beta=0.5 + n - c,
-                                          estimator=estimator)
+                table = alloc.value_table(objective, grid, alpha=0.5 + c, beta=0.5 + n - c, estimator=estimator)
             else:
                 table = alloc.value_table(objective, grid, p=c / n, estimator=estimator)
             best = alloc.allocate_dp(table, np.arange(len(n)), budget, n_min, n_max)
@@ -60,8 +65,14 @@ def test_greedy_equals_dynamic_programming(objective, estimator, posterior):
 def test_fast_equals_greedy(objective, estimator, posterior):
     n, c = _instance(11, N=400, n_obs=24)
     for budget in (800, 6400, 20_000):
-        base = {"budget": budget, "objective": objective, "estimator": estimator, "n_min": 2,
-                "n_max": 64, "posterior": posterior}
+        base = {
+            "budget": budget,
+            "objective": objective,
+            "estimator": estimator,
+            "n_min": 2,
+            "n_max": 64,
+            "posterior": posterior,
+        }
         fast = alloc.allocate(n, c, alloc.AllocationConfig(**base, method="fast"))
         greedy = alloc.allocate(n, c, alloc.AllocationConfig(**base, method="greedy"))
         assert fast.n.sum() == budget == greedy.n.sum()
@@ -88,11 +99,16 @@ def test_fast_handles_ties_like_the_heap():
 
 def test_fast_bit_bisection_with_negative_and_tiny_gains():
     # a hand-made concave table with gains spanning signs and magnitudes
-    table = np.cumsum(np.array([
-        [0.0, 1e-300, 1e-310, 0.0, -1e-5],
-        [0.0, 3.0, 2.0, 2.0, 1e-200],
-        [0.0, -1.0, -2.0, -3.0, -4.0],
-    ]), axis=1)
+    table = np.cumsum(
+        np.array(
+            [
+                [0.0, 1e-300, 1e-310, 0.0, -1e-5],
+                [0.0, 3.0, 2.0, 2.0, 1e-200],
+                [0.0, -1.0, -2.0, -3.0, -4.0],
+            ]
+        ),
+        axis=1,
+    )
     key = np.array([0, 1, 2, 1, 0])
     for budget in range(5 * 4 + 1):
         f = alloc.allocate_fast(table, key, budget, 0, 4)
@@ -116,8 +132,7 @@ def test_budget_errors():
     with pytest.raises(ValueError, match="no samples"):
         alloc.allocate(np.array([0, 4]), np.array([0, 1]), alloc.AllocationConfig(budget=8))
     # the posterior handles a prompt without samples
-    res = alloc.allocate(np.array([0, 4]), np.array([0, 1]),
-                         alloc.AllocationConfig(budget=8, posterior=True))
+    res = alloc.allocate(np.array([0, 4]), np.array([0, 1]), alloc.AllocationConfig(budget=8, posterior=True))
     assert res.n.sum() == 8
 
 
@@ -137,10 +152,11 @@ def test_value_tables_against_definitions():
         post = alloc.value_table(objective, grid, alpha=a, beta=b, estimator="maxrl_impl")
         for i in range(2):
             for j in (0, 3, 7):
+
                 def integrand(x, objective=objective, j=j, i=i):
-                    v = alloc.value_table(objective, grid[j:j + 1], p=np.array([x]),
-                                          estimator="maxrl_impl")[0, 0]
+                    v = alloc.value_table(objective, grid[j : j + 1], p=np.array([x]), estimator="maxrl_impl")[0, 0]
                     return v * beta_dist.pdf(x, a[i], b[i])
+
                 avg = integrate.quad(integrand, 0, 1, limit=200)[0]
                 assert post[i, j] == pytest.approx(avg, rel=1e-6, abs=1e-12), (objective, i, j)
 
@@ -150,8 +166,7 @@ def test_variance_objective_is_neyman():
     p = np.array([0.5, 0.1, 0.02, 0.3])
     n_obs = np.full(4, 1000)
     c = (p * 1000).astype(int)
-    res = alloc.allocate(n_obs, c, alloc.AllocationConfig(budget=40_000, objective="variance",
-                                                         n_min=1, n_max=40_000))
+    res = alloc.allocate(n_obs, c, alloc.AllocationConfig(budget=40_000, objective="variance", n_min=1, n_max=40_000))
     ph = c / 1000
     target = 40_000 * np.sqrt(ph * (1 - ph)) / np.sqrt(ph * (1 - ph)).sum()
     np.testing.assert_allclose(res.n, target, atol=2)
@@ -159,8 +174,7 @@ def test_variance_objective_is_neyman():
 
 
 def test_min_tries_spec_values_and_minimality():
-    np.testing.assert_array_equal(alloc.min_tries([0.5, 0.3, 0.2, 0.1, 0.05], 0.05),
-                                  [6, 9, 14, 29, 59])
+    np.testing.assert_array_equal(alloc.min_tries([0.5, 0.3, 0.2, 0.1, 0.05], 0.05), [6, 9, 14, 29, 59])
     rng = np.random.default_rng(5)
     for p in rng.uniform(0.001, 0.999, 200):
         for delta in (0.5, 0.05, 1e-4):

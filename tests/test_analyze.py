@@ -18,9 +18,16 @@ def _samples(run_id: str, rows: list[tuple[str, str | None, bool | None]]) -> pa
     idx = Counter()
     out = []
     for pid, answer, correct in rows:
-        out.append({"run_id": run_id, "prompt_id": pid, "sample_idx": idx[pid],
-                    "extracted_answer": answer, "correct": correct,
-                    "grade_status": "correct" if correct else "incorrect"})
+        out.append(
+            {
+                "run_id": run_id,
+                "prompt_id": pid,
+                "sample_idx": idx[pid],
+                "extracted_answer": answer,
+                "correct": correct,
+                "grade_status": "correct" if correct else "incorrect",
+            }
+        )
         idx[pid] += 1
     return pa.Table.from_pylist(out, schema=schema.SAMPLES)
 
@@ -54,31 +61,32 @@ def test_counts_from_samples_matches_python(data_dir):
         assert got == {pid: (expect_n[pid], expect_c[pid]) for pid in expect_n}
     for r in via_dir.to_pylist():
         hist = Counter(a for pid, a, _ in rows if pid == r["prompt_id"] and a is not None)
-        assert dict(zip(r["answer_values"], r["answer_counts"])) == dict(hist)
+        assert dict(zip(r["answer_values"], r["answer_counts"], strict=False)) == dict(hist)
         right = Counter(a for pid, a, ok in rows if pid == r["prompt_id"] and ok)
-        got_right = {a: cc for a, cc in zip(r["answer_values"], r["answer_correct_counts"]) if cc}
+        got_right = {a: cc for a, cc in zip(r["answer_values"], r["answer_correct_counts"], strict=False) if cc}
         assert got_right == dict(right)
     with pytest.raises(ValueError, match="no samples"):
         an.counts_from_samples(data_dir, "missing")
 
 
 def _counts():
-    return pa.table({
-        "prompt_id": ["a", "b", "c", "d", "e", "f"],
-        "n": [8, 8, 3, 64, 64, 0],
-        "c": [0, 4, 3, 5, 63, 0],
-    })
+    return pa.table(
+        {
+            "prompt_id": ["a", "b", "c", "d", "e", "f"],
+            "n": [8, 8, 3, 64, 64, 0],
+            "c": [0, 4, 3, 5, 63, 0],
+        }
+    )
 
 
 def test_analyze_tables_match_the_per_prompt_math():
-    cfg = an.AnalyzeConfig(group_sizes=(2, 4, 8), estimators=("grpo", "maxrl", "reco",
-                                                              "dapo:mode=resample,T=3"))
+    cfg = an.AnalyzeConfig(group_sizes=(2, 4, 8), estimators=("grpo", "maxrl", "reco", "dapo:mode=resample,T=3"))
     res = an.analyze(_counts(), "run-x", cfg)
     assert res.prompt_stats.schema == schema.PROMPT_STATS
     assert res.weights.schema == schema.WEIGHTS
     assert res.summary.schema == schema.SUMMARY
     ps = {r["prompt_id"]: r for r in res.prompt_stats.to_pylist()}
-    for pid, n, c in zip(*(_counts().column(k).to_pylist() for k in ("prompt_id", "n", "c"))):
+    for pid, n, c in zip(*(_counts().column(k).to_pylist() for k in ("prompt_id", "n", "c")), strict=False):
         r = ps[pid]
         assert (r["n"], r["c"]) == (n, c)
         assert r["group_sizes"] == [2, 4, 8]
@@ -88,8 +96,7 @@ def test_analyze_tables_match_the_per_prompt_math():
             assert r["zero_signal"][j] == pytest.approx(float(plus + minus))
         if n:
             assert r["pass_rate"] == pytest.approx(c / n)
-            assert r["pass_at_k"] == pytest.approx(
-                [float(stats.pass_at_k(n, c, k)) for k in range(1, n + 1)])
+            assert r["pass_at_k"] == pytest.approx([float(stats.pass_at_k(n, c, k)) for k in range(1, n + 1)])
             lo, hi = stats.wilson_interval(n, c)
             assert (r["wilson_lo"], r["wilson_hi"]) == pytest.approx((float(lo), float(hi)))
         else:
@@ -98,7 +105,9 @@ def test_analyze_tables_match_the_per_prompt_math():
         assert r["n_distinct_answers"] is None  # no answers in these counts
     assert res.weights.num_rows == 6 * 4 * 3
     for r in res.weights.to_pylist():
-        n, c = dict(zip("abcdef", zip([8, 8, 3, 64, 64, 0], [0, 4, 3, 5, 63, 0])))[r["prompt_id"]]
+        n, c = dict(zip("abcdef", zip([8, 8, 3, 64, 64, 0], [0, 4, 3, 5, 63, 0], strict=False), strict=False))[
+            r["prompt_id"]
+        ]
         if n == 0:
             assert r["weight"] is None and r["mass"] is None
             continue
@@ -117,8 +126,9 @@ def test_summary_definitions():
     s = an.summary(counts, "r", cfg).to_pylist()
 
     def get(section, metric, **kw):
-        hits = [r for r in s if r["section"] == section and r["metric"] == metric
-                and all(r[k] == v for k, v in kw.items())]
+        hits = [
+            r for r in s if r["section"] == section and r["metric"] == metric and all(r[k] == v for k, v in kw.items())
+        ]
         assert len(hits) == 1, (section, metric, kw)
         return hits[0]["value"]
 
@@ -129,7 +139,7 @@ def test_summary_definitions():
     assert get("dataset", "mean_pass_rate") == pytest.approx(pbar)
     assert get("dataset", "n_prompts") == 6 and get("dataset", "n_prompts_measured") == 5
     for G in (4, 8):
-        obs = np.mean([float(stats.zero_signal(a, b, G)) for a, b in zip(n, c)])
+        obs = np.mean([float(stats.zero_signal(a, b, G)) for a, b in zip(n, c, strict=False)])
         iid = pbar**G + (1 - pbar) ** G
         assert get("zero_signal", "observed", G=G) == pytest.approx(obs)
         assert get("zero_signal", "iid", G=G) == pytest.approx(iid)
@@ -141,31 +151,28 @@ def test_summary_definitions():
         for spec in ("grpo", "sign"):
             m = est.get(spec).mass(p, G)
             hard = m[p < 0.2].sum() / m.sum()
-            assert get("gradient_share", "share", estimator=spec, G=G, band="hard") == \
-                pytest.approx(hard)
-            assert get("gradient_share", "share", estimator=spec, G=G, band="rest") == \
-                pytest.approx(1 - hard)
+            assert get("gradient_share", "share", estimator=spec, G=G, band="hard") == pytest.approx(hard)
+            assert get("gradient_share", "share", estimator=spec, G=G, band="rest") == pytest.approx(1 - hard)
     # mean pass@k over prompts with n >= k
     for k in (1, 3, 5, 64):
         have = n >= k
-        expect = np.mean([float(stats.pass_at_k(a, b, k)) for a, b in zip(n[have], c[have])])
+        expect = np.mean([float(stats.pass_at_k(a, b, k)) for a, b in zip(n[have], c[have], strict=False)])
         assert get("pass_at_k", "mean_pass_at_k", k=k) == pytest.approx(expect)
 
 
 def test_default_bands_and_jensen_gap_positive_on_u_shaped_data():
     rng = np.random.default_rng(4)
     p = rng.beta(0.3, 0.3, 2000)
-    counts = pa.table({"prompt_id": [f"p{i}" for i in range(2000)], "n": np.full(2000, 64),
-                       "c": rng.binomial(64, p)})
+    counts = pa.table({"prompt_id": [f"p{i}" for i in range(2000)], "n": np.full(2000, 64), "c": rng.binomial(64, p)})
     s = an.summary(counts, "r").to_pylist()
     gaps = [r["value"] for r in s if r["metric"] == "jensen_gap"]
     assert len(gaps) == 5 and all(g > 0 for g in gaps)
     extreme = an.DEFAULT_BANDS[0]
-    np.testing.assert_array_equal(extreme.contains(np.array([0.0, 0.1, 0.5, 0.9, 0.95, 1.0])),
-                                  [True, False, False, False, True, True])
+    np.testing.assert_array_equal(
+        extreme.contains(np.array([0.0, 0.1, 0.5, 0.9, 0.95, 1.0])), [True, False, False, False, True, True]
+    )
     medium = an.DEFAULT_BANDS[1]
-    np.testing.assert_array_equal(medium.contains(np.array([0.39, 0.4, 0.6, 0.61])),
-                                  [False, True, True, False])
+    np.testing.assert_array_equal(medium.contains(np.array([0.39, 0.4, 0.6, 0.61])), [False, True, True, False])
 
 
 def test_raw_answer_lists_equal_histograms():
@@ -173,38 +180,47 @@ def test_raw_answer_lists_equal_histograms():
     by = {}
     for pid, a, ok in rows:
         by.setdefault(pid, []).append((a, ok))
-    raw = pa.table({
-        "prompt_id": list(by),
-        "n": [len(v) for v in by.values()],
-        "c": [sum(ok for _, ok in v) for v in by.values()],
-        "answers": [[a for a, _ in v] for v in by.values()],
-        "answers_correct": [[ok for _, ok in v] for v in by.values()],
-    })
+    raw = pa.table(
+        {
+            "prompt_id": list(by),
+            "n": [len(v) for v in by.values()],
+            "c": [sum(ok for _, ok in v) for v in by.values()],
+            "answers": [[a for a, _ in v] for v in by.values()],
+            "answers_correct": [[ok for _, ok in v] for v in by.values()],
+        }
+    )
     hist_rows = []
     for v in by.values():
         h = Counter(a for a, _ in v if a is not None)
-        hist_rows.append((list(h), list(h.values()),
-                          [sum(1 for a2, ok in v if a2 == a and ok) for a in h]))
-    hist = pa.table({
-        "prompt_id": list(by), "n": raw.column("n"), "c": raw.column("c"),
-        "answer_values": [h[0] for h in hist_rows], "answer_counts": [h[1] for h in hist_rows],
-        "answer_correct_counts": [h[2] for h in hist_rows],
-    })
+        hist_rows.append((list(h), list(h.values()), [sum(1 for a2, ok in v if a2 == a and ok) for a in h]))
+    hist = pa.table(
+        {
+            "prompt_id": list(by),
+            "n": raw.column("n"),
+            "c": raw.column("c"),
+            "answer_values": [h[0] for h in hist_rows],
+            "answer_counts": [h[1] for h in hist_rows],
+            "answer_correct_counts": [h[2] for h in hist_rows],
+        }
+    )
     a = an.prompt_stats(raw, "r").drop_columns(["pass_at_k"]).to_pylist()
     b = an.prompt_stats(hist, "r").drop_columns(["pass_at_k"]).to_pylist()
     assert a == b
     assert all(r["n_distinct_answers"] is not None for r in a)
 
 
-@pytest.mark.parametrize("table,match", [
-    (pa.table({"prompt_id": ["x", "bad"], "n": [3, 2], "c": [1, 3]}), "'bad': c > n"),
-    (pa.table({"prompt_id": ["neg"], "n": [-1], "c": [0]}), "'neg': n < 0"),
-    (pa.table({"prompt_id": ["x", "nan"], "n": [3.0, float("nan")], "c": [1.0, 1.0]}), "'nan'"),
-    (pa.table({"prompt_id": ["frac"], "n": [3.5], "c": [1.0]}), "'frac'"),
-    (pa.table({"prompt_id": ["miss"], "n": pa.array([None], pa.int64()), "c": [0]}), "'miss'"),
-    (pa.table({"prompt_id": ["dup", "dup"], "n": [3, 3], "c": [1, 1]}), "'dup'"),
-    (pa.table({"prompt_id": ["x"], "n": [3]}), "'c'"),
-])
+@pytest.mark.parametrize(
+    "table,match",
+    [
+        (pa.table({"prompt_id": ["x", "bad"], "n": [3, 2], "c": [1, 3]}), "'bad': c > n"),
+        (pa.table({"prompt_id": ["neg"], "n": [-1], "c": [0]}), "'neg': n < 0"),
+        (pa.table({"prompt_id": ["x", "nan"], "n": [3.0, float("nan")], "c": [1.0, 1.0]}), "'nan'"),
+        (pa.table({"prompt_id": ["frac"], "n": [3.5], "c": [1.0]}), "'frac'"),
+        (pa.table({"prompt_id": ["miss"], "n": pa.array([None], pa.int64()), "c": [0]}), "'miss'"),
+        (pa.table({"prompt_id": ["dup", "dup"], "n": [3, 3], "c": [1, 1]}), "'dup'"),
+        (pa.table({"prompt_id": ["x"], "n": [3]}), "'c'"),
+    ],
+)
 def test_bad_counts_name_the_prompt(table, match):
     with pytest.raises(ValueError, match=match):
         an.analyze(table, "r")
@@ -220,11 +236,13 @@ def test_config_validation():
 
 
 def test_counts_from_priors_and_store_round_trip(data_dir):
-    problems = pa.table({
-        "prompt_id": ["p1", "p2", "p3"],
-        "prior_n": pa.array([64, None, 64], pa.int32()),
-        "prior_c": pa.array([10, None, 64], pa.int32()),
-    })
+    problems = pa.table(
+        {
+            "prompt_id": ["p1", "p2", "p3"],
+            "prior_n": pa.array([64, None, 64], pa.int32()),
+            "prior_c": pa.array([10, None, 64], pa.int32()),
+        }
+    )
     counts = an.counts_from_priors(problems)
     assert counts.column("n").to_pylist() == [64, 0, 64]
     res = an.analyze(counts, "prior-demo")
@@ -232,7 +250,7 @@ def test_counts_from_priors_and_store_round_trip(data_dir):
         store.write_table(data_dir, name, getattr(res, name), {"run_id": "prior-demo"})
         back = store.read_table(data_dir, name, {"run_id": "prior-demo"})
         assert back.num_rows == getattr(res, name).num_rows
-    got = store.query(data_dir, "SELECT estimator, count(*) AS k FROM weights "
-                                "WHERE G = 8 GROUP BY estimator ORDER BY estimator")
-    assert dict(zip(*got.to_pydict().values())) == {
-        est.get(s).spec: 3 for s in est.DEFAULT_ESTIMATORS}
+    got = store.query(
+        data_dir, "SELECT estimator, count(*) AS k FROM weights WHERE G = 8 GROUP BY estimator ORDER BY estimator"
+    )
+    assert dict(zip(*got.to_pydict().values(), strict=False)) == {est.get(s).spec: 3 for s in est.DEFAULT_ESTIMATORS}

@@ -58,8 +58,9 @@ def test_vllm_checkpoints_are_model_folders(tmp_path):
     touch(tmp_path / "checkpoint-50" / "model.safetensors", age_s=100)
     touch(tmp_path / "checkpoint-100" / "config.json", b"{}", age_s=100)
     touch(tmp_path / "logs" / "events.txt", age_s=100)
-    cfg = ckpt.CheckpointConfig(folder=str(tmp_path), min_age_s=0,
-                                profile=stages.ProfileConfig(backend="vllm", model="x"))
+    cfg = ckpt.CheckpointConfig(
+        folder=str(tmp_path), min_age_s=0, profile=stages.ProfileConfig(backend="vllm", model="x")
+    )
     assert [c.name for c in ckpt.discover_checkpoints(cfg)] == ["checkpoint-50", "checkpoint-100"]
 
 
@@ -110,9 +111,11 @@ def test_checkpoint_pass_without_model_and_drift_views(tmp_path, data_dir, monke
     stages.close_samplers()
     src = touch(tmp_path / "model.gguf", b"weights", age_s=100)
     folder = _two_checkpoints(tmp_path, src)
-    cfg = ckpt.CheckpointConfig(folder=str(folder), min_age_s=0,
-                                profile=stages.ProfileConfig(limit=5, n=3, shard_size=2, report=False,
-                                                             grade_workers=1))
+    cfg = ckpt.CheckpointConfig(
+        folder=str(folder),
+        min_age_s=0,
+        profile=stages.ProfileConfig(limit=5, n=3, shard_size=2, report=False, grade_workers=1),
+    )
     done = ckpt.profile_checkpoints_direct(cfg, data_dir)
     assert [d["checkpoint"] for d in done] == ["step-100", "step-200"]
     assert len({d["run_id"] for d in done}) == 2

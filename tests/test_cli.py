@@ -19,7 +19,9 @@ def test_load_then_sql_count(data_dir):
 
 def test_sql_formats_and_output_file(data_dir, tmp_path):
     runner.invoke(app, ["load", "arithmetic", "--limit", "9"])
-    out = runner.invoke(app, ["sql", "select difficulty, count(*) n from problems group by 1 order by 1", "--format", "json"])
+    out = runner.invoke(
+        app, ["sql", "select difficulty, count(*) n from problems group by 1 order by 1", "--format", "json"]
+    )
     rows = json.loads(out.output)
     assert [r["difficulty"] for r in rows] == list(range(1, 10)) and all(r["n"] == 1 for r in rows)
     target = tmp_path / "out.parquet"

@@ -30,13 +30,23 @@ def _csv(text: str) -> list[dict]:
 
 
 def test_weights_calculator_csv():
-    res = invoke("weights", "--G", "8", "--p", "0.1,0.5", "--estimators",
-                 "grpo,dapo:mode=resample,T=2,softmax_grpo:tau=0.3", "--format", "csv")
+    res = invoke(
+        "weights",
+        "--G",
+        "8",
+        "--p",
+        "0.1,0.5",
+        "--estimators",
+        "grpo,dapo:mode=resample,T=2,softmax_grpo:tau=0.3",
+        "--format",
+        "csv",
+    )
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0].replace('"', "") == "estimator,G,p,weight,mass"
     rows = _csv(res.output)
-    assert [r["estimator"] for r in rows] == ["grpo"] * 2 + ["dapo:mode=resample,T=2"] * 2 + \
-        ["softmax_grpo:tau=0.3"] * 2
+    assert [r["estimator"] for r in rows] == ["grpo"] * 2 + ["dapo:mode=resample,T=2"] * 2 + [
+        "softmax_grpo:tau=0.3"
+    ] * 2
     for r in rows:
         e = est.get(r["estimator"])
         p = float(r["p"])
@@ -66,8 +76,18 @@ def _problems(n_prompts: int = 40) -> pa.Table:
     rng = np.random.default_rng(0)
     p = rng.beta(0.4, 0.4, n_prompts)
     c = rng.binomial(64, p)
-    rows = [{"dataset": "mini", "prompt_id": f"m{i:03d}", "problem": f"{i}+1", "answer": str(i + 1),
-             "prior_n": 64, "prior_c": int(c[i]), "status": "ok"} for i in range(n_prompts)]
+    rows = [
+        {
+            "dataset": "mini",
+            "prompt_id": f"m{i:03d}",
+            "problem": f"{i}+1",
+            "answer": str(i + 1),
+            "prior_n": 64,
+            "prior_c": int(c[i]),
+            "status": "ok",
+        }
+        for i in range(n_prompts)
+    ]
     rows[0]["prior_n"] = rows[0]["prior_c"] = None  # one problem without a prior measurement
     return pa.Table.from_pylist(rows, schema=schema.PROBLEMS)
 
@@ -83,8 +103,20 @@ def test_analyze_and_allocate_on_dataset_priors(data_dir, tmp_path):
     assert store.read_table(data_dir, "prompt_stats", {"run_id": "prior-mini"}).num_rows == 40
 
     out = tmp_path / "alloc.jsonl"
-    res = invoke("allocate", "--dataset", "mini", "--budget", "2560", "--objective", "signal",
-                 "--posterior", "--output", str(out), "--data-dir", str(data_dir))
+    res = invoke(
+        "allocate",
+        "--dataset",
+        "mini",
+        "--budget",
+        "2560",
+        "--objective",
+        "signal",
+        "--posterior",
+        "--output",
+        str(out),
+        "--data-dir",
+        str(data_dir),
+    )
     assert res.exit_code == 0, res.output
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 40 and sum(r["n_rollouts"] for r in lines) == 2560
@@ -97,8 +129,20 @@ def test_analyze_and_allocate_on_dataset_priors(data_dir, tmp_path):
     assert "uniform" in res.output
 
     pq_out = tmp_path / "alloc.parquet"
-    res = invoke("allocate", "--dataset", "mini", "--budget", "2560", "--objective", "knapsack",
-                 "--posterior", "--output", str(pq_out), "--data-dir", str(data_dir))
+    res = invoke(
+        "allocate",
+        "--dataset",
+        "mini",
+        "--budget",
+        "2560",
+        "--objective",
+        "knapsack",
+        "--posterior",
+        "--output",
+        str(pq_out),
+        "--data-dir",
+        str(data_dir),
+    )
     assert res.exit_code == 0, res.output
     export = pq.read_table(pq_out)
     assert export.column_names == ["prompt_id", "n_rollouts"]
@@ -107,8 +151,7 @@ def test_analyze_and_allocate_on_dataset_priors(data_dir, tmp_path):
     # point estimates refuse the prompt without samples; an impossible budget names the minimum
     res = invoke("allocate", "--dataset", "mini", "--budget", "2560", "--data-dir", str(data_dir))
     assert res.exit_code == 1 and "no samples" in res.output
-    res = invoke("allocate", "--dataset", "mini", "--budget", "50", "--posterior",
-                 "--data-dir", str(data_dir))
+    res = invoke("allocate", "--dataset", "mini", "--budget", "50", "--posterior", "--data-dir", str(data_dir))
     assert res.exit_code == 1 and "at least 80" in res.output
 
 
@@ -118,12 +161,18 @@ def test_analyze_on_a_run(data_dir):
     for i in range(10):
         for j in range(8):
             ok = bool(rng.random() < 0.5)
-            rows.append({"run_id": "run-a", "prompt_id": f"p{i}", "sample_idx": j,
-                         "extracted_answer": "1" if ok else str(j % 3 + 2), "correct": ok,
-                         "grade_status": "correct" if ok else "incorrect"})
+            rows.append(
+                {
+                    "run_id": "run-a",
+                    "prompt_id": f"p{i}",
+                    "sample_idx": j,
+                    "extracted_answer": "1" if ok else str(j % 3 + 2),
+                    "correct": ok,
+                    "grade_status": "correct" if ok else "incorrect",
+                }
+            )
     store.write_shard(data_dir, "run-a", 0, pa.Table.from_pylist(rows, schema=schema.SAMPLES))
-    res = invoke("analyze", "--run", "run-a", "--G", "4,8", "--estimators", "grpo,reco",
-                 "--data-dir", str(data_dir))
+    res = invoke("analyze", "--run", "run-a", "--G", "4,8", "--estimators", "grpo,reco", "--data-dir", str(data_dir))
     assert res.exit_code == 0, res.output
     ps = store.read_table(data_dir, "prompt_stats", {"run_id": "run-a"})
     assert ps.num_rows == 10

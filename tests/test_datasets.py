@@ -17,7 +17,9 @@ def test_prompt_id_is_stable_and_whitespace_insensitive():
     # Stable across processes (no per-process hash seed).
     out = subprocess.run(
         [sys.executable, "-c", "from pipeline.datasets import prompt_id; print(prompt_id('gsm8k', 'What is 2 + 2?'))"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == a
 

@@ -120,9 +120,7 @@ def test_softmax_temperature_limits_without_overflow():
     with np.errstate(all="raise"):
         cold = est.get("softmax_grpo:tau=1e-3")
         for G in (2, 5, 16):
-            np.testing.assert_allclose(
-                cold.weight(p, G), est.get("maxrl_impl").weight(p, G), rtol=1e-12
-            )
+            np.testing.assert_allclose(cold.weight(p, G), est.get("maxrl_impl").weight(p, G), rtol=1e-12)
             adv = cold.advantages(np.array([1, 0, 0, 1, 0]))
             assert np.isfinite(adv).all()
         hot = est.get("softmax_grpo:tau=1e6")
@@ -136,9 +134,7 @@ def test_softmax_temperature_limits_without_overflow():
     np.testing.assert_allclose(e.weight(pm, 3000), e.limit(pm), rtol=5e-3)
 
 
-@pytest.mark.parametrize(
-    "spec", ["grpo", "grpo_bessel", "dr_grpo", "rloo", "sign", "maxrl", "maxrl_impl", "reco"]
-)
+@pytest.mark.parametrize("spec", ["grpo", "grpo_bessel", "dr_grpo", "rloo", "sign", "maxrl", "maxrl_impl", "reco"])
 def test_large_group_limits(spec):
     e = est.get(spec)
     p = np.array([0.2, 0.5, 0.7])
@@ -157,8 +153,10 @@ def test_group_std_identity_on_random_groups():
         s = rng.normal(size=(G, d))
         k = r.sum()
         sigma = np.sqrt(k * (G - k)) / G
-        g = {name: (e.advantages(r)[:, None] * s).mean(axis=0)
-             for name, e in (("grpo", grpo), ("dr", dr), ("dapo", dapo), ("reco", reco))}
+        g = {
+            name: (e.advantages(r)[:, None] * s).mean(axis=0)
+            for name, e in (("grpo", grpo), ("dr", dr), ("dapo", dapo), ("reco", reco))
+        }
         if 0 < k < G:
             contrast = s[r == 1].mean(axis=0) - s[r == 0].mean(axis=0)
             np.testing.assert_allclose(g["grpo"], sigma * contrast, atol=1e-12)
@@ -195,8 +193,15 @@ def test_reco_with_answers_reduces_to_binary_form():
 
 
 MC_SPECS = [
-    "grpo", "grpo_bessel", "dr_grpo", "rloo", "sign", "maxrl", "maxrl_impl",
-    "softmax_grpo:tau=0.5", "reco",
+    "grpo",
+    "grpo_bessel",
+    "dr_grpo",
+    "rloo",
+    "sign",
+    "maxrl",
+    "maxrl_impl",
+    "softmax_grpo:tau=0.5",
+    "reco",
 ]
 
 
@@ -230,8 +235,16 @@ def test_monte_carlo_toy_softmax_policy(spec):
 
 def test_registry_and_spec_parsing():
     assert set(est.REGISTRY) == {
-        "grpo", "grpo_bessel", "dr_grpo", "dapo", "rloo", "sign", "maxrl", "maxrl_impl",
-        "softmax_grpo", "reco",
+        "grpo",
+        "grpo_bessel",
+        "dr_grpo",
+        "dapo",
+        "rloo",
+        "sign",
+        "maxrl",
+        "maxrl_impl",
+        "softmax_grpo",
+        "reco",
     }
     e = est.get("softmax_grpo:tau=0.3")
     assert isinstance(e, est.SoftmaxGRPO) and e.tau == 0.3

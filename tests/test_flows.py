@@ -74,8 +74,9 @@ class FakeSampler:
 
     def sample(self, problems, params, progress=None, *, template=None):
         rows = []
-        for pid, ans in zip(problems.column("prompt_id").to_pylist(),
-                            problems.column("answer").to_pylist(), strict=True):
+        for pid, ans in zip(
+            problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), strict=True
+        ):
             if pid in FakeSampler.fail_on:
                 FakeSampler.fail_on.discard(pid)
                 raise RuntimeError(f"transient failure on {pid}")
@@ -131,13 +132,15 @@ def test_profile_flow_end_to_end(prefect_api, data_dir):
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
     with get_client(sync_client=True) as client:
-        [fr] = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            name=FlowRunFilterName(like_=run_id)))
+        [fr] = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=run_id)))
         assert fr.name == f"arithmetic/{stages.run_label(cfg).split('/')[1]}/{run_id}"
         assert fr.state.is_completed()
         tasks = client.read_task_runs()
-        names = sorted(t.name.rsplit("-", 1)[0] if not t.name.startswith("shard") else t.name
-                       for t in tasks if t.flow_run_id == fr.id)
+        names = sorted(
+            t.name.rsplit("-", 1)[0] if not t.name.startswith("shard") else t.name
+            for t in tasks
+            if t.flow_run_id == fr.id
+        )
     assert names == ["analyze-allocate-report", "load-and-register", "shard-0", "shard-1"]
 
     # A rerun of the same profile writes nothing new and completes.
@@ -162,8 +165,9 @@ def test_shard_task_is_retried(prefect_api, data_dir, monkeypatch):
     from prefect import get_client
 
     with get_client(sync_client=True) as client:
-        retried = [t for t in client.read_task_runs() if t.name == "shard-1"
-                   and t.flow_run_id is not None and t.run_count == 2]
+        retried = [
+            t for t in client.read_task_runs() if t.name == "shard-1" and t.flow_run_id is not None and t.run_count == 2
+        ]
     assert retried, "shard 1 was not retried by Prefect"
 
 
@@ -207,15 +211,34 @@ def test_kill_9_then_rerun_completes_without_gaps_or_duplicates(prefect_api, tmp
     from prefect.settings import PREFECT_API_URL
 
     data_dir = tmp_path / "data"
-    env = {**os.environ, "DIFFICULTY_DATA": str(data_dir), "PREFECT_HOME": str(tmp_path / "prefect"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_API_URL": PREFECT_API_URL.value()}
-    cmd = [str(Path(sys.executable).parent / "difficulty"), "profile", "--limit", "6", "--n", "2",
-           "--max-tokens", "12", "--shard-size", "2", "--grade-workers", "1", "--no-report"]
+    env = {
+        **os.environ,
+        "DIFFICULTY_DATA": str(data_dir),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+    }
+    cmd = [
+        str(Path(sys.executable).parent / "difficulty"),
+        "profile",
+        "--limit",
+        "6",
+        "--n",
+        "2",
+        "--max-tokens",
+        "12",
+        "--shard-size",
+        "2",
+        "--grade-workers",
+        "1",
+        "--no-report",
+    ]
     samples_dir = data_dir / "samples"
     # Its own session: kill -9 takes the whole process group (the CLI and its ephemeral
     # Prefect server and grading workers), as a crash of the machine or container would.
-    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 240
         while not list(samples_dir.rglob("shard-*.parquet")):
@@ -234,8 +257,7 @@ def test_kill_9_then_rerun_completes_without_gaps_or_duplicates(prefect_api, tmp
     assert store.get_run(data_dir, run_id)["status"] == "sampling"
     first = {p.name: p.stat().st_mtime_ns for p in run_dir.glob("*.parquet")}
 
-    rerun = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400,
-                           check=False)
+    rerun = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert run_id in rerun.stdout
     check_complete(data_dir, run_id, 2, 6)

@@ -34,7 +34,11 @@ def test_grade_gsm8k_jsonl_becomes_a_run(data_dir, tmp_path):
         {"r": run_id},
     ).to_pylist()
     assert [(g["sample_idx"], g["grade_status"]) for g in got] == [
-        (0, "correct"), (1, "incorrect"), (0, "correct"), (1, "unparsed"), (2, "correct"),
+        (0, "correct"),
+        (1, "incorrect"),
+        (0, "correct"),
+        (1, "unparsed"),
+        (2, "correct"),
     ]
     stats = store.query(data_dir, "select n, c from prompt_stats where run_id = $r order by n", {"r": run_id})
     assert stats.to_pylist() == [{"n": 2, "c": 1}, {"n": 3, "c": 2}]
@@ -46,17 +50,39 @@ def test_grade_gsm8k_jsonl_becomes_a_run(data_dir, tmp_path):
 def test_grade_parquet_with_ids_and_mapped_columns(data_dir, tmp_path):
     path = tmp_path / "log.parquet"
     pq.write_table(
-        pa.table({"uid": ["a", "a", "b"], "gt": ["\\frac{1}{2}", "\\frac{1}{2}", "3"], "response": ["\\boxed{0.5}", "\\boxed{1/3}", "3"]}),
+        pa.table(
+            {
+                "uid": ["a", "a", "b"],
+                "gt": ["\\frac{1}{2}", "\\frac{1}{2}", "3"],
+                "response": ["\\boxed{0.5}", "\\boxed{1/3}", "3"],
+            }
+        ),
         path,
     )
     out = runner.invoke(
         app,
-        ["grade", "--input", str(path), "--problem-col", "", "--prompt-id-col", "uid", "--answer-col", "gt",
-         "--completion-col", "response", "--no-report"],
+        [
+            "grade",
+            "--input",
+            str(path),
+            "--problem-col",
+            "",
+            "--prompt-id-col",
+            "uid",
+            "--answer-col",
+            "gt",
+            "--completion-col",
+            "response",
+            "--no-report",
+        ],
     )
     assert out.exit_code == 0, out.output
     got = store.query(data_dir, "select prompt_id, sample_idx, correct from samples order by 1, 2").to_pylist()
-    assert [(g["prompt_id"], g["sample_idx"], g["correct"]) for g in got] == [("a", 0, True), ("a", 1, False), ("b", 0, True)]
+    assert [(g["prompt_id"], g["sample_idx"], g["correct"]) for g in got] == [
+        ("a", 0, True),
+        ("a", 1, False),
+        ("b", 0, True),
+    ]
 
 
 def test_grade_missing_column_names_it(data_dir, tmp_path):

@@ -27,11 +27,9 @@ def test_actor_resources_per_backend():
     assert ray_exec.actor_resources(cpu) == {"num_cpus": 1.0, "num_gpus": 0}
     threads = stages.ProfileConfig(executor="ray", backend_options={"n_threads": 2})
     assert ray_exec.actor_resources(threads)["num_cpus"] == 2.0
-    gpu = stages.ProfileConfig(executor="ray", backend="vllm", model="m",
-                               backend_options={"tensor_parallel_size": 2})
+    gpu = stages.ProfileConfig(executor="ray", backend="vllm", model="m", backend_options={"tensor_parallel_size": 2})
     assert ray_exec.actor_resources(gpu) == {"num_cpus": 1, "num_gpus": 2.0}
-    assert ray_exec.actor_resources(stages.ProfileConfig(executor="ray", backend="vllm", model="m"))[
-        "num_gpus"] == 1.0
+    assert ray_exec.actor_resources(stages.ProfileConfig(executor="ray", backend="vllm", model="m"))["num_gpus"] == 1.0
     assert ray_exec.actor_config(cpu).backend_options == {"n_threads": 1}
     with pytest.raises(ValueError, match="executor='local'"):
         ray_exec.ShardPool(stages.ProfileConfig())
@@ -57,4 +55,3 @@ def test_ray_run_equals_single_process_run(local_ray, prefect_api, tmp_path):  #
     b = sorted_samples(tmp_path / "ray", got["run_id"])
     assert a.equals(b), "the Ray run differs from the single-process run"
     assert store.get_run(tmp_path / "ray", got["run_id"])["status"] == "done"
-

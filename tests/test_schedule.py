@@ -91,7 +91,10 @@ def test_served_deployment_runs_on_its_schedule(tmp_path):
     prefect_cli = os.path.join(os.path.dirname(sys.executable), "prefect")
     server = subprocess.Popen(
         [prefect_cli, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
-        env=env, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     served = None
     try:
@@ -106,10 +109,30 @@ def test_served_deployment_runs_on_its_schedule(tmp_path):
             assert time.monotonic() < deadline, "prefect server did not start"
             time.sleep(0.5)
         served = subprocess.Popen(
-            [*DIFFICULTY, "schedule", "--interval", "5", "--name", "tiny", "--limit", "4",
-             "--n", "2", "--max-tokens", "12", "--shard-size", "2", "--grade-workers", "1",
-             "--no-report"],
-            env=env, cwd=tmp_path, stdout=serve_log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                *DIFFICULTY,
+                "schedule",
+                "--interval",
+                "5",
+                "--name",
+                "tiny",
+                "--limit",
+                "4",
+                "--n",
+                "2",
+                "--max-tokens",
+                "12",
+                "--shard-size",
+                "2",
+                "--grade-workers",
+                "1",
+                "--no-report",
+            ],
+            env=env,
+            cwd=tmp_path,
+            stdout=serve_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 300
         done = []

@@ -23,20 +23,18 @@ def test_pass_at_k_matches_exact_combinatorics():
     for n in (1, 2, 5, 17):
         for c in range(n + 1):
             for k in range(1, n + 1):
-                assert stats.pass_at_k(n, c, k) == pytest.approx(float(exact_pass_at_k(n, c, k)),
-                                                                 abs=1e-13)
+                assert stats.pass_at_k(n, c, k) == pytest.approx(float(exact_pass_at_k(n, c, k)), abs=1e-13)
     assert np.isnan(stats.pass_at_k(3, 1, 4))  # n < k
     # n in the thousands: the product is stable where factorials would overflow a float
     for n, c, k in ((3000, 7, 100), (5000, 1, 4999), (4000, 3990, 2)):
-        assert stats.pass_at_k(n, c, k) == pytest.approx(float(exact_pass_at_k(n, c, k)),
-                                                         rel=1e-12)
+        assert stats.pass_at_k(n, c, k) == pytest.approx(float(exact_pass_at_k(n, c, k)), rel=1e-12)
 
 
 def test_pass_at_k_curves_and_unbiasedness():
     n_u = np.array([6, 6, 9, 1, 0])
     c_u = np.array([0, 6, 4, 1, 0])
     curves = stats.pass_at_k_curves(n_u, c_u)
-    for j, (n, c) in enumerate(zip(n_u, c_u)):
+    for j, (n, c) in enumerate(zip(n_u, c_u, strict=False)):
         assert len(curves[j]) == n
         for k in range(1, n + 1):
             assert curves[j][k - 1] == pytest.approx(float(exact_pass_at_k(n, c, k)), abs=1e-13)
@@ -81,9 +79,7 @@ def test_zero_signal_posterior_for_n_below_g():
         assert float(plus) == pytest.approx(ep, rel=1e-6)
         assert float(minus) == pytest.approx(eq, rel=1e-6)
     # a different prior is honoured
-    assert float(stats.silent_rates(2, 1, 3, 1.0, 1.0)[0]) == pytest.approx(
-        (2 / 4) * (3 / 5) * (4 / 6)
-    )
+    assert float(stats.silent_rates(2, 1, 3, 1.0, 1.0)[0]) == pytest.approx((2 / 4) * (3 / 5) * (4 / 6))
 
 
 def test_unbiased_expect_k_of_group_std():
@@ -146,15 +142,14 @@ def test_answer_stats_from_histogram_against_counter():
         for a, cnt in sorted(hist.items()):
             parent.append(i)
             counts.append(cnt)
-            ccounts.append(sum(1 for x, ok in zip(answers, correct) if x == a and ok))
-    out = stats.answer_stats_from_histogram(len(prompts), np.array(parent), np.array(counts),
-                                            np.array(ccounts))
+            ccounts.append(sum(1 for x, ok in zip(answers, correct, strict=False) if x == a and ok))
+    out = stats.answer_stats_from_histogram(len(prompts), np.array(parent), np.array(counts), np.array(ccounts))
     for i, (answers, correct) in enumerate(prompts):
         hist = Counter(a for a in answers if a is not None)
         total = sum(hist.values())
         assert out["n_answered"][i] == total
         assert out["n_distinct_answers"][i] == len(hist)
-        corr = Counter(a for a, ok in zip(answers, correct) if ok and a is not None)
+        corr = Counter(a for a, ok in zip(answers, correct, strict=False) if ok and a is not None)
         assert out["n_distinct_correct"][i] == len(corr)
         if total:
             shares = np.array(list(hist.values())) / total
@@ -163,8 +158,7 @@ def test_answer_stats_from_histogram_against_counter():
         else:
             assert np.isnan(out["modal_share"][i])
         if corr:
-            assert out["modal_correct_share_grpo"][i] == pytest.approx(
-                max(corr.values()) / sum(corr.values()))
+            assert out["modal_correct_share_grpo"][i] == pytest.approx(max(corr.values()) / sum(corr.values()))
             assert out["modal_correct_share_reco"][i] == pytest.approx(1 / len(corr))
         else:
             assert np.isnan(out["modal_correct_share_grpo"][i])
@@ -177,4 +171,4 @@ def test_unique_pairs_round_trip():
     n_u, c_u, inv = stats.unique_pairs(n, c)
     np.testing.assert_array_equal(n_u[inv], n)
     np.testing.assert_array_equal(c_u[inv], c)
-    assert len(set(zip(n_u, c_u))) == len(n_u)
+    assert len(set(zip(n_u, c_u, strict=False))) == len(n_u)

@@ -143,13 +143,25 @@ def history_rows(data_dir: Path, checkpoint: Checkpoint, run_id: str) -> pa.Tabl
     c = stats.column("c")
     silent = pc.or_(pc.equal(c, 0), pc.equal(c, n))
     const = {
-        "checkpoint_id": checkpoint.checkpoint_id, "checkpoint": checkpoint.name,
-        "checkpoint_path": checkpoint.path, "step": checkpoint.step, "run_id": run_id,
-        "dataset": run["dataset"], "model": run["model"],
+        "checkpoint_id": checkpoint.checkpoint_id,
+        "checkpoint": checkpoint.name,
+        "checkpoint_path": checkpoint.path,
+        "step": checkpoint.step,
+        "run_id": run_id,
+        "dataset": run["dataset"],
+        "model": run["model"],
     }
     data = {k: pa.array([v] * rows, schema.HISTORY.field(k).type) for k, v in const.items()}
-    for name in ("prompt_id", "n", "c", "pass_rate", "group_sizes", "zero_signal",
-                 "silent_all_correct", "silent_all_wrong"):
+    for name in (
+        "prompt_id",
+        "n",
+        "c",
+        "pass_rate",
+        "group_sizes",
+        "zero_signal",
+        "silent_all_correct",
+        "silent_all_wrong",
+    ):
         data[name] = stats.column(name)
     data["silent"] = silent
     data["profiled_at"] = pa.array([datetime.now(UTC)] * rows, pa.timestamp("us", tz="UTC"))
@@ -191,8 +203,9 @@ def profile_new_checkpoints(
         finally:
             close_samplers()  # one model in memory at a time
         rows = record(data_dir, ckpt, run["run_id"])
-        out.append({"checkpoint": ckpt.name, "path": ckpt.path, "step": ckpt.step,
-                    "run_id": run["run_id"], "rows": rows})
+        out.append(
+            {"checkpoint": ckpt.name, "path": ckpt.path, "step": ckpt.step, "run_id": run["run_id"], "rows": rows}
+        )
     return out
 
 

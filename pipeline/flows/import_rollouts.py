@@ -98,8 +98,10 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
             "problem": [problem[i] for i in rows],
             "answer": [gold[i] for i in rows],
             "status": [
-                schema.PROBLEM_EMPTY_ANSWER if not gold[i]
-                else schema.PROBLEM_EMPTY_PROBLEM if config.problem_col and not (problem[i] or "").strip()
+                schema.PROBLEM_EMPTY_ANSWER
+                if not gold[i]
+                else schema.PROBLEM_EMPTY_PROBLEM
+                if config.problem_col and not (problem[i] or "").strip()
                 else schema.PROBLEM_OK
                 for i in rows
             ],
@@ -107,23 +109,32 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
     )
     store.write_table(data_dir, "problems", problems, {"dataset": dataset})
     digest = hashlib.sha256()
-    for pid, c in zip(ids, completion):
+    for pid, c in zip(ids, completion, strict=False):
         digest.update(f"{pid}\x1f{c}\x1e".encode())
     run_id = "import-" + digest.hexdigest()[:12]
     grade_config = grade.GradeConfig(workers=config.grade_workers)
     store.register_run(
         data_dir,
         {
-            "run_id": run_id, "dataset": dataset, "model": config.model, "backend": "import",
-            "params": {"input": str(config.input), "rows": n}, "seed": 0,
-            "prompt_template": None, "grader": grade.grader_version(grade_config),
-            "versions": {}, "n_prompts": len(rows), "status": "sampling",
+            "run_id": run_id,
+            "dataset": dataset,
+            "model": config.model,
+            "backend": "import",
+            "params": {"input": str(config.input), "rows": n},
+            "seed": 0,
+            "prompt_template": None,
+            "grader": grade.grader_version(grade_config),
+            "versions": {},
+            "n_prompts": len(rows),
+            "status": "sampling",
         },
     )
     samples = pa.table(
         {
-            "prompt_id": ids, "sample_idx": pa.array(sample_idx, pa.int32()),
-            "completion": completion, "gold": gold,
+            "prompt_id": ids,
+            "sample_idx": pa.array(sample_idx, pa.int32()),
+            "completion": completion,
+            "gold": gold,
         }
     )
     shards = []
@@ -139,11 +150,13 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
     plan = RunPlan(run_id, dataset, config.model, "", problems, shards, {})
     info = finish_run(ProfileConfig(report=config.report), data_dir, plan)
     statuses = store.query(
-        data_dir, "select grade_status, count(*) n from samples where run_id = $run_id group by 1 order by 1",
+        data_dir,
+        "select grade_status, count(*) n from samples where run_id = $run_id group by 1 order by 1",
         {"run_id": run_id},
     )
-    info["grade_status"] = dict(zip(statuses.column("grade_status").to_pylist(), statuses.column("n").to_pylist()))
+    info["grade_status"] = dict(
+        zip(statuses.column("grade_status").to_pylist(), statuses.column("n").to_pylist(), strict=False)
+    )
     info["samples"] = n
     info["prompts"] = len(rows)
     return info
-

@@ -40,8 +40,12 @@ _TASK = {"persist_result": False, "cache_policy": None}
 
 load_task = task(stages.prepare_run, name="load-and-register", **_TASK)
 shard_task = task(
-    stages.run_shard, name="sample-and-grade-shard", task_run_name="shard-{shard}",
-    retries=SHARD_RETRIES, retry_delay_seconds=SHARD_RETRY_DELAY_S, **_TASK,
+    stages.run_shard,
+    name="sample-and-grade-shard",
+    task_run_name="shard-{shard}",
+    retries=SHARD_RETRIES,
+    retry_delay_seconds=SHARD_RETRY_DELAY_S,
+    **_TASK,
 )
 finish_task = task(stages.finish_run, name="analyze-allocate-report", **_TASK)
 
@@ -51,8 +55,12 @@ def _ray_shard(config: stages.ProfileConfig, data_dir, plan: stages.RunPlan, sha
 
 
 ray_shard_task = task(
-    _ray_shard, name="sample-and-grade-shard-on-ray", task_run_name="shard-{shard}",
-    retries=SHARD_RETRIES, retry_delay_seconds=SHARD_RETRY_DELAY_S, **_TASK,
+    _ray_shard,
+    name="sample-and-grade-shard-on-ray",
+    task_run_name="shard-{shard}",
+    retries=SHARD_RETRIES,
+    retry_delay_seconds=SHARD_RETRY_DELAY_S,
+    **_TASK,
 )
 
 
@@ -75,8 +83,12 @@ def rename_flow_run(name: str) -> None:
 # Shard tasks of the local executor run one after the other in the flow's thread (the sampler
 # already uses every core); on Ray they are submitted to this thread pool, one thread per actor.
 @flow(
-    name="profile", flow_run_name=_initial_name, persist_result=False, log_prints=False,
-    task_runner=ThreadPoolTaskRunner(max_workers=64), validate_parameters=False,
+    name="profile",
+    flow_run_name=_initial_name,
+    persist_result=False,
+    log_prints=False,
+    task_runner=ThreadPoolTaskRunner(max_workers=64),
+    validate_parameters=False,
 )
 def profile(config: dict[str, Any], data_dir: str) -> dict[str, Any]:
     """Load, sample and grade every shard (retried, skipping shards already stored), analyze.

@@ -115,8 +115,11 @@ class ProfileConfig:
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
-            n=self.n, temperature=self.temperature, top_p=self.top_p,
-            max_tokens=self.max_tokens, seed=self.seed,
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
         )
 
     def is_bundled(self) -> bool:
@@ -182,7 +185,10 @@ def compute_run_id(dataset: str, model: str, backend: str, params: dict, templat
     """Hash of dataset, model, backend, sampling parameters, template and the prompt set."""
     blob = json.dumps(
         {
-            "dataset": dataset, "model": model, "backend": backend, "params": params,
+            "dataset": dataset,
+            "model": model,
+            "backend": backend,
+            "params": params,
             "template": template,
             "prompts": hashlib.sha256("\n".join(prompt_ids).encode()).hexdigest(),
         },
@@ -212,17 +218,21 @@ def prepare_run(config: ProfileConfig, data_dir: Path, sampler=None) -> RunPlan:
     gradable = problems.filter(ok)
     skipped = {k: v for k, v in result.status_counts.items() if k != schema.PROBLEM_OK}
     params = config.sampling().to_dict()
-    run_id = compute_run_id(
-        dataset, model, config.backend, params, template, gradable.column("prompt_id").to_pylist()
-    )
+    run_id = compute_run_id(dataset, model, config.backend, params, template, gradable.column("prompt_id").to_pylist())
     store.register_run(
         data_dir,
         {
-            "run_id": run_id, "dataset": dataset, "model": model, "backend": config.backend,
+            "run_id": run_id,
+            "dataset": dataset,
+            "model": model,
+            "backend": config.backend,
             "params": {**params, "limit": config.limit, "shard_size": config.shard_size},
-            "seed": config.seed, "prompt_template": template,
+            "seed": config.seed,
+            "prompt_template": template,
             "grader": grade.grader_version(_grade_config(config)),
-            "versions": _versions(), "n_prompts": gradable.num_rows, "status": "sampling",
+            "versions": _versions(),
+            "n_prompts": gradable.num_rows,
+            "status": "sampling",
         },
     )
     shards = [
@@ -236,8 +246,7 @@ def _grade_config(config: ProfileConfig) -> grade.GradeConfig:
     return grade.GradeConfig(workers=config.grade_workers, timeout_s=config.grade_timeout_s)
 
 
-def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, run_id: str,
-                     sampler=None) -> pa.Table:
+def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, run_id: str, sampler=None) -> pa.Table:
     """Sample and grade a batch of problems; returns ``samples`` rows (nothing is written).
 
     This is the unit of work an executor runs: in this process (``run_shard``) or on a Ray actor
@@ -254,16 +263,17 @@ def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, r
         _progress("sample", done[0], total)
 
     samples = sampler.sample(problems, params, sampled, template=template)
-    gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(),
-                    strict=True))
+    gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), strict=True))
     items = samples.append_column(
         "gold", pa.array([gold[p] for p in samples.column("prompt_id").to_pylist()], pa.string())
     )
-    graded = grade.grade_table(items, _grade_config(config), pool=get_grading_pool(config),
-                               progress=lambda k: _progress("grade", k, len(items)))
-    return graded.drop_columns(["gold"]).append_column(
-        "run_id", pa.array([run_id] * graded.num_rows, pa.string())
+    graded = grade.grade_table(
+        items,
+        _grade_config(config),
+        pool=get_grading_pool(config),
+        progress=lambda k: _progress("grade", k, len(items)),
     )
+    return graded.drop_columns(["gold"]).append_column("run_id", pa.array([run_id] * graded.num_rows, pa.string()))
 
 
 def run_shard(config: ProfileConfig, data_dir: Path, plan: RunPlan, shard: int, sampler=None) -> int:
@@ -274,8 +284,7 @@ def run_shard(config: ProfileConfig, data_dir: Path, plan: RunPlan, shard: int, 
     if shard in store.finished_shards(data_dir, plan.run_id):
         log.info("run %s shard %d already done", plan.run_id, shard)
         return 0
-    graded = sample_and_grade(config, plan.problems.take(plan.shards[shard]), plan.template,
-                              plan.run_id, sampler)
+    graded = sample_and_grade(config, plan.problems.take(plan.shards[shard]), plan.template, plan.run_id, sampler)
     store.write_shard(data_dir, plan.run_id, shard, graded)
     return graded.num_rows
 
@@ -286,16 +295,29 @@ def pending_shards(data_dir: Path, plan: RunPlan) -> list[int]:
     return [s for s in range(len(plan.shards)) if s not in done]
 
 
-def allocation_table(run_id: str, counts: pa.Table, objective: str = "signal", estimator: str = "grpo",
-                     budget: int | None = None, n_min: int = 2, n_max: int = 64, posterior: bool = True,
-                     method: str = "fast") -> tuple[pa.Table, allocate.Allocation]:
+def allocation_table(
+    run_id: str,
+    counts: pa.Table,
+    objective: str = "signal",
+    estimator: str = "grpo",
+    budget: int | None = None,
+    n_min: int = 2,
+    n_max: int = 64,
+    posterior: bool = True,
+    method: str = "fast",
+) -> tuple[pa.Table, allocate.Allocation]:
     """Allocate a rollout budget over a run's prompts and shape it as the ``allocation`` table."""
     n = counts.column("n").to_numpy()
     c = counts.column("c").to_numpy()
     budget = budget if budget is not None else 16 * len(n)
     cfg = allocate.AllocationConfig(
-        budget=budget, objective=objective, estimator=estimator, n_min=n_min, n_max=n_max,
-        posterior=posterior, method=method,
+        budget=budget,
+        objective=objective,
+        estimator=estimator,
+        n_min=n_min,
+        n_max=n_max,
+        posterior=posterior,
+        method=method,
     )
     result = allocate.allocate(n, c, cfg)
     return allocate.allocation_table(run_id, counts.column("prompt_id"), result, cfg), result
@@ -311,8 +333,12 @@ def finish_run(config: ProfileConfig, data_dir: Path, plan: RunPlan) -> dict[str
     partition = {"run_id": plan.run_id}
     for name in ("prompt_stats", "weights", "summary"):
         store.write_table(data_dir, name, getattr(result, name), partition)
-    alloc, _ = allocation_table(plan.run_id, counts, budget=config.allocation_budget_factor * counts.num_rows,
-                                n_max=max(64, config.allocation_budget_factor * 4))
+    alloc, _ = allocation_table(
+        plan.run_id,
+        counts,
+        budget=config.allocation_budget_factor * counts.num_rows,
+        n_max=max(64, config.allocation_budget_factor * 4),
+    )
     store.write_table(data_dir, "allocation", alloc, partition)
     report_path = None
     if config.report:

@@ -67,9 +67,7 @@ class _Engine:
 
         _logging.basicConfig(level=_logging.WARNING)
         self.config = stages.ProfileConfig(**config)
-        self.sampler = stages.get_sampler(
-            self.config.backend, self.config.model, self.config.backend_options
-        )
+        self.sampler = stages.get_sampler(self.config.backend, self.config.model, self.config.backend_options)
 
     def model_name(self) -> str:
         return self.sampler.model_name
