@@ -295,34 +295,6 @@ def pending_shards(data_dir: Path, plan: RunPlan) -> list[int]:
     return [s for s in range(len(plan.shards)) if s not in done]
 
 
-def allocation_table(
-    run_id: str,
-    counts: pa.Table,
-    objective: str = "signal",
-    estimator: str = "grpo",
-    budget: int | None = None,
-    n_min: int = 2,
-    n_max: int = 64,
-    posterior: bool = True,
-    method: str = "fast",
-) -> tuple[pa.Table, allocate.Allocation]:
-    """Allocate a rollout budget over a run's prompts and shape it as the ``allocation`` table."""
-    n = counts.column("n").to_numpy()
-    c = counts.column("c").to_numpy()
-    budget = budget if budget is not None else 16 * len(n)
-    cfg = allocate.AllocationConfig(
-        budget=budget,
-        objective=objective,
-        estimator=estimator,
-        n_min=n_min,
-        n_max=n_max,
-        posterior=posterior,
-        method=method,
-    )
-    result = allocate.allocate(n, c, cfg)
-    return allocate.allocation_table(run_id, counts.column("prompt_id"), result, cfg), result
-
-
 def finish_run(config: ProfileConfig, data_dir: Path, plan: RunPlan) -> dict[str, Any]:
     """Analyze the stored samples, write the analysis and allocation tables, and the report."""
     missing = set(range(len(plan.shards))) - store.finished_shards(data_dir, plan.run_id)
@@ -333,13 +305,15 @@ def finish_run(config: ProfileConfig, data_dir: Path, plan: RunPlan) -> dict[str
     partition = {"run_id": plan.run_id}
     for name in ("prompt_stats", "weights", "summary"):
         store.write_table(data_dir, name, getattr(result, name), partition)
-    alloc, _ = allocation_table(
-        plan.run_id,
-        counts,
+    # The default allocation: GRPO's expected signal on each prompt's Beta posterior.
+    alloc_config = allocate.AllocationConfig(
         budget=config.allocation_budget_factor * counts.num_rows,
         n_max=max(64, config.allocation_budget_factor * 4),
+        posterior=True,
     )
-    store.write_table(data_dir, "allocation", alloc, partition)
+    counts_n, counts_c = counts.column("n").to_numpy(), counts.column("c").to_numpy()
+    table, _ = allocate.allocate_prompts(plan.run_id, counts.column("prompt_id"), counts_n, counts_c, alloc_config)
+    store.write_table(data_dir, "allocation", table, partition)
     report_path = None
     if config.report:
         report_path = _write_report(data_dir, plan.run_id)
