@@ -57,3 +57,10 @@ def test_runs_empty_and_bad_data_dir(data_dir, tmp_path):
     blocker.write_text("")
     out = runner.invoke(app, ["runs", "--data-dir", str(blocker / "d")])
     assert out.exit_code == 1 and "not writable" in out.output
+
+
+def test_profile_missing_model_fails_before_any_work(data_dir, tmp_path):
+    out = runner.invoke(app, ["profile", "--no-prefect", "--model", str(tmp_path / "missing.gguf"), "--limit", "2"])
+    assert out.exit_code == 1
+    assert "missing.gguf" in out.output
+    assert not (data_dir / "problems").exists() and not (data_dir / "runs").exists()

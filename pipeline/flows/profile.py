@@ -198,7 +198,11 @@ def compute_run_id(dataset: str, model: str, backend: str, params: dict, templat
 
 
 def prepare_run(config: ProfileConfig, data_dir: Path, sampler=None) -> RunPlan:
-    """Load the problems, store them, register the run and split it into shards."""
+    """Load the problems, store them, register the run and split it into shards.
+
+    The sampler comes first, so a model path that does not exist fails before any work.
+    """
+    sampler = sampler or get_sampler(config.backend, config.model, config.backend_options)
     result = datasets.load(
         config.dataset if config.data_file is None or config.dataset != "arithmetic" else None,
         data_file=config.data_file,
@@ -210,9 +214,8 @@ def prepare_run(config: ProfileConfig, data_dir: Path, sampler=None) -> RunPlan:
     if problems.num_rows == 0:
         raise datasets.DatasetError("the dataset has no problems")
     dataset = problems.column("dataset")[0].as_py()
-    store.write_table(data_dir, "problems", problems, {"dataset": dataset})
     template = template_for(dataset, config.template_file)
-    sampler = sampler or get_sampler(config.backend, config.model, config.backend_options)
+    store.write_table(data_dir, "problems", problems, {"dataset": dataset})
     model = sampler.model_name
     ok = pc.equal(problems.column("status"), schema.PROBLEM_OK)
     gradable = problems.filter(ok)
