@@ -17,14 +17,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import estimators as est
-from pipeline import schema, stats
+from pipeline import schema, stats, store
 
 log = logging.getLogger(__name__)
 
@@ -161,20 +160,6 @@ def validate_counts(counts: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]
     return ids, n, c
 
 
-_COUNTS_SQL = """
-SELECT prompt_id, count(*)::BIGINT AS n, (count(*) FILTER (WHERE correct))::BIGINT AS c
-FROM {source} {where}
-GROUP BY prompt_id ORDER BY prompt_id
-"""
-
-_HISTOGRAM_SQL = """
-SELECT prompt_id, extracted_answer AS a, count(*)::BIGINT AS cnt,
-       (count(*) FILTER (WHERE correct))::BIGINT AS cc
-FROM {source} {where}
-GROUP BY prompt_id, extracted_answer
-"""
-
-
 def _counts_from_histogram(flat: pa.Table) -> pa.Table:
     """Per-prompt counts and answer-histogram lists from (prompt, answer) rows in any order.
 
@@ -204,44 +189,29 @@ def _counts_from_histogram(flat: pa.Table) -> pa.Table:
     )
 
 
-def counts_from_samples(con_or_data_dir, run_id: str, answers: bool = True) -> pa.Table:
-    """Per-prompt counts of one run by a DuckDB ``GROUP BY`` over its samples Parquet.
+def counts_from_samples(data_dir: str | os.PathLike, run_id: str, answers: bool = True) -> pa.Table:
+    """Per-prompt counts of one run by a DuckDB ``GROUP BY`` over its samples Parquet files.
 
-    ``n`` counts every sample and ``c`` the correct ones (ungradable samples count as not correct,
-    as in ``sql/prompt_counts.sql``). With ``answers`` the query groups by (prompt, extracted
-    answer) instead and the per-prompt answer histograms come back as ``answer_values``,
-    ``answer_counts`` and ``answer_correct_counts`` (null answers counted in n, not listed).
-
-    Args:
-        con_or_data_dir: a DuckDB connection with a ``samples`` view (``store.connect``), or a
-            data directory, whose ``samples/run_id=<run_id>/`` files are read directly.
-        run_id: the run.
-        answers: also aggregate extracted answers.
+    ``n`` counts every sample and ``c`` the correct ones (ungradable samples count as not correct;
+    ``sql/prompt_counts.sql``). With ``answers`` the query groups by (prompt, extracted answer)
+    instead (``sql/answer_histogram.sql``) and the per-prompt answer histograms come back as
+    ``answer_values``, ``answer_counts`` and ``answer_correct_counts`` (null answers counted in n,
+    not listed). Only the run's own files are read: their list is a bound query parameter.
 
     Raises:
         ValueError: the run has no samples.
     """
     import duckdb
 
-    sql = _HISTOGRAM_SQL if answers else _COUNTS_SQL
-    if isinstance(con_or_data_dir, (str, os.PathLike)):
-        folder = Path(con_or_data_dir) / "samples" / f"run_id={run_id}"
-        if not any(folder.glob("*.parquet")):
-            raise ValueError(f"run {run_id!r} has no samples under {folder}")
-        glob = str(folder / "*.parquet").replace("'", "''")
-        source = f"read_parquet('{glob}', hive_partitioning=false)"
-        con = duckdb.connect(":memory:")
-        try:
-            result = con.sql(sql.format(source=source, where="")).to_arrow_table()
-        finally:
-            con.close()
-    else:
-        con = con_or_data_dir
-        result = con.sql(
-            sql.format(source="samples", where="WHERE run_id = $run_id"), params={"run_id": run_id}
-        ).to_arrow_table()
-    if result.num_rows == 0:
-        raise ValueError(f"run {run_id!r} has no samples")
+    files = [str(f) for f in store.partition_files(data_dir, "samples", {"run_id": run_id})]
+    if not files:
+        raise ValueError(f"run {run_id!r} has no samples under {data_dir}")
+    con = duckdb.connect(":memory:")
+    try:
+        query = store.load_sql("answer_histogram" if answers else "prompt_counts")
+        result = con.sql(query, params={"files": files}).to_arrow_table()
+    finally:
+        con.close()
     return _counts_from_histogram(result) if answers else result
 
 

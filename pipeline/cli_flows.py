@@ -241,7 +241,7 @@ def checkpoints_cmd(
         typer.echo("no new checkpoints")
         return
     print_table(pa.Table.from_pylist(done), title="checkpoints profiled")
-    print_table(store.query(data_dir, title=store.load_sql("history_checkpoints")), "history by checkpoint")
+    print_table(store.query(data_dir, store.load_sql("history_checkpoints")), title="history by checkpoint")
 
 
 def drift_cmd(
@@ -253,14 +253,15 @@ def drift_cmd(
     """Checkpoint drift: per checkpoint summary, prompts that became silent, largest changes."""
     try:
         path = store.resolve_data_dir(data_dir)
-        print_table(store.query(path, title=store.load_sql("history_checkpoints")), "history by checkpoint")
-        silent = store.query(path, f"SELECT * FROM ({store.load_sql('history_silent')}) LIMIT {int(limit)}")
+        print_table(store.query(path, store.load_sql("history_checkpoints")), title="history by checkpoint")
+        silent = store.query(path, f"SELECT * FROM ({store.load_sql('history_silent')}) LIMIT $limit", {"limit": limit})
         print_table(silent, title="prompts that became silent")
         moved = store.query(
             path,
             "SELECT dataset, prompt_id, prev_checkpoint, checkpoint, prev_pass_rate, pass_rate, "
             "pass_rate_change FROM history_drift WHERE pass_rate_change IS NOT NULL "
-            f"ORDER BY abs(pass_rate_change) DESC, prompt_id LIMIT {int(limit)}",
+            "ORDER BY abs(pass_rate_change) DESC, prompt_id LIMIT $limit",
+            {"limit": limit},
         )
         print_table(moved, title="largest pass-rate changes")
     except store.StoreError as exc:

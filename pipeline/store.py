@@ -125,8 +125,9 @@ def delete_partition(data_dir: str | os.PathLike, table: str, partition: dict[st
             file.unlink()
 
 
-def _files(data_dir: Path, table: str, where: dict[str, str] | None = None) -> list[Path]:
-    folder = _partition_dir(data_dir, table, where)
+def partition_files(data_dir: str | os.PathLike, table: str, where: dict[str, str] | None = None) -> list[Path]:
+    """The complete Parquet files of a table, or of one partition of it (temporary files excluded)."""
+    folder = _partition_dir(Path(data_dir), table, where)
     if not folder.exists():
         return []
     return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
@@ -134,7 +135,7 @@ def _files(data_dir: Path, table: str, where: dict[str, str] | None = None) -> l
 
 def read_table(data_dir: str | os.PathLike, table: str, where: dict[str, str] | None = None) -> pa.Table:
     """Read a table (or one partition of it) into memory with its declared schema."""
-    files = _files(Path(data_dir), table, where)
+    files = partition_files(Path(data_dir), table, where)
     target = schema.SCHEMAS[table]
     if not files:
         return target.empty_table()
@@ -208,7 +209,7 @@ def write_shard(data_dir: str | os.PathLike, run_id: str, shard: int, samples: p
 
 def finished_shards(data_dir: str | os.PathLike, run_id: str) -> set[int]:
     """Indices of the shards of a run already written (complete by construction)."""
-    return {int(p.stem.split("-")[1]) for p in _files(Path(data_dir), "samples", {"run_id": run_id})}
+    return {int(p.stem.split("-")[1]) for p in partition_files(Path(data_dir), "samples", {"run_id": run_id})}
 
 
 # --- SQL ----------------------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def connect(data_dir: str | os.PathLike) -> duckdb.DuckDBPyConnection:
     data_dir = Path(data_dir)
     con = duckdb.connect(":memory:")
     for table, target in schema.SCHEMAS.items():
-        if _files(data_dir, table):
+        if partition_files(data_dir, table):
             glob = str(data_dir / table / "**" / "*.parquet")
             con.execute(
                 f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_quote(glob)}, "

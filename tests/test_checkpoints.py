@@ -122,6 +122,14 @@ def test_checkpoint_pass_without_model_and_drift_views(tmp_path, data_dir, monke
     check_history(data_dir, 5)
     assert ckpt.profile_checkpoints_direct(cfg, data_dir) == []
     assert store.read_table(data_dir, "history").num_rows == 10
+    # The drift command reads the same views.
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    out = CliRunner().invoke(app, ["drift", "--limit", "3"])
+    assert out.exit_code == 0, out.output
+    assert "history by checkpoint" in out.output and "step-200" in out.output
 
 
 @pytest.mark.slow

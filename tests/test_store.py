@@ -111,7 +111,8 @@ def test_load_sql_by_name(data_dir):
             }
         ),
     )
-    got = store.query(data_dir, store.load_sql("prompt_counts"), {"run_id": "r1"})
+    files = [str(f) for f in store.partition_files(data_dir, "samples", {"run_id": "r1"})]
+    got = store.query(data_dir, store.load_sql("prompt_counts"), {"files": files})
     assert got.to_pylist() == [{"prompt_id": "a", "n": 2, "c": 1}, {"prompt_id": "b", "n": 1, "c": 0}]
     with pytest.raises(store.StoreError, match="no query named"):
         store.load_sql("does_not_exist")

@@ -1,6 +1,6 @@
--- Per-prompt sample and correct counts of one run (ungradable samples count as not correct).
-SELECT prompt_id, count(*) AS n, count(*) FILTER (WHERE correct) AS c
-FROM samples
-WHERE run_id = $run_id
+-- Per-prompt sample and correct counts over a run's sample files ($files: their paths).
+-- Ungradable samples (unparsed, timeout, error) count as samples, not as correct.
+SELECT prompt_id, count(*)::BIGINT AS n, (count(*) FILTER (WHERE correct))::BIGINT AS c
+FROM read_parquet($files, hive_partitioning = false)
 GROUP BY prompt_id
 ORDER BY prompt_id
