@@ -24,20 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = {"limit": 4, "n": 2, "max_tokens": 12, "shard_size": 2, "grade_workers": 1, "report": False}
 
 
-def needs_llama():
-    """Skip reason when the CPU extra (llama-cpp-python + the bundled model) is missing."""
-    try:
-        import llama_cpp  # noqa: F401
-
-        from pipeline.sample import bundled_model_path
-
-        bundled_model_path()
-    except (ImportError, FileNotFoundError) as exc:
-        return pytest.mark.skip(reason=f"needs the cpu extra: {exc}")
-    return pytest.mark.slow  # the cpu extra is there: nothing to skip (these tests are slow)
-
-
-llama = needs_llama()
+# Real llama.cpp runs (the cpu extra; conftest fails the session when it is missing).
+llama = pytest.mark.slow
 
 
 _HARNESS: dict = {}

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+import ray  # the ray extra; conftest checks it is installed
 from test_flows import check_complete, llama, prefect_api  # noqa: F401
 
 from pipeline import store
 from pipeline.flows import profile as stages
 from pipeline.flows import ray_exec
-
-ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'difficulty-pipeline[ray]'")
 
 TINY = {"limit": 6, "n": 2, "max_tokens": 12, "shard_size": 2, "grade_workers": 1, "report": False}
 

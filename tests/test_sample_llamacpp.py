@@ -18,8 +18,6 @@ from pipeline.sample import (
     template_for,
 )
 
-pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (the [cpu] extra)")
-
 PROBLEMS = [
     {"prompt_id": "add", "problem": "23 + 19"},
     {"prompt_id": "mul", "problem": "7 * 8"},

@@ -210,7 +210,6 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[str]:
-    pytest.importorskip("llama_cpp.server", reason="needs llama-cpp-python[server]")
     from pipeline.sample import bundled_model_path
 
     model = bundled_model_path()
