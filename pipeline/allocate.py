@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from scipy.special import betaln, gammaln
 
 from pipeline import estimators as est
 from pipeline import schema, stats
@@ -133,6 +132,8 @@ class Allocation:
 
 def _binom_pmf_matrix(n: int, p: np.ndarray) -> np.ndarray:
     """Binomial(n, p) pmf over k = 0..n for each p (rows), in log space; exact at p in {0, 1}."""
+    from scipy.special import gammaln  # scipy costs seconds to import: only when used
+
     k = np.arange(n + 1)
     logc = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
     inner = (p > 0) & (p < 1)
@@ -147,6 +148,8 @@ def _binom_pmf_matrix(n: int, p: np.ndarray) -> np.ndarray:
 
 def _beta_moment(alpha: np.ndarray, beta: np.ndarray, i, j) -> np.ndarray:
     """``E[p^i q^j]`` under ``Beta(alpha, beta)``."""
+    from scipy.special import betaln
+
     return np.exp(betaln(alpha + i, beta + j) - betaln(alpha, beta))
 
 
@@ -165,6 +168,8 @@ def value_table(
     Returns an array of shape ``(rows, len(n_grid))``; for ``variance`` it holds ``-w^2 p q / n``
     (so larger is better for every objective).
     """
+    from scipy.special import betaln, gammaln
+
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}; allowed: {', '.join(OBJECTIVES)}")
     posterior = p is None

@@ -23,7 +23,6 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
-from scipy.stats import binom
 
 __all__ = [
     "DEFAULT_ESTIMATORS",
@@ -42,6 +41,8 @@ def binom_pmf(G: int, p: np.ndarray | float, size: int | None = None) -> np.ndar
 
     Exact at p = 0 and p = 1 (scipy returns the point masses there).
     """
+    from scipy.stats import binom  # scipy costs seconds to import: only when used
+
     p = np.asarray(p, dtype=float)
     k = np.arange(G + 1 if size is None else size)
     return binom.pmf(k, G, p[..., None])

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
-from scipy.special import betaincinv
-from scipy.stats import norm
 
 __all__ = [
     "StatsConfig",
@@ -79,7 +78,7 @@ def wilson_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tuple[
     """Wilson score interval for ``p`` (Wilson 1927); ``[0, 1]`` where n = 0."""
     n = np.asarray(n, float)
     c = np.asarray(c, float)
-    z = norm.ppf(0.5 + level / 2)
+    z = NormalDist().inv_cdf(0.5 + level / 2)
     nn = np.where(n > 0, n, 1.0)
     ph = c / nn
     den = 1 + z * z / nn
@@ -95,6 +94,8 @@ def jeffreys_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tupl
     """Equal-tailed Jeffreys interval: quantiles of ``Beta(c + 1/2, n - c + 1/2)`` (spec s. 4)."""
     n = np.asarray(n, float)
     c = np.asarray(c, float)
+    from scipy.special import betaincinv  # scipy costs seconds to import: only when used
+
     a, b = c + 0.5, n - c + 0.5
     alpha = 1 - level
     return betaincinv(a, b, alpha / 2), betaincinv(a, b, 1 - alpha / 2)
