@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from pipeline import estimators as est
 from pipeline import schema, stats
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -555,3 +557,46 @@ def allocate_prompts(
         ids, n_obs, c_obs = ids.filter(pa.array(keep)), n_obs[keep], c_obs[keep]
     result = allocate(n_obs, c_obs, config)
     return allocation_table(run_id, ids.cast(pa.string()), result, config), result
+
+
+# The one default allocation policy (profile runs, the report, ``difficulty allocate`` without
+# --budget): GRPO's expected signal on each prompt's Beta posterior, 16 rollouts per prompt.
+DEFAULT_BUDGET_PER_PROMPT = 16
+
+
+def default_config(n_prompts: int, budget_per_prompt: int = DEFAULT_BUDGET_PER_PROMPT) -> AllocationConfig:
+    """The default allocation of ``budget_per_prompt`` rollouts per prompt over ``n_prompts``."""
+    if budget_per_prompt < 2:
+        raise ValueError(f"budget per prompt {budget_per_prompt} must be >= 2")
+    return AllocationConfig(
+        budget=budget_per_prompt * n_prompts,
+        n_max=max(64, budget_per_prompt * 4),
+        posterior=True,
+    )
+
+
+def allocation_key(config: AllocationConfig) -> str:
+    """What identifies one allocation of a run (its file name in the ``allocation`` table).
+
+    Two allocations with a different objective, estimator, budget or prior never share a key,
+    so they are stored side by side; the same allocation computed again replaces itself.
+    """
+    label = est.get(config.estimator).spec if config.objective == "signal" else None
+    parts = [config.objective, *([label] if label else []), f"b{config.budget}"]
+    parts.append("posterior" if config.posterior else "point")
+    return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
+
+
+def default_allocation(
+    run_id: str, counts: pa.Table, budget_per_prompt: int = DEFAULT_BUDGET_PER_PROMPT
+) -> tuple[pa.Table, AllocationConfig]:
+    """The default allocation of a run's counts (``prompt_id``, ``n``, ``c``) and its config."""
+    config = default_config(counts.num_rows, budget_per_prompt)
+    n, c = counts.column("n").to_numpy(), counts.column("c").to_numpy()
+    table, _ = allocate_prompts(run_id, counts.column("prompt_id"), n, c, config)
+    return table, config
+
+
+def write_allocation(store: Store, run_id: str, table: pa.Table, config: AllocationConfig) -> None:
+    """Store one allocation of a run under its key: it replaces only the same allocation."""
+    store.write_table("allocation", table, {"run_id": run_id}, part=allocation_key(config))

@@ -15,7 +15,6 @@ mean for ``n < G``; plug-in values appear only in columns and metrics named ``*_
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import estimators as est
-from pipeline import schema, stats, store
+from pipeline import schema, stats
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -189,30 +189,20 @@ def _counts_from_histogram(flat: pa.Table) -> pa.Table:
     )
 
 
-def counts_from_samples(data_dir: str | os.PathLike, run_id: str, answers: bool = True) -> pa.Table:
-    """Per-prompt counts of one run by a DuckDB ``GROUP BY`` over its samples Parquet files.
+def counts_from_samples(store: Store, run_id: str, answers: bool = True) -> pa.Table:
+    """Per-prompt counts of one run, from a DuckDB ``GROUP BY`` over its samples (``Store.sample_counts``).
 
     ``n`` counts every sample and ``c`` the correct ones (ungradable samples count as not correct;
     ``sql/prompt_counts.sql``). With ``answers`` the query groups by (prompt, extracted answer)
     instead (``sql/answer_histogram.sql``) and the per-prompt answer histograms come back as
     ``answer_values``, ``answer_counts`` and ``answer_correct_counts`` (null answers counted in n,
-    not listed). Only the run's own files are read: their list is a bound query parameter.
+    not listed).
 
     Raises:
-        ValueError: the run has no samples.
+        StoreError: the run has no samples.
     """
-    import duckdb
-
-    files = [str(f) for f in store.partition_files(data_dir, "samples", {"run_id": run_id})]
-    if not files:
-        raise ValueError(f"run {run_id!r} has no samples under {data_dir}")
-    con = duckdb.connect(":memory:")
-    try:
-        query = store.load_sql("answer_histogram" if answers else "prompt_counts")
-        result = con.sql(query, params={"files": files}).to_arrow_table()
-    finally:
-        con.close()
-    return _counts_from_histogram(result) if answers else result
+    flat = store.sample_counts(run_id, answers=answers)
+    return _counts_from_histogram(flat) if answers else flat
 
 
 def counts_from_priors(problems: pa.Table) -> pa.Table:
@@ -566,3 +556,31 @@ def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
         weights=_weights(ids, pairs, run_id),
         summary=_summary(pairs, run_id),
     )
+
+
+ANALYSIS_TABLES = ("prompt_stats", "weights", "summary")
+
+
+def read_analysis(store: Store, run_id: str) -> Analysis | None:
+    """The analysis tables stored for a run, or None when any of them is missing."""
+    tables = {name: store.read_table(name, {"run_id": run_id}) for name in ANALYSIS_TABLES}
+    if any(t.num_rows == 0 for t in tables.values()):
+        return None
+    return Analysis(**tables)
+
+
+def write_analysis(store: Store, run_id: str, result: Analysis) -> None:
+    """Store a run's analysis tables, replacing any earlier analysis of the run."""
+    for name in ANALYSIS_TABLES:
+        store.replace_partition(name, getattr(result, name), {"run_id": run_id})
+
+
+def analysis_of_run(store: Store, run_id: str, config: AnalyzeConfig | None = None) -> tuple[Analysis, bool]:
+    """The analysis of a run: the stored tables, else computed from its samples (not written).
+
+    Returns ``(analysis, computed)``; ``computed`` is True when it was not stored.
+    """
+    stored = read_analysis(store, run_id)
+    if stored is not None:
+        return stored, False
+    return analyze(counts_from_samples(store, run_id), run_id, config), True

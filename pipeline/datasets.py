@@ -23,12 +23,11 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from pipeline import schema
+from pipeline.errors import DatasetError
 
 log = logging.getLogger(__name__)
 
 
-class DatasetError(ValueError):
-    """A dataset cannot be loaded as asked; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -353,10 +352,7 @@ def to_problems(raw: pa.Table, adapter: Adapter, dataset: str, split: str | None
     answers = [None if a is None else str(a).strip() for a in rows["answer"]]
     rows["problem"], rows["answer"] = problems, answers
     rows["prompt_id"] = [prompt_id(dataset, p) for p in problems]
-    rows["status"] = [
-        schema.PROBLEM_EMPTY_PROBLEM if not p.strip() else schema.PROBLEM_EMPTY_ANSWER if not a else schema.PROBLEM_OK
-        for p, a in zip(problems, answers, strict=False)
-    ]
+    rows["status"] = [schema.problem_status(p, a) for p, a in zip(problems, answers, strict=True)]
     table = pa.Table.from_pydict({k: rows[k] for k in schema.PROBLEMS.names})
     table = _cast_problems(table)
     # Duplicates (same normalised text) collapse onto their first row.

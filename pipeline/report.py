@@ -40,6 +40,7 @@ from plotly.subplots import make_subplots
 
 from pipeline import allocate as alloc
 from pipeline import analyze, schema, store
+from pipeline.errors import ReportError
 from pipeline import estimators as est
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,6 @@ _TEMPLATE = "plotly_white"
 _CONFIG = {"displaylogo": False, "responsive": True}
 
 
-class ReportError(RuntimeError):
-    """A report cannot be written as asked; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,36 @@ Every stage imports its table's schema from here, so a column is named and typed
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import pyarrow as pa
 
 # Problem statuses: why a row cannot be graded (kept, never dropped).
-PROBLEM_OK = "ok"
-PROBLEM_EMPTY_PROBLEM = "empty_problem"
-PROBLEM_EMPTY_ANSWER = "empty_answer"
+ProblemStatus = Literal["ok", "empty_problem", "empty_answer"]
+PROBLEM_OK: ProblemStatus = "ok"
+PROBLEM_EMPTY_PROBLEM: ProblemStatus = "empty_problem"
+PROBLEM_EMPTY_ANSWER: ProblemStatus = "empty_answer"
+
+
+def problem_status(problem: str | None, answer: str | None, *, needs_problem: bool = True) -> ProblemStatus:
+    """The one precedence rule: an empty problem first, then an empty answer.
+
+    ``needs_problem=False`` (rollouts imported without problem text) checks the answer only.
+    """
+    if needs_problem and not (problem or "").strip():
+        return PROBLEM_EMPTY_PROBLEM
+    if not (answer or "").strip():
+        return PROBLEM_EMPTY_ANSWER
+    return PROBLEM_OK
+
 
 # Grade statuses of one sample.
-GRADE_STATUSES = ("correct", "incorrect", "unparsed", "timeout", "error")
+GradeStatus = Literal["correct", "incorrect", "unparsed", "timeout", "error"]
+GRADE_STATUSES: tuple[GradeStatus, ...] = get_args(GradeStatus)
+
+# A run's life: registered, sampling shards, analysed and reported, or stopped by an error.
+RunStatus = Literal["created", "sampling", "done", "failed"]
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 
 PROBLEMS = pa.schema(
     [

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import schema
+from pipeline.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -38,40 +40,10 @@ DEFAULT_DATA_DIR = "difficulty-data"
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:+-]+$")
 
 
-class StoreError(RuntimeError):
-    """A storage problem the user can act on (bad data directory, unknown run, bad SQL)."""
-
-
-def resolve_data_dir(data_dir: str | os.PathLike | None = None, *, create: bool = True) -> Path:
-    """Return the data directory (flag, then ``$DIFFICULTY_DATA``, then ``./difficulty-data``).
-
-    Fails before any work when the directory cannot be created or written.
-    """
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data directory's path: the flag, then ``$DIFFICULTY_DATA``, then ``./difficulty-data``."""
     raw = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR)
-    path = Path(raw).expanduser().resolve()
-    if not create:
-        return path
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-probe-{uuid.uuid4().hex}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise StoreError(
-            f"data directory {str(path)!r} is not writable ({exc.strerror or exc}); "
-            f"pass --data-dir or set {DATA_DIR_ENV} to a writable folder"
-        ) from exc
-    return path
-
-
-def _partition_dir(data_dir: Path, table: str, partition: dict[str, str] | None) -> Path:
-    folder = Path(data_dir) / table
-    for key, value in (partition or {}).items():
-        value = str(value)
-        if not _SAFE_VALUE.match(value):
-            raise StoreError(f"partition value {value!r} for {key!r} has characters unsafe in a path")
-        folder = folder / f"{key}={value}"
-    return folder
+    return Path(raw).expanduser().resolve()
 
 
 def conform(data: pa.Table, table: str) -> pa.Table:
@@ -96,123 +68,8 @@ def conform(data: pa.Table, table: str) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def write_table(
-    data_dir: str | os.PathLike,
-    table: str,
-    data: pa.Table,
-    partition: dict[str, str] | None = None,
-    part: str = "part-0",
-) -> Path:
-    """Atomically write ``data`` as ``<data_dir>/<table>/<k>=<v>/.../<part>.parquet``."""
-    data = conform(data, table)
-    folder = _partition_dir(Path(data_dir), table, partition)
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{part}.parquet"
-    tmp = folder / f".{part}.{uuid.uuid4().hex}.tmp"
-    try:
-        pq.write_table(data, tmp, compression="zstd")
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return final
-
-
-def delete_partition(data_dir: str | os.PathLike, table: str, partition: dict[str, str]) -> None:
-    """Remove every file of one partition (used before rewriting a run's analysis tables)."""
-    folder = _partition_dir(Path(data_dir), table, partition)
-    if folder.exists():
-        for file in folder.rglob("*.parquet"):
-            file.unlink()
-
-
-def partition_files(data_dir: str | os.PathLike, table: str, where: dict[str, str] | None = None) -> list[Path]:
-    """The complete Parquet files of a table, or of one partition of it (temporary files excluded)."""
-    folder = _partition_dir(Path(data_dir), table, where)
-    if not folder.exists():
-        return []
-    return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
-
-
-def read_table(data_dir: str | os.PathLike, table: str, where: dict[str, str] | None = None) -> pa.Table:
-    """Read a table (or one partition of it) into memory with its declared schema."""
-    files = partition_files(Path(data_dir), table, where)
-    target = schema.SCHEMAS[table]
-    if not files:
-        return target.empty_table()
-    return pa.concat_tables([conform(pq.read_table(f), table) for f in files])
-
-
-# --- run registry -------------------------------------------------------------------------------
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def register_run(data_dir: str | os.PathLike, run: dict[str, Any]) -> str:
-    """Record a run (idempotent: an existing run keeps its created_at). Returns its run_id."""
-    run_id = run["run_id"]
-    existing = get_run(data_dir, run_id, missing_ok=True)
-    row = dict(existing or {})
-    row.update({k: v for k, v in run.items() if v is not None})
-    for key in ("params", "versions"):
-        if isinstance(row.get(key), dict):
-            row[key] = json.dumps(row[key], sort_keys=True)
-    row.setdefault("created_at", _now())
-    row["updated_at"] = _now()
-    row.setdefault("status", "created")
-    _write_run(data_dir, row)
-    return run_id
-
-
-def _write_run(data_dir: str | os.PathLike, row: dict[str, Any]) -> None:
-    names = schema.RUNS.names
-    data = pa.Table.from_pylist([{k: row.get(k) for k in names}], schema=schema.RUNS)
-    write_table(data_dir, "runs", data, {"run_id": row["run_id"]}, part="run")
-
-
-def get_run(data_dir: str | os.PathLike, run_id: str, *, missing_ok: bool = False) -> dict | None:
-    """Return one run's registry row as a dict (params and versions still JSON strings)."""
-    rows = read_table(data_dir, "runs", {"run_id": run_id}).to_pylist()
-    if not rows:
-        if missing_ok:
-            return None
-        known = list_runs(data_dir).column("run_id").to_pylist()
-        raise StoreError(f"unknown run {run_id!r}; known runs: {known or 'none'}")
-    return rows[0]
-
-
-def set_run_status(data_dir: str | os.PathLike, run_id: str, status: str) -> None:
-    """Update a run's status (created, sampling, done, failed)."""
-    row = get_run(data_dir, run_id)
-    row["status"] = status
-    row["updated_at"] = _now()
-    _write_run(data_dir, row)
-
-
-def list_runs(data_dir: str | os.PathLike) -> pa.Table:
-    """All runs, newest first."""
-    runs = read_table(data_dir, "runs")
-    if runs.num_rows:
-        runs = runs.sort_by([("created_at", "descending")])
-    return runs
-
-
 def shard_name(shard: int) -> str:
     return f"shard-{shard:05d}"
-
-
-def write_shard(data_dir: str | os.PathLike, run_id: str, shard: int, samples: pa.Table) -> Path:
-    """Write one finished shard of samples; its presence marks the shard done."""
-    return write_table(data_dir, "samples", samples, {"run_id": run_id}, part=shard_name(shard))
-
-
-def finished_shards(data_dir: str | os.PathLike, run_id: str) -> set[int]:
-    """Indices of the shards of a run already written (complete by construction)."""
-    return {int(p.stem.split("-")[1]) for p in partition_files(Path(data_dir), "samples", {"run_id": run_id})}
-
-
-# --- SQL ----------------------------------------------------------------------------------------
 
 
 def load_sql(name: str) -> str:
@@ -224,50 +81,226 @@ def load_sql(name: str) -> str:
         raise StoreError(f"no query named {name!r}; known: {known}") from exc
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+# SQL views over the base tables, defined in sql/ (created after the tables' own views).
+DERIVED_VIEWS = ("history_drift", "history_silent", "history_zero_signal", "history_checkpoints")
 
 
-def connect(data_dir: str | os.PathLike) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with one view per table over its Parquet files.
+def _now() -> datetime:
+    return datetime.now(UTC)
 
-    A table with no files yet gets an empty view of its declared schema, so queries on a fresh
-    data directory work and return no rows.
+
+@dataclass(frozen=True)
+class Store:
+    """A data directory: its layout, atomic writes, the run registry, DuckDB views and every read.
+
+    Everything that touches the files of a data directory goes through one ``Store``, so it is
+    the single seam where another filesystem would plug in. Build one with ``Store.open`` (which
+    resolves the default location and checks the folder is writable) or ``Store(path)``;
+    ``dataclasses.asdict(store)`` is its serialised form (a Prefect flow parameter).
     """
-    data_dir = Path(data_dir)
-    con = duckdb.connect(":memory:")
-    for table, target in schema.SCHEMAS.items():
-        if partition_files(data_dir, table):
-            glob = str(data_dir / table / "**" / "*.parquet")
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_quote(glob)}, "
-                "hive_partitioning=false, hive_types_autocast=false, union_by_name=true)"
-            )
-        else:
-            con.register(f"_{table}_empty", target.empty_table())
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_empty")
-    for view in (
-        "history_drift",
-        "history_silent",
-        "history_zero_signal",
-        "history_checkpoints",
-    ):  # SQL views over the base tables, defined in sql/
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike | None = None, *, create: bool = True) -> Store:
+        """The store at ``data_dir`` (flag, then ``$DIFFICULTY_DATA``, then ``./difficulty-data``).
+
+        With ``create`` the folder is made and probed, so a read-only location fails before any work.
+        """
+        path = resolve_data_dir(data_dir)
+        if create:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                probe = path / f".write-probe-{uuid.uuid4().hex}"
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as exc:
+                raise StoreError(
+                    f"data directory {str(path)!r} is not writable ({exc.strerror or exc}); "
+                    f"pass --data-dir or set {DATA_DIR_ENV} to a writable folder"
+                ) from exc
+        return cls(path)
+
+    # --- layout -----------------------------------------------------------------------------
+
+    def partition_dir(self, table: str, partition: dict[str, str] | None = None) -> Path:
+        folder = self.root / table
+        for key, value in (partition or {}).items():
+            value = str(value)
+            if not _SAFE_VALUE.match(value):
+                raise StoreError(f"partition value {value!r} for {key!r} has characters unsafe in a path")
+            folder = folder / f"{key}={value}"
+        return folder
+
+    def report_path(self, name: str) -> Path:
+        """Where a report named ``name`` (a run id, or a comparison's name) is written by default."""
+        return self.root / "reports" / f"{name}.html"
+
+    def files(self, table: str, where: dict[str, str] | None = None) -> list[Path]:
+        """The complete Parquet files of a table, or of one partition of it (temporary files excluded)."""
+        folder = self.partition_dir(table, where)
+        if not folder.exists():
+            return []
+        return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
+
+    # --- tables -----------------------------------------------------------------------------
+
+    def write_table(
+        self, table: str, data: pa.Table, partition: dict[str, str] | None = None, part: str = "part-0"
+    ) -> Path:
+        """Atomically write ``data`` as ``<root>/<table>/<k>=<v>/.../<part>.parquet``."""
+        data = conform(data, table)
+        folder = self.partition_dir(table, partition)
+        folder.mkdir(parents=True, exist_ok=True)
+        final = folder / f"{part}.parquet"
+        tmp = folder / f".{part}.{uuid.uuid4().hex}.tmp"
         try:
-            con.execute(f"CREATE VIEW {view} AS " + load_sql(view))
-        except (StoreError, duckdb.Error):
-            pass
-    return con
+            pq.write_table(data, tmp, compression="zstd")
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return final
 
+    def replace_partition(self, table: str, data: pa.Table, partition: dict[str, str], part: str = "part-0") -> Path:
+        """Write ``data`` as the only file of one partition (a rerun's analysis replaces the last one)."""
+        final = self.write_table(table, data, partition, part)
+        for file in self.files(table, partition):
+            if file != final:
+                file.unlink()
+        return final
 
-def query(data_dir: str | os.PathLike, sql: str, params: list | dict | None = None) -> pa.Table:
-    """Run one read query over the data directory's views; DuckDB errors become StoreError."""
-    con = connect(data_dir)
-    try:
-        rel = con.sql(sql, params=params or None)
-        if rel is None:  # a statement with no result (e.g. SET): nothing to show
-            return pa.table({})
-        return rel.to_arrow_table()
-    except duckdb.Error as exc:
-        raise StoreError(str(exc)) from exc
-    finally:
-        con.close()
+    def delete_partition(self, table: str, partition: dict[str, str]) -> None:
+        """Remove every file of one partition."""
+        for file in self.files(table, partition):
+            file.unlink()
+
+    def read_table(self, table: str, where: dict[str, str] | None = None) -> pa.Table:
+        """Read a table (or one partition of it) into memory with its declared schema."""
+        files = self.files(table, where)
+        if not files:
+            return schema.SCHEMAS[table].empty_table()
+        return pa.concat_tables([conform(pq.read_table(f), table) for f in files])
+
+    # --- run registry -----------------------------------------------------------------------
+
+    def register_run(self, run: dict[str, Any]) -> str:
+        """Record a run (idempotent: an existing run keeps its created_at). Returns its run_id."""
+        run_id = run["run_id"]
+        row = dict(self.get_run(run_id, missing_ok=True) or {})
+        row.update({k: v for k, v in run.items() if v is not None})
+        for key in ("params", "versions"):
+            if isinstance(row.get(key), dict):
+                row[key] = json.dumps(row[key], sort_keys=True)
+        row.setdefault("created_at", _now())
+        row["updated_at"] = _now()
+        row.setdefault("status", "created")
+        self._write_run(row)
+        return run_id
+
+    def _write_run(self, row: dict[str, Any]) -> None:
+        names = schema.RUNS.names
+        data = pa.Table.from_pylist([{k: row.get(k) for k in names}], schema=schema.RUNS)
+        self.write_table("runs", data, {"run_id": row["run_id"]}, part="run")
+
+    def get_run(self, run_id: str, *, missing_ok: bool = False) -> dict | None:
+        """One run's registry row as a dict (params and versions still JSON strings)."""
+        rows = self.read_table("runs", {"run_id": run_id}).to_pylist()
+        if not rows:
+            if missing_ok:
+                return None
+            known = self.list_runs().column("run_id").to_pylist()
+            raise StoreError(f"unknown run {run_id!r}; known runs: {known or 'none'}")
+        return rows[0]
+
+    def set_run_status(self, run_id: str, status: schema.RunStatus) -> None:
+        """Update a run's status."""
+        if status not in schema.RUN_STATUSES:
+            raise StoreError(f"run status {status!r} is unknown: allowed {', '.join(schema.RUN_STATUSES)}")
+        row = self.get_run(run_id)
+        row["status"] = status
+        row["updated_at"] = _now()
+        self._write_run(row)
+
+    def list_runs(self) -> pa.Table:
+        """All runs, newest first."""
+        runs = self.read_table("runs")
+        if runs.num_rows:
+            runs = runs.sort_by([("created_at", "descending")])
+        return runs
+
+    # --- shards -----------------------------------------------------------------------------
+
+    def write_shard(self, run_id: str, shard: int, samples: pa.Table) -> Path:
+        """Write one finished shard of samples; its presence marks the shard done."""
+        return self.write_table("samples", samples, {"run_id": run_id}, part=shard_name(shard))
+
+    def finished_shards(self, run_id: str) -> set[int]:
+        """Indices of the shards of a run already written (complete by construction)."""
+        return {int(p.stem.split("-")[1]) for p in self.files("samples", {"run_id": run_id})}
+
+    # --- SQL --------------------------------------------------------------------------------
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with one view per table over its Parquet files.
+
+        A table with no files yet gets an empty view of its declared schema, so queries on a fresh
+        data directory work and return no rows.
+        """
+        con = duckdb.connect(":memory:")
+        try:
+            for table, target in schema.SCHEMAS.items():
+                if self.files(table):
+                    # Partition columns live inside each file: hive partitioning stays off, so a
+                    # numeric-looking run id is never re-typed.
+                    glob = str(self.root / table / "**" / "*.parquet")
+                    con.read_parquet(glob, hive_partitioning=False, union_by_name=True).create_view(table)
+                else:
+                    con.register(f"_{table}_empty", target.empty_table())
+                    con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_empty")
+            for view in DERIVED_VIEWS:
+                con.execute(f"CREATE VIEW {view} AS " + load_sql(view))
+        except duckdb.Error as exc:
+            con.close()
+            raise StoreError(f"cannot open the tables under {self.root}: {exc}") from exc
+        return con
+
+    def query(self, sql: str, params: list | dict | None = None) -> pa.Table:
+        """Run one read query over the data directory's views; DuckDB errors become StoreError."""
+        con = self.connect()
+        try:
+            rel = con.sql(sql, params=params or None)
+            if rel is None:  # a statement with no result (e.g. SET): nothing to show
+                return pa.table({})
+            return rel.to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(str(exc)) from exc
+        finally:
+            con.close()
+
+    def named_query(self, name: str, params: dict | None = None) -> pa.Table:
+        """Run the query ``pipeline/sql/<name>.sql`` with its parameters bound."""
+        return self.query(load_sql(name), params)
+
+    def sample_counts(self, run_id: str, answers: bool = True) -> pa.Table:
+        """Per-prompt counts of one run's samples (``sql/prompt_counts.sql``), or with ``answers``
+        per (prompt, extracted answer) (``sql/answer_histogram.sql``).
+
+        Only the run's own files are read, without the other views: their list is a bound parameter.
+
+        Raises:
+            StoreError: the run has no samples.
+        """
+        files = [str(f) for f in self.files("samples", {"run_id": run_id})]
+        if not files:
+            raise StoreError(f"run {run_id!r} has no samples under {self.root}")
+        con = duckdb.connect(":memory:")
+        try:
+            query = load_sql("answer_histogram" if answers else "prompt_counts")
+            return con.sql(query, params={"files": files}).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot read the samples of run {run_id!r}: {exc}") from exc
+        finally:
+            con.close()

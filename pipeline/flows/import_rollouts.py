@@ -97,14 +97,7 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
             "prompt_id": [ids[i] for i in rows],
             "problem": [problem[i] for i in rows],
             "answer": [gold[i] for i in rows],
-            "status": [
-                schema.PROBLEM_EMPTY_ANSWER
-                if not gold[i]
-                else schema.PROBLEM_EMPTY_PROBLEM
-                if config.problem_col and not (problem[i] or "").strip()
-                else schema.PROBLEM_OK
-                for i in rows
-            ],
+            "status": [schema.problem_status(problem[i], gold[i], needs_problem=bool(config.problem_col)) for i in rows],
         }
     )
     store.write_table(data_dir, "problems", problems, {"dataset": dataset})

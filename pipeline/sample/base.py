@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from pipeline.errors import SamplingError
 from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt
 
 # One row per sample; the `samples` table adds run_id and the grading columns.
@@ -35,8 +36,6 @@ Progress = Callable[[int], None]
 _SEED_MAX = 2**31 - 1  # fits every backend: llama.cpp (uint32), vLLM and OpenAI servers (int)
 
 
-class SamplingError(RuntimeError):
-    """A backend could not produce the samples of a prompt (the message names the prompt)."""
 
 
 @dataclass(frozen=True)

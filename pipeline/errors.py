@@ -1,0 +1,32 @@
+"""One base for every error a user can act on; the CLI catches ``PipelineError`` and nothing else.
+
+A failure that belongs to one row (an empty problem, an unparsable answer, a grading timeout) is
+data: it becomes a status column and the run goes on. An exception means the command cannot do
+what was asked (an unknown run, an unreadable file, a bad option) and says which row or value.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(RuntimeError):
+    """An error the user can act on; its message names the row, file or value at fault."""
+
+
+class DatasetError(PipelineError, ValueError):
+    """A dataset cannot be loaded (unknown adapter, missing column, unreadable file, offline hub)."""
+
+
+class SamplingError(PipelineError):
+    """A sampler cannot be built or cannot sample (missing model, unknown backend, server gone)."""
+
+
+class StoreError(PipelineError):
+    """A storage problem (bad data directory, unknown run, unsafe partition value, bad SQL)."""
+
+
+class ReportError(PipelineError):
+    """A report cannot be written (no analysis for the run, unknown option)."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """An option or configuration value is out of range or unknown."""
