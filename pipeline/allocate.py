@@ -1,6 +1,6 @@
 """Rollout allocation over prompts, minimum tries, and group size for a target GRPO fidelity.
 
-``spec/estimators.md`` section 5. Given per-prompt counts (a point estimate ``p = c/n`` or a
+``docs/estimators.md`` §5. Given per-prompt counts (a point estimate ``p = c/n`` or a
 ``Beta(a + c, b + n - c)`` posterior), a budget ``B = sum_i n_i`` and bounds
 ``n_min <= n_i <= n_max``, maximise ``sum_i v_i(n_i)`` for one of three objectives:
 
@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from pipeline import estimators as est
 from pipeline import schema, stats
+from pipeline.errors import ConfigError
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -80,19 +81,19 @@ class AllocationConfig:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective={self.objective!r}; allowed: {', '.join(OBJECTIVES)}")
+            raise ConfigError(f"objective={self.objective!r}; allowed: {', '.join(OBJECTIVES)}")
         if self.method not in METHODS:
-            raise ValueError(f"method={self.method!r}; allowed: {', '.join(METHODS)}")
+            raise ConfigError(f"method={self.method!r}; allowed: {', '.join(METHODS)}")
         if int(self.n_min) != self.n_min or self.n_min < 1:
-            raise ValueError(f"n_min={self.n_min!r} must be an integer >= 1")
+            raise ConfigError(f"n_min={self.n_min!r} must be an integer >= 1")
         if int(self.n_max) != self.n_max or self.n_max < self.n_min:
-            raise ValueError(f"n_max={self.n_max!r} must be an integer >= n_min={self.n_min}")
+            raise ConfigError(f"n_max={self.n_max!r} must be an integer >= n_min={self.n_min}")
         if int(self.budget) != self.budget or self.budget < 0:
-            raise ValueError(f"budget={self.budget!r} must be an integer >= 0")
+            raise ConfigError(f"budget={self.budget!r} must be an integer >= 0")
         for name in ("prior_a", "prior_b"):
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"{name}={v!r} must be a finite number > 0")
+                raise ConfigError(f"{name}={v!r} must be a finite number > 0")
         if self.objective == "signal":
             est.get(self.estimator)  # unknown names fail here, listing the registry
 
@@ -173,7 +174,7 @@ def value_table(
     from scipy.special import betaln, gammaln
 
     if objective not in OBJECTIVES:
-        raise ValueError(f"objective={objective!r}; allowed: {', '.join(OBJECTIVES)}")
+        raise ConfigError(f"objective={objective!r}; allowed: {', '.join(OBJECTIVES)}")
     posterior = p is None
     if posterior:
         alpha = np.asarray(alpha, float)
@@ -236,13 +237,13 @@ def _uniform(budget: int, N: int, n_min: int, n_max: int) -> np.ndarray:
 
 def _check_budget(budget: int, N: int, n_min: int, n_max: int) -> None:
     if N == 0:
-        raise ValueError("no prompts to allocate over")
+        raise ConfigError("no prompts to allocate over")
     if budget < n_min * N:
-        raise ValueError(
+        raise ConfigError(
             f"budget {budget} is impossible: {N} prompts with n_min={n_min} need at least {n_min * N} rollouts"
         )
     if budget > n_max * N:
-        raise ValueError(
+        raise ConfigError(
             f"budget {budget} is above the most that can be used: {N} prompts with "
             f"n_max={n_max} take at most {n_max * N} rollouts"
         )
@@ -395,7 +396,7 @@ def allocate(
     _check_budget(config.budget, N, config.n_min, config.n_max)
     if not config.posterior and np.any(n_obs <= 0):
         i = int(np.flatnonzero(n_obs <= 0)[0])
-        raise ValueError(f"prompt {i} has no samples: use the posterior (posterior=True)")
+        raise ConfigError(f"prompt {i} has no samples: use the posterior (posterior=True)")
     n_grid = np.arange(config.n_min, config.n_max + 1)
     if prompt_weights is not None:
         # weights break the (n, c) sharing; one row per prompt
@@ -453,17 +454,17 @@ def min_tries(p: float | np.ndarray, delta: float) -> np.ndarray:
     """Smallest ``n >= 2`` with ``p^n + q^n <= delta`` (P(group not silent) >= 1 - delta).
 
     Exact: searched between the bounds ``ceil(log delta / log max(p,q))`` and
-    ``ceil(log(delta/2) / log max(p,q))`` of spec section 5.
+    ``ceil(log(delta/2) / log max(p,q))`` of docs/estimators.md §5.
 
     Raises:
         ValueError: delta outside (0, 1), or p outside (0, 1) (every group is silent there).
     """
     if not 0 < delta < 1:
-        raise ValueError(f"delta={delta!r} must be in (0, 1)")
+        raise ConfigError(f"delta={delta!r} must be in (0, 1)")
     p = np.atleast_1d(np.asarray(p, dtype=float))
     bad = ~((p > 0) & (p < 1))
     if bad.any():
-        raise ValueError(f"p={p[bad][0]!r} must be in (0, 1): at p = 0 or 1 every group is silent")
+        raise ConfigError(f"p={p[bad][0]!r} must be in (0, 1): at p = 0 or 1 every group is silent")
     m = np.maximum(p, 1 - p)
     lo = np.maximum(2, np.floor(np.log(delta) / np.log(m)).astype(np.int64) - 1)
     hi = np.maximum(2, np.ceil(np.log(delta / 2) / np.log(m)).astype(np.int64) + 1)
@@ -476,7 +477,7 @@ def min_tries(p: float | np.ndarray, delta: float) -> np.ndarray:
 
 
 def grpo_fidelity(p: float | np.ndarray, G: int) -> np.ndarray:
-    """GRPO's finite-group fidelity ``phi(p, G) = E_k[sigma_k] / sqrt(p q)`` (spec section 5)."""
+    """GRPO's finite-group fidelity ``phi(p, G) = E_k[sigma_k] / sqrt(p q)`` (docs/estimators.md §5)."""
     p = np.atleast_1d(np.asarray(p, dtype=float))
     k = np.arange(G + 1)
     return (_binom_pmf_matrix(G, p) @ (np.sqrt(k * (G - k)) / G)) / np.sqrt(p * (1 - p))
@@ -491,9 +492,9 @@ def group_size_for_fidelity(p: float, fidelity: float, G_max: int = 10_000_000) 
         ValueError: p outside (0, 1), fidelity outside (0, 1), or no G up to ``G_max``.
     """
     if not 0 < p < 1:
-        raise ValueError(f"p={p!r} must be in (0, 1)")
+        raise ConfigError(f"p={p!r} must be in (0, 1)")
     if not 0 < fidelity < 1:
-        raise ValueError(f"fidelity={fidelity!r} must be in (0, 1)")
+        raise ConfigError(f"fidelity={fidelity!r} must be in (0, 1)")
 
     def ok(G: int) -> bool:
         return bool(grpo_fidelity(p, G)[0] >= fidelity)
@@ -502,7 +503,7 @@ def group_size_for_fidelity(p: float, fidelity: float, G_max: int = 10_000_000) 
     while not ok(hi):
         hi *= 2
         if hi > G_max:
-            raise ValueError(f"no group size up to {G_max} reaches fidelity {fidelity} at p={p}")
+            raise ConfigError(f"no group size up to {G_max} reaches fidelity {fidelity} at p={p}")
     lo = hi // 2  # ok(lo) false (or lo = 0)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -567,7 +568,7 @@ DEFAULT_BUDGET_PER_PROMPT = 16
 def default_config(n_prompts: int, budget_per_prompt: int = DEFAULT_BUDGET_PER_PROMPT) -> AllocationConfig:
     """The default allocation of ``budget_per_prompt`` rollouts per prompt over ``n_prompts``."""
     if budget_per_prompt < 2:
-        raise ValueError(f"budget per prompt {budget_per_prompt} must be >= 2")
+        raise ConfigError(f"budget per prompt {budget_per_prompt} must be >= 2")
     return AllocationConfig(
         budget=budget_per_prompt * n_prompts,
         n_max=max(64, budget_per_prompt * 4),

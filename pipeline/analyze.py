@@ -7,7 +7,7 @@ or as histograms (``answer_values``, ``answer_counts``, ``answer_correct_counts`
 computed once per unique pair (65 of them for 64 samples per prompt) and broadcast by index;
 that keeps the analysis of Big-Math near the cost of reading its counts.
 
-Definitions (``spec/estimators.md``): weights and update masses are at the point estimate
+Definitions (``docs/estimators.md``): weights and update masses are at the point estimate
 ``p = c/n``; zero-signal rates are unbiased (hypergeometric) for ``n >= G`` and the Beta posterior
 mean for ``n < G``; plug-in values appear only in columns and metrics named ``*_plugin``.
 """
@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from pipeline import estimators as est
 from pipeline import schema, stats
+from pipeline.errors import ConfigError
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -92,15 +93,15 @@ class AnalyzeConfig:
         object.__setattr__(self, "group_sizes", tuple(self.group_sizes))
         object.__setattr__(self, "estimators", tuple(self.estimators))
         if not self.group_sizes:
-            raise ValueError("group_sizes is empty; give at least one G >= 1")
+            raise ConfigError("group_sizes is empty; give at least one G >= 1")
         for G in self.group_sizes:
             if int(G) != G or G < 1:
-                raise ValueError(f"group size G={G!r} must be an integer >= 1")
+                raise ConfigError(f"group size G={G!r} must be an integer >= 1")
         for spec in self.estimators:
             est.get(spec)  # unknown names raise, listing the registry
         names = [b.name for b in self.bands]
         if len(set(names)) != len(names):
-            raise ValueError(f"band names {names} must be distinct")
+            raise ConfigError(f"band names {names} must be distinct")
         object.__setattr__(self, "_stats", stats.StatsConfig(self.level, self.prior_a, self.prior_b))
 
 
@@ -118,11 +119,11 @@ class Analysis:
 
 def _as_numbers(table: pa.Table, name: str, ids: pa.Array) -> np.ndarray:
     if name not in table.column_names:
-        raise ValueError(f"counts table needs a {name!r} column; has {table.column_names}")
+        raise ConfigError(f"counts table needs a {name!r} column; has {table.column_names}")
     col = table.column(name).combine_chunks()
     if col.null_count:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ValueError(f"prompt {ids[i].as_py()!r}: {name} is missing")
+        raise ConfigError(f"prompt {ids[i].as_py()!r}: {name} is missing")
     values = col.to_numpy(zero_copy_only=False)
     if not pa.types.is_integer(col.type):
         values = values.astype(float)
@@ -130,7 +131,7 @@ def _as_numbers(table: pa.Table, name: str, ids: pa.Array) -> np.ndarray:
         bad = ~np.isfinite(values) | (values != np.round(values))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"prompt {ids[i].as_py()!r}: {name}={values[i]!r} is not a whole number")
+            raise ConfigError(f"prompt {ids[i].as_py()!r}: {name}={values[i]!r} is not a whole number")
     return values.astype(np.int64)
 
 
@@ -142,21 +143,21 @@ def validate_counts(counts: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]
             ``c < 0``, ``c > n``, or a duplicated prompt_id.
     """
     if "prompt_id" not in counts.column_names:
-        raise ValueError(f"counts table needs a 'prompt_id' column; has {counts.column_names}")
+        raise ConfigError(f"counts table needs a 'prompt_id' column; has {counts.column_names}")
     ids = counts.column("prompt_id").combine_chunks()
     if ids.null_count:
-        raise ValueError("counts table has a null prompt_id")
+        raise ConfigError("counts table has a null prompt_id")
     ids = ids.cast(pa.string())
     n = _as_numbers(counts, "n", ids)
     c = _as_numbers(counts, "c", ids)
     for mask, what in ((n < 0, "n < 0"), (c < 0, "c < 0"), (c > n, "c > n")):
         if mask.any():
             i = int(np.flatnonzero(mask)[0])
-            raise ValueError(f"prompt {ids[i].as_py()!r}: {what} (n={n[i]}, c={c[i]})")
+            raise ConfigError(f"prompt {ids[i].as_py()!r}: {what} (n={n[i]}, c={c[i]})")
     if len(pc.unique(ids)) != len(ids):
         counts_ = pc.value_counts(ids)
         dup = counts_.filter(pc.greater(counts_.field("counts"), 1))[0]["values"].as_py()
-        raise ValueError(f"prompt {dup!r} appears more than once in the counts table")
+        raise ConfigError(f"prompt {dup!r} appears more than once in the counts table")
     return ids, n, c
 
 
@@ -213,7 +214,7 @@ def counts_from_priors(problems: pa.Table) -> pa.Table:
     """
     for name in ("prompt_id", "prior_n", "prior_c"):
         if name not in problems.column_names:
-            raise ValueError(f"problems table needs a {name!r} column")
+            raise ConfigError(f"problems table needs a {name!r} column")
     n = pc.fill_null(problems.column("prior_n").cast(pa.int64()), 0)
     c = pc.fill_null(problems.column("prior_c").cast(pa.int64()), 0)
     missing = problems.column("prior_n").null_count
@@ -244,7 +245,7 @@ def _answer_histogram(counts: pa.Table):
     if has_correct:
         corr = counts.column("answers_correct").combine_chunks()
         if not pc.all(pc.equal(pc.list_value_length(corr), pc.list_value_length(raw))).as_py():
-            raise ValueError("answers and answers_correct lists differ in length")
+            raise ConfigError("answers and answers_correct lists differ in length")
         cols["ok"] = pc.cast(pc.fill_null(pc.list_flatten(corr), False), pa.int64())
     else:
         cols["ok"] = pa.array(np.zeros(len(flat), np.int64))
@@ -281,7 +282,7 @@ class _Pairs:
         self.estimators = [est.get(s) for s in config.estimators]
         self.labels = [e.spec for e in self.estimators]
         if len(set(self.labels)) != len(self.labels):
-            raise ValueError(f"estimator list has duplicates: {self.labels}")
+            raise ConfigError(f"estimator list has duplicates: {self.labels}")
         known = ~np.isnan(self.p_u)
         pk = np.where(known, self.p_u, 0.5)
         # weight[e, u, j] and mass at the point estimate; NaN where n = 0

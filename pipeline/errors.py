@@ -30,3 +30,11 @@ class ReportError(PipelineError):
 
 class ConfigError(PipelineError, ValueError):
     """An option or configuration value is out of range or unknown."""
+
+
+class MissingDependencyError(PipelineError, ImportError):
+    """An optional extra is not installed; the message names the ``pip install`` that fixes it."""
+
+
+class MissingFileError(PipelineError, FileNotFoundError):
+    """A file the user named (a model, a checkpoint folder, a data file) does not exist."""

@@ -2,7 +2,7 @@
 
 Binary rewards; a group of ``G`` iid responses has ``k ~ Binomial(G, p)`` correct. The per-prompt
 update is ``g = (1/G) sum_i A_i s_i``; the implied weight is defined by ``E[g] = w(p, G) grad p``
-(``spec/estimators.md`` section 1). For an advantage that depends only on the response's own
+(``docs/estimators.md`` §1). For an advantage that depends only on the response's own
 reward and on ``k`` (``A_plus(k)`` for a correct response, ``A_minus(k)`` for a wrong one), the
 leave-one-out form
 
@@ -23,6 +23,8 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
+
+from pipeline.errors import ConfigError
 
 __all__ = [
     "DEFAULT_ESTIMATORS",
@@ -54,7 +56,7 @@ def expect_k(phi: np.ndarray, G: int, p: np.ndarray | float) -> np.ndarray:
 
 
 def loo_weight(a_plus: np.ndarray, a_minus: np.ndarray, G: int, p: np.ndarray | float) -> np.ndarray:
-    """Leave-one-out form of the implied weight (spec section 1).
+    """Leave-one-out form of the implied weight (docs/estimators.md §1).
 
     Args:
         a_plus: ``A_plus(k)`` for k = 0..G (entry 0 unused).
@@ -73,7 +75,7 @@ def _pq(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_G(G: int) -> int:
     if int(G) != G or G < 1:
-        raise ValueError(f"group size G={G!r} must be an integer >= 1")
+        raise ConfigError(f"group size G={G!r} must be an integer >= 1")
     return int(G)
 
 
@@ -96,9 +98,9 @@ class Estimator:
         """Advantages of one group of binary rewards (shape ``(G,)``) or of a batch ``(B, G)``."""
         r = np.asarray(rewards)
         if r.ndim not in (1, 2):
-            raise ValueError(f"rewards must have shape (G,) or (B, G), got {r.shape}")
+            raise ConfigError(f"rewards must have shape (G,) or (B, G), got {r.shape}")
         if not np.isin(r, (0, 1)).all():
-            raise ValueError("rewards must be binary (0 or 1)")
+            raise ConfigError("rewards must be binary (0 or 1)")
         G = _check_G(r.shape[-1])
         a_plus, a_minus = self.advantage_table(G)
         k = r.sum(axis=-1, keepdims=True).astype(int)
@@ -116,7 +118,7 @@ class Estimator:
         raise NotImplementedError
 
     def mass(self, p: np.ndarray | float, G: int) -> np.ndarray:
-        """Update mass ``m(p, G) = w(p, G) p q`` (spec section 1)."""
+        """Update mass ``m(p, G) = w(p, G) p q`` (docs/estimators.md §1)."""
         p, q = _pq(p)
         return self.weight(p, G) * p * q
 
@@ -136,7 +138,7 @@ class GRPO(Estimator):
     """GRPO with the population std: ``A = (r - k/G) / sigma_k``, ``sigma_k = sqrt(k(G-k))/G``.
 
     ``w(p, G) = E_k[sigma_k] / (p q)``, ``-> 1/sqrt(pq)`` as G grows, ``sqrt(G-1)`` at p -> 0 or 1.
-    Source: Bay and Yearick, arXiv 2607.00152 (spec/estimators.md section 1).
+    Source: Bay and Yearick, arXiv 2607.00152 (docs/estimators.md §1).
     """
 
     name: ClassVar[str] = "grpo"
@@ -167,7 +169,7 @@ class GRPOBessel(Estimator):
 
     ``sigma~_k = sigma_k sqrt(G/(G-1))``; ``w = E_k[sigma_k^2 / (sigma~_k + eps)] / (p q)``.
     TRL uses eps = 1e-4, verl 1e-6. G = 1 has no std; its groups are silent (w = 0).
-    Source: spec/estimators.md section 1; arXiv 2607.00152.
+    Source: docs/estimators.md §1; arXiv 2607.00152.
     """
 
     name: ClassVar[str] = "grpo_bessel"
@@ -175,7 +177,7 @@ class GRPOBessel(Estimator):
 
     def __post_init__(self) -> None:
         if not (self.eps >= 0 and math.isfinite(self.eps)):
-            raise ValueError(f"grpo_bessel eps={self.eps!r} must be a finite number >= 0")
+            raise ConfigError(f"grpo_bessel eps={self.eps!r} must be a finite number >= 0")
 
     def _sigma_t(self, G: int) -> np.ndarray:
         k = np.arange(G + 1, dtype=float)
@@ -207,7 +209,7 @@ class GRPOBessel(Estimator):
 class DrGRPO(Estimator):
     """Dr. GRPO: ``A = r - k/G``; ``w = (G-1)/G``, flat in p (limit 1).
 
-    Source: spec/estimators.md section 1; arXiv 2607.00152.
+    Source: docs/estimators.md §1; arXiv 2607.00152.
     """
 
     name: ClassVar[str] = "dr_grpo"
@@ -231,7 +233,7 @@ class DAPO(Estimator):
     rescale by ``1/(1 - D)`` (``dataset_scale``) with ``G/(1 - z)`` expected rollouts per kept
     group. ``mode="resample"``: the same prompt is resampled up to ``T`` times,
     ``w = w_GRPO (1 - z^T)/(1 - z)`` with ``G (1 - z^T)/(1 - z)`` expected rollouts, where
-    ``z = p^G + q^G``. Source: spec/estimators.md section 3; arXiv 2607.00152.
+    ``z = p^G + q^G``. Source: docs/estimators.md §3; arXiv 2607.00152.
     """
 
     name: ClassVar[str] = "dapo"
@@ -240,9 +242,9 @@ class DAPO(Estimator):
 
     def __post_init__(self) -> None:
         if self.mode not in ("fill", "resample"):
-            raise ValueError(f"dapo mode={self.mode!r} must be 'fill' or 'resample'")
+            raise ConfigError(f"dapo mode={self.mode!r} must be 'fill' or 'resample'")
         if int(self.T) != self.T or self.T < 1:
-            raise ValueError(f"dapo T={self.T!r} must be an integer >= 1")
+            raise ConfigError(f"dapo T={self.T!r} must be an integer >= 1")
         object.__setattr__(self, "T", int(self.T))
 
     def advantage_table(self, G):
@@ -291,7 +293,7 @@ class RLOO(Estimator):
     """RLOO: ``A_i = r_i - mean of the other G-1 rewards``; ``w = 1`` (unbiased).
 
     With G = 1 the baseline is empty (0), so ``A = r`` (REINFORCE), still ``w = 1``.
-    Source: spec/estimators.md section 1.
+    Source: docs/estimators.md §1.
     """
 
     name: ClassVar[str] = "rloo"
@@ -315,7 +317,7 @@ class Sign(Estimator):
 
     It does not sum to zero: all-wrong groups still move (``q^(G-1)`` of the 2 comes from them,
     "pass@G failure descent"). Source: "Gradient Starvation in Binary-Reward GRPO",
-    arXiv 2605.07689; spec/estimators.md section 1.
+    arXiv 2605.07689; docs/estimators.md §1.
     """
 
     name: ClassVar[str] = "sign"
@@ -336,7 +338,7 @@ class MaxRL(Estimator):
     """MaxRL paper estimator ``g = (1/k) sum_{correct} s_i`` (0 when k = 0), i.e. ``A_plus = G/k``.
 
     ``w = (1 - q^G)/p -> 1/p`` (the gradient of log p). Not zero-sum.
-    Source: Tajwar et al., arXiv 2602.02710; spec/estimators.md section 1.
+    Source: Tajwar et al., arXiv 2602.02710; docs/estimators.md §1.
     """
 
     name: ClassVar[str] = "maxrl"
@@ -360,7 +362,7 @@ class MaxRL(Estimator):
 class MaxRLImpl(Estimator):
     """MaxRL as implemented: ``A = (r - k/G)/(k/G)``, 0 when k = 0; ``w = (1 - q^(G-1))/p``.
 
-    Source: Tajwar et al., arXiv 2602.02710; spec/estimators.md section 1.
+    Source: Tajwar et al., arXiv 2602.02710; docs/estimators.md §1.
     """
 
     name: ClassVar[str] = "maxrl_impl"
@@ -387,7 +389,7 @@ class SoftmaxGRPO(Estimator):
     limit is ``(c - 1)/(1 - p + p c)``. Computed with ``delta = 1 - e^(-1/tau)`` so that no
     exponential overflows (tau = 1e-3 is fine) and large tau keeps full precision:
     ``A_plus(k) = (G-k) delta / (G - (G-k) delta)``, ``A_minus(k) = -k delta / (G - (G-k) delta)``.
-    Source: "SoftmaxGRPO", arXiv 2608.09271; spec/estimators.md section 1.
+    Source: "SoftmaxGRPO", arXiv 2608.09271; docs/estimators.md §1.
     """
 
     name: ClassVar[str] = "softmax_grpo"
@@ -395,7 +397,7 @@ class SoftmaxGRPO(Estimator):
 
     def __post_init__(self) -> None:
         if not (self.tau > 0 and math.isfinite(self.tau)):
-            raise ValueError(f"softmax_grpo tau={self.tau!r} must be a finite number > 0")
+            raise ConfigError(f"softmax_grpo tau={self.tau!r} must be a finite number > 0")
 
     @property
     def delta(self) -> float:
@@ -426,7 +428,7 @@ class SoftmaxGRPO(Estimator):
 
 @dataclass(frozen=True)
 class ReCo(Estimator):
-    """Occurrence-normalised advantage (ReCo's response-level reweighting, spec section 6).
+    """Occurrence-normalised advantage (ReCo's response-level reweighting, docs/estimators.md §6).
 
     Each response is reweighted by the inverse of its answer's occurrence in the group, so every
     distinct answer gets the same total weight: ``u_i = G / (D n_{a_i})`` (mean 1), with ``D``
@@ -460,7 +462,7 @@ class ReCo(Estimator):
         r = np.asarray(rewards, dtype=float)
         a = np.asarray(answers)
         if r.ndim != 1 or a.shape != r.shape:
-            raise ValueError("reco with answers takes one group: rewards and answers of shape (G,)")
+            raise ConfigError("reco with answers takes one group: rewards and answers of shape (G,)")
         G = r.shape[0]
         _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
         u = G / (len(counts) * counts[inverse])
@@ -500,7 +502,7 @@ def _convert(value: str, target: type) -> object:
     if target is int or target == "int":
         f = float(value)
         if not f.is_integer():
-            raise ValueError(f"{value!r} is not an integer")
+            raise ConfigError(f"{value!r} is not an integer")
         return int(f)
     if target is float or target == "float":
         return float(value)
@@ -518,7 +520,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
     name, _, rest = text.partition(":")
     name = name.strip()
     if name not in REGISTRY:
-        raise ValueError(f"unknown estimator {name!r}; known: {', '.join(REGISTRY)}")
+        raise ConfigError(f"unknown estimator {name!r}; known: {', '.join(REGISTRY)}")
     cls = REGISTRY[name]
     allowed = {f.name: f.type for f in fields(cls)}
     params: dict[str, object] = {}
@@ -526,14 +528,14 @@ def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in allowed:
-            raise ValueError(
+            raise ConfigError(
                 f"estimator {name!r}: bad parameter {item!r}; parameters: "
                 f"{', '.join(allowed) or 'none'} (as {name}:param=value)"
             )
         try:
             params[key] = _convert(value.strip(), allowed[key])
         except ValueError as exc:
-            raise ValueError(f"estimator {name!r}: parameter {key}={value!r}: {exc}") from exc
+            raise ConfigError(f"estimator {name!r}: parameter {key}={value!r}: {exc}") from exc
     return name, params
 
 

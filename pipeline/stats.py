@@ -1,7 +1,7 @@
 """Per-prompt statistics from counts: pass rate, intervals, pass@k, zero-signal rates, answers.
 
 Everything here is a vectorised numpy function of the counts ``n`` (samples) and ``c`` (correct)
-of a prompt, following ``spec/estimators.md`` sections 3, 4 and 6. All of these depend on the
+of a prompt, following ``docs/estimators.md`` §3, 4 and 6. All of these depend on the
 prompt only through ``(n, c)``, so callers at scale evaluate them on the unique pairs and
 broadcast (``unique_pairs``).
 """
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+
+from pipeline.errors import ConfigError
 
 __all__ = [
     "StatsConfig",
@@ -46,11 +48,11 @@ class StatsConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.level < 1:
-            raise ValueError(f"interval level={self.level!r} must be in (0, 1)")
+            raise ConfigError(f"interval level={self.level!r} must be in (0, 1)")
         for name in ("prior_a", "prior_b"):
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"{name}={v!r} must be a finite number > 0")
+                raise ConfigError(f"{name}={v!r} must be a finite number > 0")
 
 
 def unique_pairs(n: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -91,7 +93,7 @@ def wilson_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tuple[
 
 
 def jeffreys_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Equal-tailed Jeffreys interval: quantiles of ``Beta(c + 1/2, n - c + 1/2)`` (spec s. 4)."""
+    """Equal-tailed Jeffreys interval: quantiles of ``Beta(c + 1/2, n - c + 1/2)`` (docs/estimators.md §4)."""
     n = np.asarray(n, float)
     c = np.asarray(c, float)
     from scipy.special import betaincinv  # scipy costs seconds to import: only when used
@@ -110,7 +112,7 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     if k < 1:
-        raise ValueError(f"k={k!r} must be >= 1")
+        raise ConfigError(f"k={k!r} must be >= 1")
     prod = np.ones(np.broadcast(n, c).shape)
     for i in range(k):
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -149,14 +151,14 @@ def _falling_ratio(top: np.ndarray, bottom: np.ndarray, G: int) -> np.ndarray:
 def silent_rates(
     n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prior_b: float = 0.5
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Probability that a group of G is all correct, and all wrong (spec section 3).
+    """Probability that a group of G is all correct, and all wrong (docs/estimators.md §3).
 
     For ``n >= G`` the unbiased estimates ``C(c, G)/C(n, G)`` and ``C(n-c, G)/C(n, G)``
     (hypergeometric); for ``n < G`` the Beta(a + c, b + n - c) posterior means
     ``prod_{j<G} (a + c + j)/(a + b + n + j)`` and the mirror term.
     """
     if int(G) != G or G < 1:
-        raise ValueError(f"group size G={G!r} must be an integer >= 1")
+        raise ConfigError(f"group size G={G!r} must be an integer >= 1")
     n = np.asarray(n, dtype=float)
     c = np.asarray(c, dtype=float)
     exact = n >= G
@@ -186,14 +188,14 @@ def zero_signal_plugin(n: np.ndarray, c: np.ndarray, G: int) -> np.ndarray:
 
 def unbiased_expect_k(phi: np.ndarray, G: int, n: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Unbiased estimate of ``E_{k ~ Bin(G, p)}[phi(k)]`` from n samples with c correct (n >= G):
-    ``sum_j phi(j) C(c, j) C(n-c, G-j) / C(n, G)`` (spec section 3).
+    ``sum_j phi(j) C(c, j) C(n-c, G-j) / C(n, G)`` (docs/estimators.md §3).
     """
     from scipy.stats import hypergeom
 
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     if np.any(n < G):
-        raise ValueError(f"unbiased estimate of a G={G} quantity needs n >= G")
+        raise ConfigError(f"unbiased estimate of a G={G} quantity needs n >= G")
     j = np.arange(G + 1)
     pmf = hypergeom.pmf(j, n[..., None], c[..., None], G)
     return pmf @ np.asarray(phi, float)
@@ -205,7 +207,7 @@ def answer_stats_from_histogram(
     counts: np.ndarray,
     correct_counts: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
-    """Answer concentration per prompt from answer histograms (spec section 6).
+    """Answer concentration per prompt from answer histograms (docs/estimators.md §6).
 
     Args:
         n_prompts: number of prompts.
@@ -240,7 +242,7 @@ def answer_stats_from_histogram(
     if len(parent) == 0:
         return out
     if np.any(np.diff(parent) < 0):
-        raise ValueError("answer histogram rows must be sorted by prompt")
+        raise ConfigError("answer histogram rows must be sorted by prompt")
     starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
     rows = parent[starts]
     total = np.add.reduceat(counts, starts)

@@ -1,15 +1,28 @@
-"""Shared fixtures: every test gets its own data directory and Prefect home, and no network."""
+"""Shared fixtures: every test gets its own data directory and Prefect home, and no network.
+
+Tests never import from other test files: what several of them need lives here.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+
+from pipeline.store import Store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Tiny real llama.cpp runs: 4 problems, 2 samples each, a few tokens, 2 prompts per shard.
+TINY = {"limit": 4, "n": 2, "max_tokens": 12, "shard_size": 2, "grade_workers": 1, "report": False}
 
 
 @pytest.fixture
@@ -18,6 +31,68 @@ def data_dir(tmp_path, monkeypatch):
     path = tmp_path / "difficulty-data"
     monkeypatch.setenv("DIFFICULTY_DATA", str(path))
     return path
+
+
+@pytest.fixture
+def store(data_dir) -> Store:
+    """The ``Store`` of the test's data directory (created)."""
+    return Store.open(data_dir)
+
+
+@pytest.fixture
+def tiny() -> dict:
+    """Profile options of a tiny real llama.cpp run."""
+    return dict(TINY)
+
+
+_HARNESS: dict = {}
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """Prefect's test harness (a temporary database behind an ephemeral API server), started
+    once per session: its start costs 10 to 60 seconds on a 2-core machine."""
+    if not _HARNESS:
+        os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
+        from prefect.testing.utilities import prefect_test_harness
+
+        harness = prefect_test_harness(server_startup_timeout=120)
+        harness.__enter__()
+        _HARNESS.update(cm=harness, users=0)
+    _HARNESS["users"] += 1
+    yield
+    _HARNESS["users"] -= 1
+    if not _HARNESS["users"]:
+        _HARNESS.pop("cm").__exit__(None, None, None)
+        _HARNESS.clear()
+
+
+def _check_complete(store: Store, run_id: str, n: int, prompts: int) -> pa.Table:
+    samples = store.read_table("samples", {"run_id": run_id})
+    assert samples.num_rows == n * prompts
+    keys = pc.binary_join_element_wise(
+        samples.column("prompt_id"), pc.cast(samples.column("sample_idx"), pa.string()), "#"
+    )
+    assert pc.count_distinct(keys).as_py() == samples.num_rows, "duplicated samples"
+    per_prompt = samples.group_by("prompt_id").aggregate([("sample_idx", "count")])
+    assert per_prompt.num_rows == prompts
+    assert set(per_prompt.column("sample_idx_count").to_pylist()) == {n}
+    return samples
+
+
+@pytest.fixture
+def check_complete():
+    """``check_complete(store, run_id, n, prompts)``: every prompt has its n samples, none twice."""
+    return _check_complete
+
+
+@pytest.fixture
+def close_engines():
+    """Free cached models and grading workers after the test (one model in memory at a time)."""
+    yield
+    from pipeline.run import close_engines as close
+
+    close()
 
 
 def pytest_configure(config):

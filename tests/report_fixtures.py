@@ -1,10 +1,11 @@
 """A tiny stored run for report tests, and a headless-Chromium check of a rendered report.
 
-``build_run`` writes, under a data directory, everything a finished profile leaves: the problems
-of the bundled arithmetic dataset, a runs row, synthetic sample shards (seeded correctness that
-falls with the problem's difficulty tier, extracted answers with a few recurring wrong ones), and
-the analysis tables (prompt_stats, weights, summary, allocation) computed by ``pipeline.analyze``
-and ``pipeline.allocate.allocate_prompts``.
+``build_run`` writes, through a ``Store``, everything a finished profile leaves: the problems of
+the bundled arithmetic dataset, a runs row, synthetic sample shards (seeded correctness that falls
+with the problem's difficulty tier, extracted answers with a few recurring wrong ones), and the
+analysis tables (prompt_stats, weights, summary) computed by ``pipeline.analyze`` with allocations
+from ``pipeline.allocate.allocate_prompts``, each stored under its ``allocation_key``. No flow and
+no CLI is involved: the tables are built directly.
 
 ``check_in_browser`` opens an HTML file from disk in Debian's ``chromium`` through Playwright
 with every non-file request blocked, and reports JavaScript errors and how many charts drew.
@@ -31,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline import allocate, analyze, datasets, schema, store
+from pipeline import allocate, analyze, datasets, schema
+from pipeline.store import Store
 
 CHROMIUM = os.environ.get("DIFFICULTY_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -46,7 +48,7 @@ CHROMIUM_ARGS = [
 
 
 def build_run(
-    data_dir: str | os.PathLike,
+    store: Store,
     run_id: str = "tiny-run",
     *,
     n_prompts: int = 36,
@@ -60,11 +62,12 @@ def build_run(
     group_sizes: tuple[int, ...] = (2, 4, 8, 16, 32),
     created_at: datetime | None = None,
     shards: int = 2,
+    status: str = "done",
 ) -> str:
-    """Write a small complete run under ``data_dir`` and return its run_id.
+    """Write a small complete run into ``store`` and return its run_id.
 
     Args:
-        data_dir: the data directory (created).
+        store: the data directory's store.
         run_id: id of the run.
         n_prompts: arithmetic problems (tiers interleaved, so all difficulties appear).
         n_samples: samples per prompt.
@@ -77,8 +80,8 @@ def build_run(
         group_sizes: G values of the stored analysis.
         created_at: the run's creation time (newest run = report default).
         shards: sample shards to split the prompts into.
+        status: the run's status in the registry.
     """
-    data_dir = store.resolve_data_dir(data_dir)
     rng = np.random.default_rng(seed)
     problems = datasets.load("arithmetic", limit=n_prompts).problems
     difficulty = np.asarray(problems.column("difficulty").to_pylist(), float)
@@ -93,11 +96,10 @@ def build_run(
             "prior_n",
             pa.array([64] * len(logit), pa.int32()),
         ).set_column(problems.schema.get_field_index("prior_c"), "prior_c", pa.array(prior_c, pa.int32()))
-    store.write_table(data_dir, "problems", problems, {"dataset": "arithmetic"})
+    store.write_table("problems", problems, {"dataset": "arithmetic"})
 
     created = created_at or datetime.now(UTC)
     store.register_run(
-        data_dir,
         {
             "run_id": run_id,
             "dataset": "arithmetic",
@@ -116,7 +118,7 @@ def build_run(
             "versions": {"pipeline": "test"},
             "n_prompts": n_prompts,
             "created_at": created,
-            "status": "done",
+            "status": status,
         },
     )
 
@@ -155,36 +157,30 @@ def build_run(
     samples = pa.Table.from_pylist(rows, schema=schema.SAMPLES)
     bounds = np.linspace(0, len(ids), shards + 1).astype(int) * n_samples
     for shard in range(shards):
-        store.write_shard(data_dir, run_id, shard, samples.slice(bounds[shard], bounds[shard + 1] - bounds[shard]))
+        store.write_shard(run_id, shard, samples.slice(bounds[shard], bounds[shard + 1] - bounds[shard]))
 
     if analysis:
-        write_analysis(data_dir, run_id, group_sizes=group_sizes)
+        write_analysis(store, run_id, group_sizes=group_sizes)
     return run_id
 
 
-def write_analysis(data_dir, run_id: str, *, group_sizes=(2, 4, 8, 16, 32), G: int = 8) -> None:
-    """Compute and store prompt_stats, weights, summary and allocation of a run."""
-    counts = analyze.counts_from_samples(data_dir, run_id)
+def write_analysis(store: Store, run_id: str, *, group_sizes=(2, 4, 8, 16, 32), G: int = 8) -> None:
+    """Compute and store prompt_stats, weights, summary and three allocations of a run (signal,
+    knapsack and variance objectives, ``G`` rollouts per prompt, point estimates)."""
+    counts = analyze.counts_from_samples(store, run_id)
     result = analyze.analyze(counts, run_id, analyze.AnalyzeConfig(group_sizes=group_sizes))
-    part = {"run_id": run_id}
-    store.write_table(data_dir, "prompt_stats", result.prompt_stats, part)
-    store.write_table(data_dir, "weights", result.weights, part)
-    store.write_table(data_dir, "summary", result.summary, part)
-    ids = counts.column("prompt_id")
-    n = counts.column("n").to_numpy()
-    c = counts.column("c").to_numpy()
-    budget = G * len(n)
-    tables = [
-        allocate.allocate_prompts(
-            run_id,
-            ids,
-            n,
-            c,
-            allocate.AllocationConfig(budget=budget, objective=objective, n_min=2, n_max=64),
-        )[0]
-        for objective in ("signal", "knapsack", "variance")
-    ]
-    store.write_table(data_dir, "allocation", pa.concat_tables(tables), part)
+    analyze.write_analysis(store, run_id, result)
+    for objective in ("signal", "knapsack", "variance"):
+        config = allocate.AllocationConfig(budget=G * counts.num_rows, objective=objective, n_min=2, n_max=64)
+        write_allocation(store, run_id, config, counts)
+
+
+def write_allocation(store: Store, run_id: str, config: allocate.AllocationConfig, counts: pa.Table) -> pa.Table:
+    """Allocate over ``counts`` (prompt_id, n, c) and store it under the allocation's own key."""
+    n, c = counts.column("n").to_numpy(), counts.column("c").to_numpy()
+    table, _ = allocate.allocate_prompts(run_id, counts.column("prompt_id"), n, c, config)
+    store.write_table("allocation", table, {"run_id": run_id}, part=allocate.allocation_key(config))
+    return table
 
 
 # --- the browser check --------------------------------------------------------------------------
@@ -235,16 +231,12 @@ _CHART_PROBE = """
 
 
 def chromium_missing_message() -> str | None:
-    """None when Chromium and Playwright are usable, else what to install."""
+    """None when Chromium is installed, else what to install (Playwright is a test dependency)."""
     if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
         return (
             f"Chromium not found at {CHROMIUM}: install Debian's package "
             "(`apt-get install -y chromium`) or set DIFFICULTY_CHROMIUM to its path"
         )
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright for Python is missing: `pip install playwright` (never `playwright install`)"
     return None
 
 
@@ -342,18 +334,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         if args.data_dir:
-            data_dir = Path(args.data_dir)
-            run_id = args.run or store.list_runs(data_dir).column("run_id")[0].as_py()
+            store = Store.open(args.data_dir, create=False)
+            run_id = args.run or store.list_runs().column("run_id")[0].as_py()
         else:
-            data_dir = Path(tmp) / "data"
+            store = Store(Path(tmp) / "data")
             run_id = build_run(
-                data_dir,
+                store,
                 "example-run",
                 n_prompts=90,
                 n_samples=32,
                 model="SmolLM2-135M-Instruct (synthetic)",
             )
-        html = render_report(data_dir, run_id, Path(tmp) / "report.html", G=args.G)
+        html = render_report(store, run_id, Path(tmp) / "report.html", G=args.G)
         res = check_in_browser(html, args.screenshot, section=args.section or None)
     print(
         json.dumps(

@@ -10,7 +10,9 @@ import pytest
 
 from pipeline import analyze as an
 from pipeline import estimators as est
-from pipeline import schema, stats, store
+from pipeline import schema, stats
+from pipeline.errors import StoreError
+from pipeline.store import Store
 
 
 def _samples(run_id: str, rows: list[tuple[str, str | None, bool | None]]) -> pa.Table:
@@ -47,13 +49,13 @@ def _random_rows(seed: int, prompts: int = 30):
 def test_counts_from_samples_matches_python(data_dir):
     rows = _random_rows(0)
     samples = _samples("r1", rows)
-    store.write_shard(data_dir, "r1", 0, samples.slice(0, 100))
-    store.write_shard(data_dir, "r1", 1, samples.slice(100))
-    store.write_shard(data_dir, "r2", 0, _samples("r2", [("q000", "9", True)]))
+    Store(data_dir).write_shard("r1", 0, samples.slice(0, 100))
+    Store(data_dir).write_shard("r1", 1, samples.slice(100))
+    Store(data_dir).write_shard("r2", 0, _samples("r2", [("q000", "9", True)]))
     expect_n = Counter(pid for pid, _, _ in rows)
     expect_c = Counter(pid for pid, _, ok in rows if ok)
-    via_dir = an.counts_from_samples(data_dir, "r1")
-    plain = an.counts_from_samples(data_dir, "r1", answers=False)
+    via_dir = an.counts_from_samples(Store(data_dir), "r1")
+    plain = an.counts_from_samples(Store(data_dir), "r1", answers=False)
     for table in (via_dir, plain):
         got = {r["prompt_id"]: (r["n"], r["c"]) for r in table.to_pylist()}
         assert got == {pid: (expect_n[pid], expect_c[pid]) for pid in expect_n}
@@ -63,8 +65,8 @@ def test_counts_from_samples_matches_python(data_dir):
         right = Counter(a for pid, a, ok in rows if pid == r["prompt_id"] and ok)
         got_right = {a: cc for a, cc in zip(r["answer_values"], r["answer_correct_counts"], strict=False) if cc}
         assert got_right == dict(right)
-    with pytest.raises(ValueError, match="no samples"):
-        an.counts_from_samples(data_dir, "missing")
+    with pytest.raises(StoreError, match="no samples"):
+        an.counts_from_samples(Store(data_dir), "missing")
 
 
 def _counts():
@@ -245,10 +247,10 @@ def test_counts_from_priors_and_store_round_trip(data_dir):
     assert counts.column("n").to_pylist() == [64, 0, 64]
     res = an.analyze(counts, "prior-demo")
     for name in ("prompt_stats", "weights", "summary"):
-        store.write_table(data_dir, name, getattr(res, name), {"run_id": "prior-demo"})
-        back = store.read_table(data_dir, name, {"run_id": "prior-demo"})
+        Store(data_dir).write_table(name, getattr(res, name), {"run_id": "prior-demo"})
+        back = Store(data_dir).read_table(name, {"run_id": "prior-demo"})
         assert back.num_rows == getattr(res, name).num_rows
-    got = store.query(
-        data_dir, "SELECT estimator, count(*) AS k FROM weights WHERE G = 8 GROUP BY estimator ORDER BY estimator"
+    got = Store(data_dir).query(
+        "SELECT estimator, count(*) AS k FROM weights WHERE G = 8 GROUP BY estimator ORDER BY estimator"
     )
     assert dict(zip(*got.to_pydict().values(), strict=False)) == {est.get(s).spec: 3 for s in est.DEFAULT_ESTIMATORS}

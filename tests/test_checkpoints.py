@@ -8,13 +8,13 @@ import time
 
 import pyarrow.compute as pc
 import pytest
-from test_flows import FakeSampler, llama, prefect_api  # noqa: F401 - the shared harness fixture
 
-from pipeline import store
-from pipeline.flows import checkpoints as ckpt
-from pipeline.flows import profile as stages
-
-TINY = {"limit": 4, "n": 2, "max_tokens": 12, "shard_size": 2, "grade_workers": 1, "report": False}
+from pipeline import datasets
+from pipeline import history as ckpt
+from pipeline import run as stages
+from pipeline.errors import ConfigError, MissingFileError
+from pipeline.flows import executors, prefect_flows
+from pipeline.store import Store, load_sql
 
 
 def touch(path, content=b"x", age_s=0.0):
@@ -65,11 +65,11 @@ def test_vllm_checkpoints_are_model_folders(tmp_path):
 
 
 def test_config_checks(tmp_path):
-    with pytest.raises(ValueError, match="checkpoint folder or at least one"):
+    with pytest.raises(ConfigError, match="checkpoint folder or at least one"):
         ckpt.CheckpointConfig()
-    with pytest.raises(ValueError, match="min_age_s=-1"):
+    with pytest.raises(ConfigError, match="min_age_s=-1"):
         ckpt.CheckpointConfig(paths=("a",), min_age_s=-1)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(MissingFileError, match="does not exist"):
         ckpt.discover_checkpoints(ckpt.CheckpointConfig(folder=str(tmp_path / "missing")))
     cfg = ckpt.CheckpointConfig(folder=str(tmp_path), profile=stages.ProfileConfig(n=3))
     assert ckpt.CheckpointConfig.from_dict(cfg.to_dict()) == cfg
@@ -87,41 +87,52 @@ def _two_checkpoints(tmp_path, source):
     return folder
 
 
-def check_history(data_dir, prompts: int) -> None:
-    hist = store.read_table(data_dir, "history")
+def check_history(data_dir, prompts: int, names=("step-100", "step-200")) -> None:
+    hist = Store(data_dir).read_table("history")
     assert hist.num_rows == 2 * prompts
-    assert sorted(pc.unique(hist.column("checkpoint")).to_pylist()) == ["step-100", "step-200"]
-    drift = store.query(data_dir, "SELECT * FROM history_drift ORDER BY step, prompt_id")
-    later = drift.filter(pc.equal(drift.column("checkpoint"), "step-200"))
+    assert sorted(pc.unique(hist.column("checkpoint")).to_pylist()) == list(names)
+    drift = Store(data_dir).query("SELECT * FROM history_drift ORDER BY step, prompt_id")
+    later = drift.filter(pc.equal(drift.column("checkpoint"), names[1]))
     assert later.num_rows == prompts
-    assert set(later.column("prev_checkpoint").to_pylist()) == {"step-100"}
+    assert set(later.column("prev_checkpoint").to_pylist()) == {names[0]}
     rows = later.to_pylist()
     for row in rows:
         assert row["pass_rate_change"] == pytest.approx(row["pass_rate"] - row["prev_pass_rate"])
         assert row["became_silent"] == (row["silent"] and not row["prev_silent"])
-    per_ckpt = store.query(data_dir, store.load_sql("history_checkpoints"))
+    per_ckpt = Store(data_dir).query(load_sql("history_checkpoints"))
     assert per_ckpt.column("n_prompts").to_pylist() == [prompts, prompts]
-    zs = store.query(data_dir, store.load_sql("history_zero_signal"))
+    zs = Store(data_dir).query(load_sql("history_zero_signal"))
     assert zs.num_rows == 2 * prompts * len(hist.column("group_sizes")[0].as_py())
 
 
-def test_checkpoint_pass_without_model_and_drift_views(tmp_path, data_dir, monkeypatch):
-    """Direct path with a stand-in sampler: history rows, idempotent second pass, views."""
-    monkeypatch.setattr(stages, "make_sampler", lambda backend, model=None, **o: FakeSampler(model))
-    stages.close_samplers()
-    src = touch(tmp_path / "model.gguf", b"weights", age_s=100)
-    folder = _two_checkpoints(tmp_path, src)
+def test_checkpoint_pass_without_model_and_drift_views(tmp_path, data_dir, close_engines):
+    """Direct path with the simulate backend, one pass-rate file per checkpoint: history rows,
+    an idempotent second pass, the drift views and the drift command."""
+    problems = datasets.load("arithmetic", limit=5).problems
+    ids = problems.column("prompt_id").to_pylist()
+    paths = []
+    for step, rates in ((100, [0.0, 0.5, 1.0, 0.2, 0.9]), (200, [0.0, 0.9, 1.0, 1.0, 0.5])):
+        path = touch(tmp_path / "ckpts" / f"step-{step}.csv", age_s=100)
+        path.write_text("prompt_id,pass_rate\n" + "".join(f"{p},{r}\n" for p, r in zip(ids, rates, strict=True)))
+        paths.append(str(path))
     cfg = ckpt.CheckpointConfig(
-        folder=str(folder),
+        paths=tuple(paths),
         min_age_s=0,
-        profile=stages.ProfileConfig(limit=5, n=3, shard_size=2, report=False, grade_workers=1),
+        profile=stages.ProfileConfig(backend="simulate", limit=5, n=3, shard_size=2, report=False, grade_workers=1),
     )
-    done = ckpt.profile_checkpoints_direct(cfg, data_dir)
-    assert [d["checkpoint"] for d in done] == ["step-100", "step-200"]
+    store = Store.open(data_dir)
+    done = executors.checkpoints_direct(cfg, store)
+    names = ("step-100.csv", "step-200.csv")
+    assert [d["checkpoint"] for d in done] == list(names)
     assert len({d["run_id"] for d in done}) == 2
-    check_history(data_dir, 5)
-    assert ckpt.profile_checkpoints_direct(cfg, data_dir) == []
-    assert store.read_table(data_dir, "history").num_rows == 10
+    check_history(data_dir, 5, names)
+    assert executors.checkpoints_direct(cfg, store) == []
+    assert store.read_table("history").num_rows == 10
+    # Always-right and always-wrong prompts stay silent; the one at 0.2 -> 1.0 cannot become less silent.
+    stats = store.query("select prompt_id, checkpoint, c from history order by checkpoint, prompt_id").to_pylist()
+    by = {(r["checkpoint"], r["prompt_id"]): r["c"] for r in stats}
+    assert by[("step-100.csv", ids[0])] == 0 and by[("step-200.csv", ids[2])] == 3
+    assert by[("step-200.csv", ids[3])] == 3
     # The drift command reads the same views.
     from typer.testing import CliRunner
 
@@ -133,22 +144,20 @@ def test_checkpoint_pass_without_model_and_drift_views(tmp_path, data_dir, monke
 
 
 @pytest.mark.slow
-@llama
-def test_checkpoint_flow_profiles_each_checkpoint_once(prefect_api, tmp_path, data_dir):  # noqa: F811
+def test_checkpoint_flow_profiles_each_checkpoint_once(prefect_api, tmp_path, data_dir, tiny, close_engines):
     from pipeline.sample import bundled_model_path
 
     folder = _two_checkpoints(tmp_path, bundled_model_path())
-    cfg = ckpt.CheckpointConfig(folder=str(folder), min_age_s=0, profile=stages.ProfileConfig(**TINY))
-    done = ckpt.profile_checkpoints_flow(cfg, data_dir)
-    stages.close_samplers()
+    cfg = ckpt.CheckpointConfig(folder=str(folder), min_age_s=0, profile=stages.ProfileConfig(**tiny))
+    done = prefect_flows.checkpoints_flow(cfg, Store.open(data_dir))
     assert [d["checkpoint"] for d in done] == ["step-100", "step-200"]
     for d in done:
-        run = store.get_run(data_dir, d["run_id"])
+        run = Store(data_dir).get_run(d["run_id"])
         assert run["status"] == "done"
         assert run["model"].endswith(d["checkpoint"] + ".gguf")
     check_history(data_dir, 4)
     # The next scheduled pass finds nothing new and profiles nothing.
-    runs_before = store.list_runs(data_dir).num_rows
-    assert ckpt.profile_checkpoints_flow(cfg, data_dir) == []
-    assert store.list_runs(data_dir).num_rows == runs_before
-    assert store.read_table(data_dir, "history").num_rows == 8
+    runs_before = Store(data_dir).list_runs().num_rows
+    assert prefect_flows.checkpoints_flow(cfg, Store(data_dir)) == []
+    assert Store(data_dir).list_runs().num_rows == runs_before
+    assert Store(data_dir).read_table("history").num_rows == 8

@@ -4,8 +4,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from pipeline import store
 from pipeline.cli import app
+from pipeline.store import Store
 
 runner = CliRunner()
 
@@ -24,15 +24,18 @@ def test_grade_gsm8k_jsonl_becomes_a_run(data_dir, tmp_path):
     out = runner.invoke(app, ["grade", "--input", str(path), "--no-report"])
     assert out.exit_code == 0, out.output
     assert "graded 5 rollouts of 2 prompts" in out.output
-    runs = store.list_runs(data_dir).to_pylist()
+    runs = Store(data_dir).list_runs().to_pylist()
     assert len(runs) == 1 and runs[0]["backend"] == "import" and runs[0]["status"] == "done"
     run_id = runs[0]["run_id"]
-    got = store.query(
-        data_dir,
-        "select p.problem, s.sample_idx, s.grade_status from samples s join problems p using (prompt_id) "
-        "where s.run_id = $r order by p.problem, s.sample_idx",
-        {"r": run_id},
-    ).to_pylist()
+    got = (
+        Store(data_dir)
+        .query(
+            "select p.problem, s.sample_idx, s.grade_status from samples s join problems p using (prompt_id) "
+            "where s.run_id = $r order by p.problem, s.sample_idx",
+            {"r": run_id},
+        )
+        .to_pylist()
+    )
     assert [(g["sample_idx"], g["grade_status"]) for g in got] == [
         (0, "correct"),
         (1, "incorrect"),
@@ -40,11 +43,11 @@ def test_grade_gsm8k_jsonl_becomes_a_run(data_dir, tmp_path):
         (1, "unparsed"),
         (2, "correct"),
     ]
-    stats = store.query(data_dir, "select n, c from prompt_stats where run_id = $r order by n", {"r": run_id})
+    stats = Store(data_dir).query("select n, c from prompt_stats where run_id = $r order by n", {"r": run_id})
     assert stats.to_pylist() == [{"n": 2, "c": 1}, {"n": 3, "c": 2}]
     # Rerunning the same import is idempotent: same run, same rows.
     assert runner.invoke(app, ["grade", "--input", str(path), "--no-report"]).exit_code == 0
-    assert store.query(data_dir, "select count(*) n from samples").to_pylist() == [{"n": 5}]
+    assert Store(data_dir).query("select count(*) n from samples").to_pylist() == [{"n": 5}]
 
 
 def test_grade_parquet_with_ids_and_mapped_columns(data_dir, tmp_path):
@@ -77,7 +80,7 @@ def test_grade_parquet_with_ids_and_mapped_columns(data_dir, tmp_path):
         ],
     )
     assert out.exit_code == 0, out.output
-    got = store.query(data_dir, "select prompt_id, sample_idx, correct from samples order by 1, 2").to_pylist()
+    got = Store(data_dir).query("select prompt_id, sample_idx, correct from samples order by 1, 2").to_pylist()
     assert [(g["prompt_id"], g["sample_idx"], g["correct"]) for g in got] == [
         ("a", 0, True),
         ("a", 1, False),
@@ -91,4 +94,4 @@ def test_grade_missing_column_names_it(data_dir, tmp_path):
     out = runner.invoke(app, ["grade", "--input", str(path)])
     assert out.exit_code == 1
     assert "'completion'" in out.output and "columns found" in out.output
-    assert store.list_runs(data_dir).num_rows == 0
+    assert Store(data_dir).list_runs().num_rows == 0

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 import ray  # the ray extra; conftest checks it is installed
-from test_flows import check_complete, llama, prefect_api  # noqa: F401
 
-from pipeline import store
-from pipeline.flows import profile as stages
-from pipeline.flows import ray_exec
+from pipeline import run as stages
+from pipeline.flows import executors, prefect_flows, ray_exec
+from pipeline.store import Store
 
 TINY = {"limit": 6, "n": 2, "max_tokens": 12, "shard_size": 2, "grade_workers": 1, "report": False}
 
@@ -31,26 +30,37 @@ def test_actor_resources_per_backend():
     assert ray_exec.actor_resources(stages.ProfileConfig(executor="ray", backend="vllm", model="m"))["num_gpus"] == 1.0
     assert ray_exec.actor_config(cpu).backend_options == {"n_threads": 1}
     with pytest.raises(ValueError, match="executor='local'"):
-        ray_exec.ShardPool(stages.ProfileConfig())
+        ray_exec.RayExecutor(stages.ProfileConfig())
 
 
 def sorted_samples(data_dir, run_id: str) -> pa.Table:
-    table = store.read_table(data_dir, "samples", {"run_id": run_id})
+    table = Store(data_dir).read_table("samples", {"run_id": run_id})
     return table.sort_by([("prompt_id", "ascending"), ("sample_idx", "ascending")])
 
 
 @pytest.mark.slow
-@llama
-def test_ray_run_equals_single_process_run(local_ray, prefect_api, tmp_path):  # noqa: F811
+def test_ray_run_equals_single_process_run(local_ray, prefect_api, tmp_path, check_complete, close_engines):
     single = stages.ProfileConfig(**TINY)  # llama.cpp on all cores, actors on one each
     on_ray = stages.ProfileConfig(**TINY, executor="ray", replicas=2)
-    ref = stages.profile_direct(single, tmp_path / "single")
-    stages.close_samplers()
-    got = stages.profile_flow(on_ray, tmp_path / "ray")  # Prefect orchestrates, Ray executes
+    ref = executors.profile_direct(single, Store.open(tmp_path / "single"))
+    stages.close_engines()
+    ray_store = Store.open(tmp_path / "ray")
+    got = prefect_flows.profile_flow(on_ray, ray_store)  # Prefect orchestrates, Ray executes
     assert got["run_id"] == ref["run_id"]
-    check_complete(tmp_path / "ray", got["run_id"], 2, 6)
-    assert store.finished_shards(tmp_path / "ray", got["run_id"]) == {0, 1, 2}
+    check_complete(ray_store, got["run_id"], 2, 6)
+    assert ray_store.finished_shards(got["run_id"]) == {0, 1, 2}
     a = sorted_samples(tmp_path / "single", ref["run_id"])
     b = sorted_samples(tmp_path / "ray", got["run_id"])
     assert a.equals(b), "the Ray run differs from the single-process run"
-    assert store.get_run(tmp_path / "ray", got["run_id"])["status"] == "done"
+    assert ray_store.get_run(got["run_id"])["status"] == "done"
+
+
+def test_ray_executor_without_prefect_on_simulate(local_ray, tmp_path, check_complete):
+    """The same executor choice without Prefect; every backend runs on the actors, simulate too."""
+    cfg = stages.ProfileConfig(backend="simulate", limit=6, n=3, shard_size=2, report=False)
+    ref = executors.profile_direct(cfg, Store.open(tmp_path / "single"))
+    on_ray = Store.open(tmp_path / "ray")
+    got = executors.profile_direct(stages.ProfileConfig(**{**cfg.__dict__, "executor": "ray", "replicas": 2}), on_ray)
+    assert got["run_id"] == ref["run_id"]
+    check_complete(on_ray, got["run_id"], 3, 6)
+    assert sorted_samples(tmp_path / "single", ref["run_id"]).equals(sorted_samples(tmp_path / "ray", got["run_id"]))

@@ -7,18 +7,21 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import typer
 from plotly.offline import get_plotlyjs
-from report_fixtures import build_run, check_page, chromium_missing_message, open_browser
+from report_fixtures import build_run, check_page, chromium_missing_message, open_browser, write_allocation
 from typer.testing import CliRunner
 
-from pipeline import report, store
-from pipeline.cli_report import register
+from pipeline import allocate, analyze, report, schema
+from pipeline.errors import StoreError
+from pipeline.report.sections import allocation_parts
+from pipeline.store import Store
 
-PIPELINE = Path(report.__file__).parent
+REPORT_PACKAGE = Path(report.__file__).parent
 N_SECTIONS = 10
 
 
@@ -35,11 +38,11 @@ def _chart_divs(html: str) -> int:
 def runs(tmp_path_factory):
     """Two stored runs of the same prompts: run-a fully analysed (priors, answers), run-b with
     samples only (the report analyses it in memory) and no extracted answers."""
-    data_dir = tmp_path_factory.mktemp("report") / "data"
+    store = Store(tmp_path_factory.mktemp("report") / "data")
     now = datetime.now(UTC)
-    build_run(data_dir, "run-a", model="model-a", created_at=now - timedelta(hours=1))
+    build_run(store, "run-a", model="model-a", created_at=now - timedelta(hours=1))
     build_run(
-        data_dir,
+        store,
         "run-b",
         model="model-b",
         skill=1.0,
@@ -48,7 +51,7 @@ def runs(tmp_path_factory):
         analysis=False,
         created_at=now,
     )
-    return data_dir
+    return store
 
 
 @pytest.fixture(scope="module")
@@ -148,19 +151,19 @@ def test_shared_plotly_js_is_written_once_beside_the_reports(runs, tmp_path):
 
 
 def test_missing_data_gets_notes_not_empty_charts(tmp_path):
-    data_dir = tmp_path / "data"
-    build_run(data_dir, "bare", answers=False, priors=False, analysis=False, n_prompts=18)
+    store = Store(tmp_path / "data")
+    build_run(store, "bare", answers=False, priors=False, analysis=False, n_prompts=18)
     # strip the dataset's labels and put markup in a problem text
-    problems = store.read_table(data_dir, "problems", {"dataset": "arithmetic"})
+    problems = store.read_table("problems", {"dataset": "arithmetic"})
     for name in ("source", "difficulty"):
         i = problems.schema.get_field_index(name)
         problems = problems.set_column(i, name, pa.nulls(problems.num_rows, problems.schema.field(name).type))
     text = problems.column("problem").to_pylist()
     text[0] = "<script>alert('x')</script> What is 1 + 1?"
     problems = problems.set_column(problems.schema.get_field_index("problem"), "problem", pa.array(text))
-    store.write_table(data_dir, "problems", problems, {"dataset": "arithmetic"})
+    store.write_table("problems", problems, {"dataset": "arithmetic"})
 
-    html = report.render_report(data_dir, "bare", tmp_path / "bare.html").read_text()
+    html = report.render_report(store, "bare", tmp_path / "bare.html").read_text()
     assert "no prior pass rates" in html
     assert "no extracted answers" in html
     assert "no source, domain, topic or difficulty labels" in html
@@ -175,14 +178,14 @@ def test_missing_data_gets_notes_not_empty_charts(tmp_path):
     assert "plotly-graph-div" in section("weights")
     # the report reads the store and never writes analysis tables into it
     for table in ("prompt_stats", "weights", "summary", "allocation"):
-        assert store.read_table(data_dir, table, {"run_id": "bare"}).num_rows == 0
+        assert store.read_table(table, {"run_id": "bare"}).num_rows == 0
 
 
 def test_in_memory_analysis_matches_stored_tables(runs, tmp_path):
     stored = report.load_run(runs, "run-a")
     assert stored.computed == []
     # the same samples without stored analysis: computed in memory, same numbers
-    copy = tmp_path / "data"
+    copy = Store(tmp_path / "data")
     build_run(copy, "run-a", model="model-a", analysis=False)
     fresh = report.load_run(copy, "run-a")
     assert {"prompt_stats", "summary", "weights", "allocation"} <= set(fresh.computed)
@@ -199,7 +202,7 @@ def test_in_memory_analysis_matches_stored_tables(runs, tmp_path):
 def test_allocation_table_spends_the_budget(runs):
     from pipeline.allocate import AllocationConfig, allocate_prompts
 
-    stats = store.read_table(runs, "prompt_stats", {"run_id": "run-a"})
+    stats = runs.read_table("prompt_stats", {"run_id": "run-a"})
     n = stats.column("n").to_numpy()
     c = stats.column("c").to_numpy()
     table, _ = allocate_prompts(
@@ -209,10 +212,75 @@ def test_allocation_table_spends_the_budget(runs):
         c,
         AllocationConfig(budget=8 * len(n), objective="knapsack"),
     )
-    assert table.schema == store.schema.ALLOCATION
+    assert table.schema == schema.ALLOCATION
     assert pc.sum(table.column("n_rollouts")).as_py() == 8 * len(n)
     assert pc.sum(table.column("uniform_n")).as_py() == 8 * len(n)
     assert pc.sum(table.column("expected_value")).as_py() >= pc.sum(table.column("uniform_value")).as_py()
+
+
+def _table_rows(html: str, title: str) -> list[list[str]]:
+    """The body rows (cell texts) of the first report table titled ``title``."""
+    after = html.split(f'<div class="table-title">{title}</div>', 1)[1]
+    body = after.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+
+
+def _card_item(html: str, key: str) -> str:
+    return re.search(rf"<dt>{key}</dt><dd>(.*?)</dd>", html).group(1)
+
+
+def test_allocations_of_one_run_with_different_budgets_stay_apart(tmp_path):
+    """Two stored allocations with the same objective, estimator and prior but different budgets
+    (a profile's default and a user's `difficulty allocate --budget 500`) are two series, two bars
+    and two table rows, each with its own budget, never one row with the budgets summed."""
+    store = Store(tmp_path / "data")
+    run = build_run(store, "two-budgets", n_prompts=36)
+    store.delete_partition("allocation", {"run_id": run})  # only the two allocations below
+    counts = store.read_table("prompt_stats", {"run_id": run}).select(["prompt_id", "n", "c"])
+    for budget in (720, 500):
+        write_allocation(store, run, allocate.AllocationConfig(budget=budget, n_max=64, posterior=True), counts)
+    assert len(store.files("allocation", {"run_id": run})) == 2
+
+    data = report.load_run(store, run)
+    assert "allocation" not in data.computed
+    parts = dict(allocation_parts(data.allocation))
+    assert set(parts) == {"signal grpo · 720 rollouts · posterior", "signal grpo · 500 rollouts · posterior"}
+    assert {label: part.height for label, part in parts.items()} == dict.fromkeys(parts, 36)
+
+    html = report.render_report(store, run, tmp_path / "r.html").read_text()
+    rows = {r[0]: r for r in _table_rows(html, "Allocations")}
+    assert set(rows) == set(parts)
+    assert rows["signal grpo · 720 rollouts · posterior"][2] == "720"
+    assert rows["signal grpo · 500 rollouts · posterior"][2] == "500"
+    assert [r[3] for r in rows.values()] == ["36", "36"]
+
+
+def test_without_a_stored_allocation_the_report_uses_the_default_policy(runs):
+    data = report.load_run(runs, "run-b")  # no analysis and no allocation stored
+    assert data.computed == [*analyze.ANALYSIS_TABLES, "allocation"]
+    counts = analyze.counts_from_samples(runs, "run-b", answers=False)
+    expected, config = allocate.default_allocation("run-b", counts)
+    assert config.posterior and config.budget == allocate.DEFAULT_BUDGET_PER_PROMPT * counts.num_rows
+    cols = ["prompt_id", "n_rollouts", "budget", "posterior", "objective", "estimator"]
+    assert data.allocation.select(cols).sort("prompt_id").equals(pl.from_arrow(expected).select(cols).sort("prompt_id"))
+    assert any("Computed for this report with the default policy" in n for n in data.notes)
+
+
+def test_run_card_shows_the_registry_status_at_render_time(tmp_path):
+    store = Store(tmp_path / "data")
+    build_run(store, "live", n_prompts=12, status="sampling")
+    html = report.render_report(store, "live", tmp_path / "a.html").read_text()
+    assert _card_item(html, "Status") == "sampling"
+    store.set_run_status("live", "done")
+    html = report.render_report(store, "live", tmp_path / "b.html").read_text()
+    assert _card_item(html, "Status") == "done"
+
+
+def test_public_functions_take_a_store(runs, tmp_path):
+    with pytest.raises(TypeError, match="Store"):
+        report.load_run(runs.root, "run-a")
+    with pytest.raises(TypeError, match="Store"):
+        report.render_report(runs.root, "run-a", tmp_path / "a.html")
 
 
 def test_unanalysed_G_falls_back_to_nearest(runs, tmp_path):
@@ -234,13 +302,31 @@ def test_comparison_needs_two_distinct_runs(runs, tmp_path):
         report.render_comparison(runs, ["run-a"], tmp_path / "c.html")
     with pytest.raises(report.ReportError, match="duplicates"):
         report.render_comparison(runs, ["run-a", "run-a"], tmp_path / "c.html")
-    with pytest.raises(store.StoreError, match="unknown run"):
+    with pytest.raises(StoreError, match="unknown run"):
         report.render_report(runs, "nope", tmp_path / "x.html")
+
+
+# The report's modules, each importing only those before it in this order.
+REPORT_MODULES = ("load", "charts", "sections", "compare", "render")
+
+
+def _pipeline_imports(path: Path) -> set[str]:
+    """The pipeline modules a file imports (``from pipeline.x import y`` counts as ``pipeline.x``)."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+            imported.add(node.module)
+            if node.module == "pipeline":  # `from pipeline import analyze` imports pipeline.analyze
+                imported |= {f"pipeline.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names if a.name.startswith("pipeline")}
+    return imported
 
 
 def test_report_stage_imports_only_stages_to_its_left():
     allowed = {
         "pipeline",
+        "pipeline.errors",
         "pipeline.schema",
         "pipeline.store",
         "pipeline.stats",
@@ -248,23 +334,42 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.analyze",
         "pipeline.allocate",
     }
-    tree = ast.parse((PIPELINE / "report.py").read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
-            imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            imported |= {a.name for a in node.names if a.name.startswith("pipeline")}
-    modules = {m for m in imported if m.count(".") <= 1}
-    assert modules, "report.py should import pipeline stages"
-    bad = {m for m in modules if m not in allowed}
-    assert not bad, f"report.py imports stages to its right or the CLI: {bad}"
+    files = sorted(REPORT_PACKAGE.glob("*.py"))
+    assert {f.stem for f in files} == {"__init__", *REPORT_MODULES}
+    for path in files:
+        imported = _pipeline_imports(path)
+        outside = {m for m in imported if not m.startswith("pipeline.report")}
+        bad = outside - allowed
+        assert not bad, f"report/{path.name} imports stages to its right or the CLI: {bad}"
+        if path.stem == "__init__":
+            continue
+        inside = {m.removeprefix("pipeline.report.") for m in imported if m.startswith("pipeline.report.")}
+        left = set(REPORT_MODULES[: REPORT_MODULES.index(path.stem)])
+        assert inside <= left, f"report/{path.name} imports {sorted(inside - left)}, not to its left"
+
+
+def test_report_has_no_sql_text_and_its_queries_are_named_files():
+    for path in REPORT_PACKAGE.glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\b(SELECT|GROUP BY|ORDER BY)\b", text), f"SQL text in report/{path.name}"
+    named = set(re.findall(r'named_query\(\s*"([a-z_]+)"', (REPORT_PACKAGE / "load.py").read_text()))
+    assert named == {"grade_statuses", "sample_info", "top_mass"}
+    for name in named:
+        assert (REPORT_PACKAGE.parent / "sql" / f"{name}.sql").is_file()
+
+
+def test_templates_ship_inside_the_report_package():
+    names = {p.name for p in (REPORT_PACKAGE / "templates").glob("*.j2")}
+    assert names == {"base.html.j2", "compare.html.j2", "report.html.j2", "section.html.j2"}
+    assert not (REPORT_PACKAGE.parent / "reports").exists()
 
 
 # --- CLI ----------------------------------------------------------------------------------------
 
 
 def _app() -> typer.Typer:
+    from pipeline.cli_report import register  # the CLI module is imported only by the CLI tests
+
     app = typer.Typer()
 
     @app.callback()
@@ -277,7 +382,7 @@ def _app() -> typer.Typer:
 
 def test_cli_reports_newest_run_by_default(runs, tmp_path):
     out = tmp_path / "one.html"
-    result = CliRunner().invoke(_app(), ["report", "--data-dir", str(runs), "--output", str(out)])
+    result = CliRunner().invoke(_app(), ["report", "--data-dir", str(runs.root), "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert "report of run-b" in result.output  # run-b is the newer one
     assert result.output.strip().endswith(str(out))
@@ -289,7 +394,7 @@ def test_cli_several_runs_write_each_and_a_comparison(runs, tmp_path):
     args = [
         "report",
         "--data-dir",
-        str(runs),
+        str(runs.root),
         "--run",
         "run-a",
         "--run",
@@ -313,9 +418,9 @@ def test_cli_several_runs_write_each_and_a_comparison(runs, tmp_path):
 
 def test_cli_errors_are_one_clear_line(runs, tmp_path):
     runner = CliRunner()
-    result = runner.invoke(_app(), ["report", "--data-dir", str(runs), "--run", "nope"])
+    result = runner.invoke(_app(), ["report", "--data-dir", str(runs.root), "--run", "nope"])
     assert result.exit_code == 1 and "unknown run 'nope'" in result.output
-    result = runner.invoke(_app(), ["report", "--data-dir", str(runs), "--plotly-js", "cdn"])
+    result = runner.invoke(_app(), ["report", "--data-dir", str(runs.root), "--plotly-js", "cdn"])
     assert result.exit_code == 1 and "plotly_js='cdn'" in result.output
     result = runner.invoke(_app(), ["report", "--data-dir", str(tmp_path / "empty")])
     assert result.exit_code == 1 and "no runs" in result.output

@@ -245,7 +245,7 @@ def llama_server() -> Iterator[str]:
                 if httpx.get(f"{url}/models", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
-                pass
+                time.sleep(0.2)  # not listening yet
             if time.monotonic() > deadline:
                 pytest.fail(f"llama_cpp.server did not start: {log.read_text()[-2000:]}")
             time.sleep(0.2)

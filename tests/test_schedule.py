@@ -11,34 +11,27 @@ import time
 
 import httpx
 import pytest
-import typer
-from test_flows import llama
 from typer.testing import CliRunner
 
-from pipeline import cli_flows, store
+from pipeline.cli import app
+from pipeline.errors import ConfigError
 from pipeline.flows import schedule
+from pipeline.store import Store
 
 DIFFICULTY = [os.path.join(os.path.dirname(sys.executable), "difficulty")]
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    app.command("noop")(lambda: None)
-    cli_flows.register(app)
-    return app
 
 
 def test_schedule_needs_exactly_one_schedule_and_a_server(monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     runner = CliRunner()
-    both = runner.invoke(_app(), ["schedule", "--cron", "0 3 * * *", "--interval", "60"])
+    both = runner.invoke(app, ["schedule", "--cron", "0 3 * * *", "--interval", "60"])
     assert both.exit_code == 1 and "exactly one of --cron" in both.output
-    none = runner.invoke(_app(), ["schedule", "--cron", "0 3 * * *"])
+    none = runner.invoke(app, ["schedule", "--cron", "0 3 * * *"])
     assert none.exit_code == 1 and "prefect server start" in none.output
 
 
 def test_deployment_has_module_entrypoint_and_schedule():
-    params = {"config": {"dataset": "arithmetic", "n": 2}, "data_dir": "/tmp/x"}
+    params = {"config": {"dataset": "arithmetic", "n": 2}, "store": {"root": "/tmp/x"}}
     dep = schedule.make_deployment("profile", "nightly", params, cron="0 3 * * *", timezone="Europe/Paris")
     assert dep.entrypoint == "pipeline.flows.prefect_flows.profile"
     assert dep.parameters == params
@@ -47,9 +40,9 @@ def test_deployment_has_module_entrypoint_and_schedule():
     dep2 = schedule.make_deployment("checkpoints", "ck", params, interval=90)
     assert dep2.entrypoint == "pipeline.flows.prefect_flows.profile_checkpoints"
     assert dep2.schedules[0].schedule.interval.total_seconds() == 90
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ConfigError, match="exactly one"):
         schedule.make_deployment("profile", "x", params)
-    with pytest.raises(ValueError, match="flow='nope'"):
+    with pytest.raises(ConfigError, match="flow='nope'"):
         schedule.make_deployment("nope", "x", params, interval=5)
     assert schedule.default_name("checkpoints", "my data/set") == "checkpoints-my-data-set"
 
@@ -72,7 +65,6 @@ def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 15
 
 
 @pytest.mark.slow
-@llama
 def test_served_deployment_runs_on_its_schedule(tmp_path):
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -105,7 +97,7 @@ def test_served_deployment_runs_on_its_schedule(tmp_path):
                 if httpx.get(f"{api}/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
-                pass
+                time.sleep(0.2)  # not listening yet
             assert time.monotonic() < deadline, "prefect server did not start"
             time.sleep(0.5)
         served = subprocess.Popen(
@@ -116,6 +108,8 @@ def test_served_deployment_runs_on_its_schedule(tmp_path):
                 "5",
                 "--name",
                 "tiny",
+                "--backend",
+                "simulate",
                 "--limit",
                 "4",
                 "--n",
@@ -141,11 +135,11 @@ def test_served_deployment_runs_on_its_schedule(tmp_path):
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(1)
             if (data_dir / "runs").exists():
-                runs = store.list_runs(data_dir)
+                runs = Store(data_dir).list_runs()
                 done = [r for r in runs.to_pylist() if r["status"] == "done"]
         run_id = done[0]["run_id"]
-        assert store.read_table(data_dir, "samples", {"run_id": run_id}).num_rows == 8
-        assert store.read_table(data_dir, "prompt_stats", {"run_id": run_id}).num_rows == 4
+        assert Store(data_dir).read_table("samples", {"run_id": run_id}).num_rows == 8
+        assert Store(data_dir).read_table("prompt_stats", {"run_id": run_id}).num_rows == 4
         # The server saw it: a completed flow run of the deployment, named after the run.
         flow_runs = httpx.post(f"{api}/flow_runs/filter", json={}, timeout=10).json()
         completed = [r for r in flow_runs if r["state_type"] == "COMPLETED"]

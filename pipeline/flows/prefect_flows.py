@@ -1,18 +1,21 @@
 """The Prefect flows, defined at module level so a served deployment can load them by module path.
 
-Importing this module imports Prefect (seconds), so the CLI and ``profile.py`` import it lazily.
-Tasks are coarse on purpose: one load task, one task per shard of prompts (retried), one analysis
-task. The stage code itself lives in ``profile.py`` and ``checkpoints.py``; this module only wires
-it into Prefect.
+Importing this module imports Prefect (seconds), so the CLI imports it only in the commands that
+run a flow. Tasks are coarse on purpose: one load task, one task per shard of prompts (retried),
+one finishing task. The stage code lives in ``pipeline.run`` and ``pipeline.history``; this module
+only wires it into Prefect.
 
 Flows:
     profile: one profile run (``ProfileConfig`` as a dict), named ``<dataset>/<model>/<run id>``.
     profile_checkpoints: profile every checkpoint not yet in the ``history`` table.
+
+Both take the store as ``dataclasses.asdict(store)`` (flow parameters must be serialisable).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Any
 
 from prefect import flow, task
@@ -22,9 +25,9 @@ from prefect.runtime import flow_run as runtime_flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
-from pipeline import store
-from pipeline.flows import checkpoints as ckpt
-from pipeline.flows import profile as stages
+from pipeline import history, run
+from pipeline.flows.executors import open_executor
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -38,35 +41,26 @@ SHARD_RETRY_DELAY_S = 2
 # problems to compute a cache key would cost more than some shards.
 _TASK = {"persist_result": False, "cache_policy": None}
 
-load_task = task(stages.prepare_run, name="load-and-register", **_TASK)
+load_task = task(run.prepare_run, name="load-and-register", **_TASK)
 shard_task = task(
-    stages.run_shard,
+    run.run_shard,
     name="sample-and-grade-shard",
     task_run_name="shard-{shard}",
     retries=SHARD_RETRIES,
     retry_delay_seconds=SHARD_RETRY_DELAY_S,
     **_TASK,
 )
-finish_task = task(stages.finish_run, name="analyze-allocate-report", **_TASK)
+finish_task = task(run.finish_run, name="analyze-allocate-report", **_TASK)
+record_history_task = task(history.record_history, name="append-history", **_TASK)
 
 
-def _ray_shard(config: stages.ProfileConfig, data_dir, plan: stages.RunPlan, shard: int, pool) -> int:
-    return pool.run_shard(data_dir, plan, shard)
-
-
-ray_shard_task = task(
-    _ray_shard,
-    name="sample-and-grade-shard-on-ray",
-    task_run_name="shard-{shard}",
-    retries=SHARD_RETRIES,
-    retry_delay_seconds=SHARD_RETRY_DELAY_S,
-    **_TASK,
-)
+def _store(store: Store | dict) -> Store:
+    return store if isinstance(store, Store) else Store(**store)
 
 
 def _initial_name() -> str:
     params = runtime_flow_run.parameters or {}
-    return stages.run_label(params.get("config") or {})
+    return run.run_label(params.get("config") or {})
 
 
 def rename_flow_run(name: str) -> None:
@@ -80,8 +74,9 @@ def rename_flow_run(name: str) -> None:
         log.warning("could not rename flow run to %s: %s", name, exc)
 
 
-# Shard tasks of the local executor run one after the other in the flow's thread (the sampler
-# already uses every core); on Ray they are submitted to this thread pool, one thread per actor.
+# Shard tasks run in the flow's thread when the executor runs one shard at a time (local: the
+# sampler already uses every core), and are submitted to this thread pool, one thread per Ray
+# actor, otherwise.
 @flow(
     name="profile",
     flow_run_name=_initial_name,
@@ -90,59 +85,83 @@ def rename_flow_run(name: str) -> None:
     task_runner=ThreadPoolTaskRunner(max_workers=64),
     validate_parameters=False,
 )
-def profile(config: dict[str, Any], data_dir: str) -> dict[str, Any]:
-    """Load, sample and grade every shard (retried, skipping shards already stored), analyze.
+def profile(config: dict[str, Any], store: dict[str, Any] | Store) -> dict[str, Any]:
+    """Load, sample and grade every shard (retried, skipping shards already stored), finish.
 
     Args:
         config: the fields of ``ProfileConfig``.
-        data_dir: the data directory.
+        store: the data directory, as ``asdict(Store)``.
 
     Returns:
         ``{"run_id": ..., "report": path or None}``.
     """
-    cfg = stages.ProfileConfig(**config)
-    path = store.resolve_data_dir(data_dir)
-    if cfg.executor == "ray":
-        from pipeline.flows import ray_exec
-
-        with ray_exec.ShardPool(cfg) as pool:  # the actors load the model, the driver never does
-            plan = load_task(cfg, path, sampler=quote(pool))
-            rename_flow_run(stages.run_label(cfg, plan.run_id))
-            with stages._failed_on_error(path, plan.run_id):
-                futures = [
-                    ray_shard_task.submit(cfg, path, quote(plan), s, quote(pool))
-                    for s in stages.pending_shards(path, plan)
-                ]
+    cfg = run.ProfileConfig(**config)
+    data = _store(store)
+    with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
+        plan = load_task(cfg, data, executor.model_name)
+        rename_flow_run(run.run_label(cfg, plan.run_id))
+        with run.failed_on_error(data, plan.run_id):
+            pending = run.pending_shards(data, plan)
+            if executor.concurrency <= 1:
+                for shard in pending:
+                    shard_task(data, quote(plan), shard, quote(executor))
+            else:
+                futures = [shard_task.submit(data, quote(plan), s, quote(executor)) for s in pending]
                 wait(futures)  # every shard gets its chance before a failure stops the flow
                 for future in futures:
                     future.result()
-    else:
-        plan = load_task(cfg, path)
-        rename_flow_run(stages.run_label(cfg, plan.run_id))
-        with stages._failed_on_error(path, plan.run_id):
-            for shard in stages.pending_shards(path, plan):
-                shard_task(cfg, path, quote(plan), shard)
-    return finish_task(cfg, path, quote(plan))
-
-
-profile_checkpoint_task = task(ckpt.record_history, name="append-history", **_TASK)
+    return finish_task(cfg, data, quote(plan))
 
 
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)
-def profile_checkpoints(config: dict[str, Any], data_dir: str) -> list[dict[str, Any]]:
+def profile_checkpoints(config: dict[str, Any], store: dict[str, Any] | Store) -> list[dict[str, Any]]:
     """Profile every checkpoint not yet in the ``history`` table, each as a ``profile`` subflow.
 
     Args:
         config: the fields of ``CheckpointConfig`` (its ``profile`` a dict of ``ProfileConfig``).
-        data_dir: the data directory.
+        store: the data directory, as ``asdict(Store)``.
 
     Returns:
         One dict per checkpoint profiled now (empty when nothing new was found).
     """
-    cfg = ckpt.CheckpointConfig.from_dict(config)
-    path = store.resolve_data_dir(data_dir)
+    cfg = history.CheckpointConfig.from_dict(config)
+    data = _store(store)
 
-    def profile_one(profile_cfg: stages.ProfileConfig) -> dict[str, Any]:
-        return profile(config=stages.asdict(profile_cfg), data_dir=str(path))
+    def profile_one(profile_cfg: run.ProfileConfig) -> dict[str, Any]:
+        return profile(config=asdict(profile_cfg), store=asdict(data))
 
-    return ckpt.profile_new_checkpoints(cfg, path, profile_one, record=profile_checkpoint_task)
+    return history.profile_new_checkpoints(cfg, data, profile_one, record=record_history_task)
+
+
+def prefect_settings(**extra: Any):
+    """Settings that make an interactive flow run cheap, as a context manager.
+
+    Turns off the flow-run heartbeat (its thread costs about a second per flow run, and a
+    profile is watched by the user anyway) and result persistence (results live in the store),
+    and gives the ephemeral API server time to start on a busy machine. Served (scheduled) runs
+    keep Prefect's defaults: there, heartbeats detect crashed runs.
+    """
+    from prefect.settings import (
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_RESULTS_PERSIST_BY_DEFAULT,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
+    )
+
+    updates = {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None, PREFECT_RESULTS_PERSIST_BY_DEFAULT: False}
+    if PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() < 90:
+        updates[PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS] = 90
+    updates.update(extra)
+    return temporary_settings(updates=updates)
+
+
+def profile_flow(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
+    """Run the profile as a Prefect flow (named ``<dataset>/<model>/<run id>`` in Prefect)."""
+    with prefect_settings():
+        return profile(config=asdict(config), store=asdict(store))
+
+
+def checkpoints_flow(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:
+    """One pass over the checkpoints as the Prefect ``profile-checkpoints`` flow."""
+    with prefect_settings():
+        return profile_checkpoints(config=config.to_dict(), store=asdict(store))

@@ -1,8 +1,8 @@
-"""Sampling shards on Ray actors: one engine per actor, results written through the same store.
+"""The Ray executor: one engine per actor, results written by the driver through the same store.
 
 Prefect stays the orchestrator (one retried task per shard); Ray only executes. Each actor loads
-the model once and then samples and grades whole shards (``profile.sample_and_grade``); the
-graded table comes back to the driver, which writes it with ``store.write_shard``. So the data
+the model once and then samples and grades whole shards (``run.sample_and_grade``); the graded
+table comes back to the driver, which writes it in ``run.run_shard``. So the data
 directory need only be reachable from the driver, and a shard is written once, atomically, no
 matter how many times an actor died on it.
 
@@ -17,13 +17,12 @@ import logging
 import queue
 import threading
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any, Self
 
 import pyarrow as pa
 
-from pipeline import store
-from pipeline.flows import profile as stages
+from pipeline import run
+from pipeline.errors import ConfigError, MissingDependencyError
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +33,11 @@ def _import_ray():
     try:
         import ray
     except ImportError as exc:
-        raise ImportError(f"--executor ray needs Ray; install it with: {_EXTRA_HINT}") from exc
+        raise MissingDependencyError(f"--executor ray needs Ray; install it with: {_EXTRA_HINT}") from exc
     return ray
 
 
-def actor_resources(config: stages.ProfileConfig) -> dict[str, float]:
+def actor_resources(config: run.ProfileConfig) -> dict[str, float]:
     """Ray resources of one engine actor for this backend."""
     opts = config.backend_options
     if config.backend == "vllm":
@@ -48,7 +47,7 @@ def actor_resources(config: stages.ProfileConfig) -> dict[str, float]:
     return {"num_cpus": 1, "num_gpus": 0}
 
 
-def actor_config(config: stages.ProfileConfig) -> stages.ProfileConfig:
+def actor_config(config: run.ProfileConfig) -> run.ProfileConfig:
     """The config an actor samples with: llama.cpp threads pinned to the actor's CPUs.
 
     Grading inside an actor uses one worker process: the actor's CPUs are already counted.
@@ -66,30 +65,30 @@ class _Engine:
         import logging as _logging
 
         _logging.basicConfig(level=_logging.WARNING)
-        self.config = stages.ProfileConfig(**config)
-        self.sampler = stages.get_sampler(self.config.backend, self.config.model, self.config.backend_options)
+        self.config = run.ProfileConfig(**config)
+        self.sampler = run.get_sampler(self.config.backend, self.config.model, self.config.backend_options)
 
     def model_name(self) -> str:
         return self.sampler.model_name
 
     def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table:
-        return stages.sample_and_grade(self.config, problems, template, run_id, self.sampler)
+        return run.sample_and_grade(self.config, problems, template, run_id, self.sampler)
 
 
-class ShardPool:
-    """A pool of engine actors; ``run_shard`` is thread-safe (one shard per actor at a time).
+class RayExecutor:
+    """A pool of engine actors; ``sample_and_grade`` is thread-safe (one batch per actor at a time).
 
-    It stands in for the sampler in ``prepare_run`` (it has the ``model_name``), so the driver
-    never loads a model. Use as a context manager: it connects to Ray (``config.ray_address``, or the already
+    It is an ``run.Executor``: the driver never loads a model (``model_name`` comes from the
+    actors). Use as a context manager: it connects to Ray (``config.ray_address``, or the already
     initialised Ray of this process, or a new local cluster), starts ``config.replicas`` actors,
     and on exit kills them and disconnects from any Ray it started itself.
     """
 
-    def __init__(self, config: stages.ProfileConfig) -> None:
+    def __init__(self, config: run.ProfileConfig) -> None:
         if config.executor != "ray":
-            raise ValueError(f"executor={config.executor!r}: ShardPool needs executor='ray'")
+            raise ConfigError(f"executor={config.executor!r}: RayExecutor needs executor='ray'")
         self.config = actor_config(config)
-        self.replicas = config.replicas
+        self.concurrency = config.replicas
         self._ray = _import_ray()
         self._started_ray = False
         self._idle: queue.Queue = queue.Queue()
@@ -109,11 +108,11 @@ class ShardPool:
             self._started_ray = True
         res = actor_resources(self.config)
         self._cls = ray.remote(**res)(_Engine)
-        for _ in range(self.replicas):
+        for _ in range(self.concurrency):
             self._add_actor()
         # Fail here, not in the first shard, when an actor cannot load its model.
         names = ray.get([a.model_name.remote() for a in self._actors])
-        self.model_name = names[0]  # what the run registry records (prepare_run reads it)
+        self.model_name = names[0]  # what the run registry records
         log.info("ray: %d actors of %s with %s", len(names), names[0], res)
         return self
 
@@ -157,18 +156,3 @@ class ShardPool:
             raise
         self._idle.put(actor)
         return result
-
-    def run_shard(self, data_dir: Path, plan: stages.RunPlan, shard: int) -> int:
-        """Like ``profile.run_shard``, with the sampling and grading on an actor."""
-        if shard in store.finished_shards(data_dir, plan.run_id):
-            return 0
-        graded = self.sample_and_grade(plan.problems.take(plan.shards[shard]), plan.template, plan.run_id)
-        store.write_shard(data_dir, plan.run_id, shard, graded)
-        return graded.num_rows
-
-    def run_all(self, data_dir: Path, plan: stages.RunPlan, shards: list[int]) -> int:
-        """Run shards concurrently, one thread per actor (used without Prefect)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=self.replicas) as pool:
-            return sum(pool.map(lambda s: self.run_shard(data_dir, plan, s), shards))

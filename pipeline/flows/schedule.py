@@ -15,6 +15,8 @@ import logging
 import re
 from typing import Any
 
+from pipeline.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 FLOWS = {"profile": "profile", "checkpoints": "profile_checkpoints"}
@@ -40,7 +42,7 @@ def make_deployment(
     Args:
         flow: ``profile`` or ``checkpoints``.
         name: deployment name.
-        parameters: the flow's parameters (``config`` dict and ``data_dir``).
+        parameters: the flow's parameters (``config`` dict and ``store``, as ``asdict(Store)``).
         cron: cron expression (e.g. ``"0 3 * * *"``), or
         interval: seconds between runs.
         timezone: time zone of the cron expression (default UTC).
@@ -49,11 +51,11 @@ def make_deployment(
         ValueError: unknown flow, or not exactly one of cron and interval.
     """
     if flow not in FLOWS:
-        raise ValueError(f"flow={flow!r} is unknown: allowed {', '.join(FLOWS)}")
+        raise ConfigError(f"flow={flow!r} is unknown: allowed {', '.join(FLOWS)}")
     if (cron is None) == (interval is None):
-        raise ValueError("give exactly one of cron and interval")
+        raise ConfigError("give exactly one of cron and interval")
     if interval is not None and interval <= 0:
-        raise ValueError(f"interval={interval} must be > 0 seconds")
+        raise ConfigError(f"interval={interval} must be > 0 seconds")
     from prefect.schedules import Cron, Interval
     from prefect.types.entrypoint import EntrypointType
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import ConfigError
 from pipeline.sample.base import (
     SAMPLE_ROWS,
     Progress,
@@ -82,4 +83,4 @@ def make_sampler(backend: str = DEFAULT_BACKEND, model: str | None = None, **opt
         from pipeline.sample.openai import OpenAISampler
 
         return OpenAISampler(model, **options)
-    raise ValueError(f"backend={backend!r} is unknown: allowed {', '.join(BACKENDS)}")
+    raise ConfigError(f"backend={backend!r} is unknown: allowed {', '.join(BACKENDS)}")

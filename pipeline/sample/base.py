@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from pipeline.errors import SamplingError
+from pipeline.errors import ConfigError, SamplingError
 from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt
 
 # One row per sample; the `samples` table adds run_id and the grading columns.
@@ -64,7 +64,7 @@ class SamplingParams:
         _check_float("temperature", self.temperature, 0.0, 10.0, "[0, 10]")
         _check_float("top_p", self.top_p, 0.0, 1.0, "(0, 1]")
         if self.top_p <= 0.0:
-            raise ValueError(f"top_p={self.top_p!r} is out of range: allowed (0, 1]")
+            raise ConfigError(f"top_p={self.top_p!r} is out of range: allowed (0, 1]")
 
     def to_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (for the run registry)."""
@@ -81,14 +81,14 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}={value!r} must be an integer in [{lo}, {hi}]")
     if not lo <= value <= hi:
-        raise ValueError(f"{name}={value!r} is out of range: allowed [{lo}, {hi}]")
+        raise ConfigError(f"{name}={value!r} is out of range: allowed [{lo}, {hi}]")
 
 
 def _check_float(name: str, value: Any, lo: float, hi: float, shown: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name}={value!r} must be a number in {shown}")
     if not (math.isfinite(value) and lo <= value <= hi):
-        raise ValueError(f"{name}={value!r} is out of range: allowed {shown}")
+        raise ConfigError(f"{name}={value!r} is out of range: allowed {shown}")
 
 
 def derive_seed(seed: int, prompt_id: str, sample_idx: int) -> int:
@@ -120,7 +120,7 @@ def iter_problem_rows(problems: Any) -> Iterable[tuple[str, str]]:
     if isinstance(problems, pa.Table | pa.RecordBatch):
         missing = {"prompt_id", "problem"} - set(problems.schema.names)
         if missing:
-            raise ValueError(f"problems table lacks column(s) {sorted(missing)}")
+            raise ConfigError(f"problems table lacks column(s) {sorted(missing)}")
         ids = problems.column("prompt_id").to_pylist()
         texts = problems.column("problem").to_pylist()
         rows: Iterable[tuple[Any, Any]] = zip(ids, texts, strict=True)
@@ -128,7 +128,7 @@ def iter_problem_rows(problems: Any) -> Iterable[tuple[str, str]]:
         rows = ((_field(r, "prompt_id"), _field(r, "problem")) for r in problems)
     for i, (pid, text) in enumerate(rows):
         if not isinstance(pid, str) or not pid:
-            raise ValueError(f"problem row {i}: prompt_id={pid!r} must be a non-empty string")
+            raise ConfigError(f"problem row {i}: prompt_id={pid!r} must be a non-empty string")
         if not isinstance(text, str):
             raise TypeError(f"problem {pid}: problem={text!r} must be a string")
         yield pid, text
@@ -141,7 +141,7 @@ def prepare_prompts(problems: Any, template: str | None) -> list[PromptItem]:
     seen: set[str] = set()
     for pid, text in iter_problem_rows(problems):
         if pid in seen:
-            raise ValueError(f"prompt_id {pid!r} appears twice in the problems")
+            raise ConfigError(f"prompt_id {pid!r} appears twice in the problems")
         seen.add(pid)
         items.append(PromptItem(pid, render_prompt(tpl, text)))
     return items

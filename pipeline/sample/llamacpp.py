@@ -19,6 +19,7 @@ from typing import Any, Self
 
 import pyarrow as pa
 
+from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError
 from pipeline.sample.base import (
     Progress,
     SamplingError,
@@ -55,13 +56,13 @@ def bundled_model_path() -> Path:
                 if path.is_file():
                     return path
     except importlib.metadata.PackageNotFoundError:
-        pass
+        log.debug("no %s distribution; looking for the %s package instead", BUNDLED_DIST, BUNDLED_PACKAGE)
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     for loc in (spec.submodule_search_locations or []) if spec else []:
         path = Path(loc) / BUNDLED_FILE
         if path.is_file():
             return path
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"the bundled model {BUNDLED_FILE} was not found: the package {BUNDLED_DIST!r} is not installed ({_EXTRA_HINT})"
     )
 
@@ -104,17 +105,17 @@ class LlamaCppOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_ctx, int) or not 128 <= self.n_ctx <= 131072:
-            raise ValueError(f"n_ctx={self.n_ctx!r} is out of range: allowed [128, 131072]")
+            raise ConfigError(f"n_ctx={self.n_ctx!r} is out of range: allowed [128, 131072]")
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or not 1 <= self.n_threads <= 1024):
-            raise ValueError(f"n_threads={self.n_threads!r} is out of range: allowed [1, 1024]")
+            raise ConfigError(f"n_threads={self.n_threads!r} is out of range: allowed [1, 1024]")
         if not isinstance(self.n_batch, int) or not 1 <= self.n_batch <= 8192:
-            raise ValueError(f"n_batch={self.n_batch!r} is out of range: allowed [1, 8192]")
+            raise ConfigError(f"n_batch={self.n_batch!r} is out of range: allowed [1, 8192]")
         if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k!r} is out of range: allowed >= 0 (0 = off)")
+            raise ConfigError(f"top_k={self.top_k!r} is out of range: allowed >= 0 (0 = off)")
         if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"min_p={self.min_p!r} is out of range: allowed [0, 1]")
+            raise ConfigError(f"min_p={self.min_p!r} is out of range: allowed [0, 1]")
         if not 0.0 < self.repeat_penalty <= 10.0:
-            raise ValueError(f"repeat_penalty={self.repeat_penalty!r} is out of range: allowed (0, 10]")
+            raise ConfigError(f"repeat_penalty={self.repeat_penalty!r} is out of range: allowed (0, 10]")
 
 
 class LlamaCppSampler:
@@ -139,12 +140,12 @@ class LlamaCppSampler:
         else:
             self.model_path = Path(model).expanduser()
             if not self.model_path.is_file():
-                raise FileNotFoundError(f"model file {str(model)!r} does not exist")
+                raise MissingFileError(f"model file {str(model)!r} does not exist")
             self.model_name = str(self.model_path.resolve())
         try:
             from llama_cpp import Llama
         except ImportError as exc:
-            raise ImportError(f"the llamacpp backend needs llama-cpp-python; {_EXTRA_HINT}") from exc
+            raise MissingDependencyError(f"the llamacpp backend needs llama-cpp-python; {_EXTRA_HINT}") from exc
         self.n_threads = self.options.n_threads or default_threads()
         self.llm = Llama(
             model_path=str(self.model_path),

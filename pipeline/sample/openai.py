@@ -25,6 +25,7 @@ from typing import Any, Self
 import httpx
 import pyarrow as pa
 
+from pipeline.errors import ConfigError
 from pipeline.sample.base import (
     Progress,
     PromptItem,
@@ -85,18 +86,18 @@ class OpenAIOptions:
             object.__setattr__(self, "api_key", os.environ.get("OPENAI_API_KEY") or None)
         url = str(self.base_url)
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url={url!r} must start with http:// or https://")
+            raise ConfigError(f"base_url={url!r} must start with http:// or https://")
         object.__setattr__(self, "base_url", url.rstrip("/"))
         if not isinstance(self.concurrency, int) or not 1 <= self.concurrency <= 4096:
-            raise ValueError(f"concurrency={self.concurrency!r} is out of range: allowed [1, 4096]")
+            raise ConfigError(f"concurrency={self.concurrency!r} is out of range: allowed [1, 4096]")
         if not self.timeout > 0:
-            raise ValueError(f"timeout={self.timeout!r} is out of range: allowed > 0 seconds")
+            raise ConfigError(f"timeout={self.timeout!r} is out of range: allowed > 0 seconds")
         if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
-            raise ValueError(f"max_retries={self.max_retries!r} is out of range: allowed [0, 100]")
+            raise ConfigError(f"max_retries={self.max_retries!r} is out of range: allowed [0, 100]")
         if not 0 <= self.backoff <= 60:
-            raise ValueError(f"backoff={self.backoff!r} is out of range: allowed [0, 60] seconds")
+            raise ConfigError(f"backoff={self.backoff!r} is out of range: allowed [0, 60] seconds")
         if not self.max_backoff >= self.backoff:
-            raise ValueError(f"max_backoff={self.max_backoff!r} must be >= backoff={self.backoff}")
+            raise ConfigError(f"max_backoff={self.max_backoff!r} must be >= backoff={self.backoff}")
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json"}

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
+from pipeline.errors import ConfigError, MissingFileError
+
 PLACEHOLDER = "{problem}"
 
 # Datasets with their own bundled template; every other dataset gets `default`.
@@ -27,7 +29,7 @@ def check_template(template: str, source: str = "template") -> str:
     """Return the template if it has exactly one `{problem}` placeholder, else raise ValueError."""
     count = template.count(PLACEHOLDER)
     if count != 1:
-        raise ValueError(f"{source} must contain the placeholder {PLACEHOLDER} exactly once (found {count})")
+        raise ConfigError(f"{source} must contain the placeholder {PLACEHOLDER} exactly once (found {count})")
     return template
 
 
@@ -58,7 +60,7 @@ def template_for(dataset: str | None, path: str | Path | None = None) -> str:
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise FileNotFoundError(f"prompt template file {str(p)!r} does not exist")
+            raise MissingFileError(f"prompt template file {str(p)!r} does not exist")
         return check_template(p.read_text(encoding="utf-8"), f"prompt template {str(p)!r}")
     key = (dataset or "default").lower()
     return _bundled(key if key in _BUNDLED else "default")

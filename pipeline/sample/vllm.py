@@ -21,6 +21,7 @@ from typing import Any, Self
 
 import pyarrow as pa
 
+from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError
 from pipeline.sample.base import (
     Progress,
     PromptItem,
@@ -71,18 +72,18 @@ class VllmOptions:
         for name in ("tensor_parallel_size", "data_parallel_size"):
             v = getattr(self, name)
             if not isinstance(v, int) or not 1 <= v <= 64:
-                raise ValueError(f"{name}={v!r} is out of range: allowed [1, 64]")
+                raise ConfigError(f"{name}={v!r} is out of range: allowed [1, 64]")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization!r} is out of range: allowed (0, 1]")
+            raise ConfigError(f"gpu_memory_utilization={self.gpu_memory_utilization!r} is out of range: allowed (0, 1]")
         if self.max_model_len is not None and self.max_model_len < 16:
-            raise ValueError(f"max_model_len={self.max_model_len!r} is out of range: allowed >= 16")
+            raise ConfigError(f"max_model_len={self.max_model_len!r} is out of range: allowed >= 16")
         if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 1_000_000:
-            raise ValueError(f"batch_size={self.batch_size!r} is out of range: allowed [1, 1e6]")
+            raise ConfigError(f"batch_size={self.batch_size!r} is out of range: allowed [1, 1e6]")
         if self.gpus is not None:
             object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
             need = self.tensor_parallel_size * self.data_parallel_size
             if len(self.gpus) < need:
-                raise ValueError(
+                raise ConfigError(
                     f"gpus={list(self.gpus)!r} has {len(self.gpus)} devices; "
                     f"tensor_parallel_size*data_parallel_size needs {need}"
                 )
@@ -105,7 +106,7 @@ def _import_vllm() -> Any:
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError(f"the vllm backend needs vLLM; {_EXTRA_HINT}") from exc
+        raise MissingDependencyError(f"the vllm backend needs vLLM; {_EXTRA_HINT}") from exc
     return vllm
 
 
@@ -220,7 +221,7 @@ class VllmSampler:
 
     def __init__(self, model: str | None, **options: Any) -> None:
         if not model:
-            raise ValueError("the vllm backend needs a model (a Hugging Face name or a directory)")
+            raise ConfigError("the vllm backend needs a model (a Hugging Face name or a directory)")
         if "gpus" in options and options["gpus"] is not None:
             options["gpus"] = tuple(options["gpus"])
         self.options = VllmOptions(**options)
@@ -228,7 +229,7 @@ class VllmSampler:
         if model.startswith(("/", "./", "../", "~")):  # a path, not a hub name: check it now
             path = os.path.expanduser(model)
             if not os.path.exists(path):
-                raise FileNotFoundError(f"model directory {model!r} does not exist")
+                raise MissingFileError(f"model directory {model!r} does not exist")
         vllm = _import_vllm()
         opts = self.options
         self.llm: Any = None

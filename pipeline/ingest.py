@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline import datasets, grade, schema, store
-from pipeline.flows.profile import ProfileConfig, RunPlan, finish_run
+from pipeline import datasets, grade, schema
+from pipeline.errors import ConfigError, DatasetError
+from pipeline.run import ProfileConfig, RunPlan, finish_run
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +49,20 @@ class ImportConfig:
 
     def __post_init__(self) -> None:
         if self.problem_col is None and self.prompt_id_col is None:
-            raise ValueError("give --problem-col or --prompt-id-col: rows need a problem or an id")
+            raise ConfigError("give --problem-col or --prompt-id-col: rows need a problem or an id")
         if self.shard_size < 1:
-            raise ValueError(f"shard_size={self.shard_size} must be >= 1")
+            raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
 
 
-def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) -> dict:
+def import_rollouts(config: ImportConfig, store: Store) -> dict:
     """Grade and store a file of rollouts as a run with backend ``import``; returns run info."""
-    data_dir = store.resolve_data_dir(data_dir)
     raw = datasets.read_local(config.input)
     if config.problem_col == "problem" and "problem" not in raw.column_names and "question" in raw.column_names:
         config = replace(config, problem_col="question")  # GSM8K and DeepMath name it so
     needed = [c for c in (config.problem_col, config.prompt_id_col, config.answer_col, config.completion_col) if c]
     missing = [c for c in needed if c not in raw.column_names]
     if missing:
-        raise datasets.DatasetError(
+        raise DatasetError(
             f"{config.input}: missing column(s) {missing}; columns found: {raw.column_names} "
             "(map them with --problem-col, --prompt-id-col, --answer-col, --completion-col)"
         )
@@ -73,7 +73,7 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
         ids = [None if v is None else str(v) for v in raw.column(config.prompt_id_col).to_pylist()]
         for i, pid in enumerate(ids):
             if not pid:
-                raise datasets.DatasetError(f"{config.input}: row {i} has an empty {config.prompt_id_col!r}")
+                raise DatasetError(f"{config.input}: row {i} has an empty {config.prompt_id_col!r}")
     else:
         ids = [datasets.prompt_id(dataset, p or "") for p in problem]
     gold = [None if v is None else str(v).strip() for v in raw.column(config.answer_col).to_pylist()]
@@ -97,17 +97,18 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
             "prompt_id": [ids[i] for i in rows],
             "problem": [problem[i] for i in rows],
             "answer": [gold[i] for i in rows],
-            "status": [schema.problem_status(problem[i], gold[i], needs_problem=bool(config.problem_col)) for i in rows],
+            "status": [
+                schema.problem_status(problem[i], gold[i], needs_problem=bool(config.problem_col)) for i in rows
+            ],
         }
     )
-    store.write_table(data_dir, "problems", problems, {"dataset": dataset})
+    store.write_table("problems", problems, {"dataset": dataset})
     digest = hashlib.sha256()
     for pid, c in zip(ids, completion, strict=False):
         digest.update(f"{pid}\x1f{c}\x1e".encode())
     run_id = "import-" + digest.hexdigest()[:12]
     grade_config = grade.GradeConfig(workers=config.grade_workers)
     store.register_run(
-        data_dir,
         {
             "run_id": run_id,
             "dataset": dataset,
@@ -131,7 +132,7 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
         }
     )
     shards = []
-    done = store.finished_shards(data_dir, run_id)
+    done = store.finished_shards(run_id)
     with grade.GradingPool(grade_config) as pool:  # workers start once, not once per shard
         for shard, start in enumerate(range(0, n, config.shard_size)):
             shards.append([])
@@ -139,14 +140,10 @@ def import_rollouts(config: ImportConfig, data_dir: str | Path | None = None) ->
                 continue
             part = grade.grade_table(samples.slice(start, config.shard_size), grade_config, pool=pool)
             part = part.drop_columns(["gold"]).append_column("run_id", pa.array([run_id] * part.num_rows, pa.string()))
-            store.write_shard(data_dir, run_id, shard, part)
+            store.write_shard(run_id, shard, part)
     plan = RunPlan(run_id, dataset, config.model, "", problems, shards, {})
-    info = finish_run(ProfileConfig(report=config.report), data_dir, plan)
-    statuses = store.query(
-        data_dir,
-        "select grade_status, count(*) n from samples where run_id = $run_id group by 1 order by 1",
-        {"run_id": run_id},
-    )
+    info = finish_run(ProfileConfig(report=config.report), store, plan)
+    statuses = store.named_query("grade_status_counts", {"run_id": run_id})
     info["grade_status"] = dict(
         zip(statuses.column("grade_status").to_pylist(), statuses.column("n").to_pylist(), strict=False)
     )

@@ -1,4 +1,4 @@
-"""Profiling a training run as it goes: profile each new checkpoint, append to ``history``.
+"""Checkpoint history: find a training run's checkpoints, profile the new ones, append ``history``.
 
 On every (scheduled) pass, ``profile_new_checkpoints`` finds the checkpoints in a folder (GGUF
 files for llama.cpp, Hugging Face model folders with a ``config.json`` for vLLM) or in a given
@@ -26,8 +26,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import schema, store
-from pipeline.flows.profile import ProfileConfig, close_samplers
+from pipeline import schema
+from pipeline.errors import ConfigError
+from pipeline.run import ProfileConfig, close_engines
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +55,9 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", tuple(str(p) for p in self.paths))
         if self.folder is None and not self.paths:
-            raise ValueError("give a checkpoint folder or at least one checkpoint path")
+            raise ConfigError("give a checkpoint folder or at least one checkpoint path")
         if self.min_age_s < 0:
-            raise ValueError(f"min_age_s={self.min_age_s} must be >= 0")
-        if self.profile.executor not in ("local", "ray"):
-            raise ValueError(f"executor={self.profile.executor!r} is unknown: allowed local, ray")
+            raise ConfigError(f"min_age_s={self.min_age_s} must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-able parameters (for a Prefect deployment)."""
@@ -111,7 +111,7 @@ def discover_checkpoints(config: CheckpointConfig) -> list[Checkpoint]:
     if config.folder is not None:
         folder = Path(config.folder).expanduser()
         if not folder.is_dir():
-            raise FileNotFoundError(f"checkpoint folder {str(folder)!r} does not exist")
+            raise ConfigError(f"checkpoint folder {str(folder)!r} does not exist")
         if config.profile.backend == "llamacpp":
             found += sorted(p for p in folder.rglob("*.gguf") if p.is_file())
         else:
@@ -128,16 +128,16 @@ def discover_checkpoints(config: CheckpointConfig) -> list[Checkpoint]:
     return sorted(out.values(), key=lambda c: (c.step is None, c.step or 0, c.name))
 
 
-def profiled_ids(data_dir: Path) -> set[str]:
+def profiled_ids(store: Store) -> set[str]:
     """Checkpoint ids already in the history table."""
-    hist = store.read_table(data_dir, "history")
+    hist = store.read_table("history")
     return set(pc.unique(hist.column("checkpoint_id")).to_pylist()) if hist.num_rows else set()
 
 
-def history_rows(data_dir: Path, checkpoint: Checkpoint, run_id: str) -> pa.Table:
+def history_rows(store: Store, checkpoint: Checkpoint, run_id: str) -> pa.Table:
     """One history row per prompt of a finished run, from its ``prompt_stats``."""
-    stats = store.read_table(data_dir, "prompt_stats", {"run_id": run_id})
-    run = store.get_run(data_dir, run_id)
+    stats = store.read_table("prompt_stats", {"run_id": run_id})
+    run = store.get_run(run_id)
     rows = stats.num_rows
     n = stats.column("n")
     c = stats.column("c")
@@ -168,31 +168,31 @@ def history_rows(data_dir: Path, checkpoint: Checkpoint, run_id: str) -> pa.Tabl
     return pa.table(data)
 
 
-def record_history(data_dir: Path, checkpoint: Checkpoint, run_id: str) -> int:
+def record_history(store: Store, checkpoint: Checkpoint, run_id: str) -> int:
     """Append a profiled checkpoint to ``history`` (one atomic partition); returns its rows."""
-    rows = history_rows(data_dir, checkpoint, run_id)
-    store.write_table(data_dir, "history", rows, {"checkpoint_id": checkpoint.checkpoint_id})
+    rows = history_rows(store, checkpoint, run_id)
+    store.write_table("history", rows, {"checkpoint_id": checkpoint.checkpoint_id})
     return rows.num_rows
 
 
 def profile_new_checkpoints(
     config: CheckpointConfig,
-    data_dir: Path,
+    store: Store,
     profile_one: Callable[[ProfileConfig], dict[str, Any]],
-    record: Callable[[Path, Checkpoint, str], int] = record_history,
+    record: Callable[[Store, Checkpoint, str], int] = record_history,
 ) -> list[dict[str, Any]]:
     """Profile every checkpoint not yet in history, oldest step first.
 
     Args:
         config: where the checkpoints are and the profile settings.
-        data_dir: the data directory.
-        profile_one: runs one profile (``profile_direct`` or the Prefect ``profile`` flow).
+        store: the data directory.
+        profile_one: runs one profile (directly or as the Prefect ``profile`` flow).
         record: appends a checkpoint's rows to history (a Prefect task in the flow).
 
     Returns:
         One dict per checkpoint profiled in this pass: checkpoint, path, step, run_id, rows.
     """
-    done = profiled_ids(data_dir)
+    done = profiled_ids(store)
     todo = [c for c in discover_checkpoints(config) if c.checkpoint_id not in done]
     log.info("%d new checkpoints (%d already profiled)", len(todo), len(done))
     out = []
@@ -201,27 +201,9 @@ def profile_new_checkpoints(
         try:
             run = profile_one(cfg)
         finally:
-            close_samplers()  # one model in memory at a time
-        rows = record(data_dir, ckpt, run["run_id"])
+            close_engines()  # one model in memory at a time
+        rows = record(store, ckpt, run["run_id"])
         out.append(
             {"checkpoint": ckpt.name, "path": ckpt.path, "step": ckpt.step, "run_id": run["run_id"], "rows": rows}
         )
     return out
-
-
-def profile_checkpoints_direct(config: CheckpointConfig, data_dir: str | Path | None = None) -> list[dict[str, Any]]:
-    """One pass without Prefect."""
-    from pipeline.flows.profile import profile_direct
-
-    path = store.resolve_data_dir(data_dir)
-    return profile_new_checkpoints(config, path, lambda cfg: profile_direct(cfg, path))
-
-
-def profile_checkpoints_flow(config: CheckpointConfig, data_dir: str | Path | None = None) -> list[dict[str, Any]]:
-    """One pass as the Prefect ``profile-checkpoints`` flow (each checkpoint a subflow)."""
-    from pipeline.flows import prefect_flows
-    from pipeline.flows.profile import prefect_settings
-
-    path = store.resolve_data_dir(data_dir)
-    with prefect_settings():
-        return prefect_flows.profile_checkpoints(config=config.to_dict(), data_dir=str(path))

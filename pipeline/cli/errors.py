@@ -1,0 +1,57 @@
+"""The one place where the command line turns an error into ``error: <message>`` and exit status 1.
+
+Every command is wrapped in ``exit_on_error`` when it is registered (``pipeline/cli/__init__.py``):
+it catches ``PipelineError``, the base of every error a user can act on, and nothing else; any
+other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+import typer
+from rich.markup import escape
+
+from pipeline.errors import ConfigError, PipelineError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def print_error(message: str) -> None:
+    """``error: <message>`` on standard error, never wrapped (paths and ids stay whole)."""
+    from pipeline.cli.output import err_console
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+
+
+def exit_on_error(command: Callable[P, R]) -> Callable[P, R]:
+    """Run a command; a ``PipelineError`` prints ``error: <message>`` and exits with status 1."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except PipelineError as exc:
+            print_error(str(exc))
+            raise typer.Exit(1) from exc
+
+    return run
+
+
+@contextmanager
+def config_errors() -> Iterator[None]:
+    """Re-raise a plain ``ValueError`` of a library check on a user's value as ``ConfigError``.
+
+    For the few library checks that do not raise a ``PipelineError`` yet (``grade.GradeConfig``,
+    Prefect's cron and time zone parsing); wrap only the call that validates the user's value.
+    """
+    try:
+        yield
+    except PipelineError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc

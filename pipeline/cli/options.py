@@ -1,0 +1,222 @@
+"""Every option shared by several commands, declared once as an ``Annotated`` type alias.
+
+A command names an alias and gives the Python default, e.g. ``data_dir: DataDir = None``. The
+profile options (shared by ``profile``, ``schedule`` and ``checkpoints``) also have their defaults
+here, in ``ProfileOptions``, and one method turns them into a ``ProfileConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from pipeline.errors import ConfigError
+from pipeline.store import DATA_DIR_ENV
+
+if TYPE_CHECKING:
+    from pipeline.run import ProfileConfig
+    from pipeline.store import Store
+
+# --- data directory and output ----------------------------------------------------------------
+
+DataDir = Annotated[
+    str | None,
+    typer.Option(
+        "--data-dir",
+        envvar=DATA_DIR_ENV,
+        help=f"Data directory (default: ${DATA_DIR_ENV}, else ./difficulty-data).",
+        show_default=False,
+    ),
+]
+Format = Annotated[str, typer.Option("--format", help="table, csv or json.")]
+
+FORMATS = ("table", "csv", "json")
+
+
+def open_store(data_dir: str | None) -> Store:
+    """The ``Store`` of ``--data-dir`` (created and checked writable; ``StoreError`` says why not)."""
+    from pipeline.store import Store
+
+    return Store.open(data_dir)
+
+
+def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
+    """The ``--format`` value, lower-cased; ``ConfigError`` when it is not one of ``allowed``."""
+    value = fmt.lower()
+    if value not in allowed:
+        raise ConfigError(f"unknown --format {fmt!r}; use {', '.join(allowed[:-1])} or {allowed[-1]}")
+    return value
+
+
+# --- the profile options (profile, schedule, checkpoints) -------------------------------------
+
+_DATA = "Dataset"
+_SAMPLING = "Sampling"
+_BACKEND = "Backend"
+_EXECUTION = "Execution"
+
+Model = Annotated[str | None, typer.Option("--model", help="GGUF path, vLLM model or served model id.")]
+Prefect = Annotated[bool, typer.Option("--prefect/--no-prefect", help="Run as a Prefect flow (default) or in-process.")]
+
+Dataset = Annotated[
+    str, typer.Option("--dataset", help="Adapter name (default: the bundled arithmetic set).", rich_help_panel=_DATA)
+]
+DataFile = Annotated[
+    Path | None, typer.Option("--data-file", help="Local file or hub-layout folder.", rich_help_panel=_DATA)
+]
+Split = Annotated[str | None, typer.Option("--split", help="Split to read.", rich_help_panel=_DATA)]
+Limit = Annotated[
+    int | None,
+    typer.Option("--limit", help="Number of problems (bundled default: 45; others: all).", rich_help_panel=_DATA),
+]
+TemplateFile = Annotated[
+    Path | None,
+    typer.Option("--template-file", help="Prompt template with {problem}.", rich_help_panel=_DATA),
+]
+Backend = Annotated[
+    str, typer.Option("--backend", help="llamacpp, vllm, openai or simulate.", rich_help_panel=_BACKEND)
+]
+Threads = Annotated[
+    int | None, typer.Option("--threads", help="llama.cpp threads (llamacpp only).", rich_help_panel=_BACKEND)
+]
+BaseUrl = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible server URL (openai only).", rich_help_panel=_BACKEND),
+]
+TensorParallel = Annotated[
+    int | None,
+    typer.Option("--tensor-parallel-size", help="vLLM tensor parallelism (vllm only).", rich_help_panel=_BACKEND),
+]
+PassRates = Annotated[
+    Path | None,
+    typer.Option(
+        "--pass-rates",
+        help="File of per-prompt true pass rates (simulate only).",
+        rich_help_panel=_BACKEND,
+    ),
+]
+N = Annotated[int, typer.Option("--n", help="Samples per problem.", rich_help_panel=_SAMPLING)]
+Temperature = Annotated[
+    float | None,
+    typer.Option("--temperature", help="Default 0.7 on the bundled set, 1.0 otherwise.", rich_help_panel=_SAMPLING),
+]
+TopP = Annotated[float, typer.Option("--top-p", rich_help_panel=_SAMPLING)]
+MaxTokens = Annotated[
+    int | None,
+    typer.Option("--max-tokens", help="Default 24 on the bundled set, 1024 otherwise.", rich_help_panel=_SAMPLING),
+]
+Seed = Annotated[int, typer.Option("--seed", rich_help_panel=_SAMPLING)]
+ShardSize = Annotated[
+    int,
+    typer.Option("--shard-size", help="Prompts per shard (unit of retry and resume).", rich_help_panel=_EXECUTION),
+]
+GradeWorkers = Annotated[
+    int, typer.Option("--grade-workers", help="math-verify worker processes.", rich_help_panel=_EXECUTION)
+]
+Executor = Annotated[
+    str,
+    typer.Option("--executor", help="local, or ray: sampling shards on Ray actors.", rich_help_panel=_EXECUTION),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option("--address", help="Ray cluster address (default: a local one).", rich_help_panel=_EXECUTION),
+]
+Replicas = Annotated[
+    int,
+    typer.Option("--replicas", help="Ray actors (one engine each; one GPU each for vLLM).", rich_help_panel=_EXECUTION),
+]
+Report = Annotated[
+    bool, typer.Option("--report/--no-report", help="Write the HTML report of each run.", rich_help_panel=_EXECUTION)
+]
+
+# Backend options: CLI name -> (backend it belongs to, key in ProfileConfig.backend_options).
+_BACKEND_OPTIONS = {
+    "threads": ("--threads", "llamacpp", "n_threads"),
+    "base_url": ("--base-url", "openai", "base_url"),
+    "tensor_parallel": ("--tensor-parallel-size", "vllm", "tensor_parallel_size"),
+    "pass_rates": ("--pass-rates", "simulate", "pass_rates"),
+}
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """The profile options of one command line, with their defaults (``PROFILE``).
+
+    Each field is a parameter, of the same name, of ``profile``, ``schedule`` and ``checkpoints``
+    (typed with the alias above); ``from_params(locals())`` collects them in a command.
+    """
+
+    dataset: str = "arithmetic"
+    data_file: Path | None = None
+    split: str | None = None
+    limit: int | None = None
+    template_file: Path | None = None
+    backend: str = "llamacpp"
+    threads: int | None = None
+    base_url: str | None = None
+    tensor_parallel: int | None = None
+    pass_rates: Path | None = None
+    n: int = 8
+    temperature: float | None = None
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    seed: int = 0
+    shard_size: int = 256
+    grade_workers: int = 2
+    executor: str = "local"
+    ray_address: str | None = None
+    replicas: int = 1
+    report: bool = True
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> ProfileOptions:
+        """The profile options among a command's parameters (pass it ``locals()``)."""
+        return cls(**{f.name: params[f.name] for f in fields(cls)})
+
+    def backend_options(self) -> dict[str, Any]:
+        """``ProfileConfig.backend_options``; ``ConfigError`` for an option of another backend."""
+        out: dict[str, Any] = {}
+        for name, (flag, backend, key) in _BACKEND_OPTIONS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if self.backend != backend:
+                raise ConfigError(f"{flag} applies to --backend {backend} only, not --backend {self.backend}")
+            out[key] = str(value) if isinstance(value, Path) else value
+        return out
+
+    def config(self, model: str | None = None) -> ProfileConfig:
+        """The ``ProfileConfig`` of these options (``ConfigError`` names a bad value)."""
+        from pipeline import grade
+        from pipeline.cli.errors import config_errors
+        from pipeline.run import ProfileConfig
+
+        with config_errors():  # GradeConfig checks --grade-workers with a plain ValueError
+            grade.GradeConfig(workers=self.grade_workers)
+        return ProfileConfig(
+            dataset=self.dataset,
+            data_file=str(self.data_file) if self.data_file else None,
+            split=self.split,
+            limit=self.limit,
+            backend=self.backend,
+            model=model,
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+            template_file=str(self.template_file) if self.template_file else None,
+            shard_size=self.shard_size,
+            grade_workers=self.grade_workers,
+            backend_options=self.backend_options(),
+            executor=self.executor,
+            ray_address=self.ray_address,
+            replicas=self.replicas,
+            report=self.report,
+        )
+
+
+PROFILE = ProfileOptions()

@@ -1,0 +1,37 @@
+"""HTML reports: plotly figures from a run's stored tables, rendered through ``report/templates/*.j2``.
+
+One report per run answers where the learning signal of a dataset is for a model (the ten
+sections of ``sections``); a comparison report puts several runs side by side (``compare``).
+Every entry point takes a ``pipeline.store.Store``.
+
+Modules, each importing only those before it: ``load`` (``RunData``, ``ReportConfig``, reading a
+run through the Store) <- ``charts`` (figures, tables, sections, formatting) <- ``sections`` <-
+``compare`` <- ``render`` (templates, plotly.js, atomic writes).
+
+A run whose analysis tables are missing is analysed in memory with the default settings
+(``analyze.analysis_of_run``) and one with no stored allocation gets the default allocation
+(``allocate.default_allocation``); neither is written, and the run card says which tables were
+computed for the report.
+"""
+
+from pipeline.errors import ReportError
+from pipeline.report.charts import Chart, Section, TableView
+from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
+from pipeline.report.render import PLOTLY_JS_NAME, render_comparison, render_report, write_plotly_js
+from pipeline.report.sections import build_sections
+
+__all__ = [
+    "PLOTLY_JS_MODES",
+    "PLOTLY_JS_NAME",
+    "Chart",
+    "ReportConfig",
+    "ReportError",
+    "RunData",
+    "Section",
+    "TableView",
+    "build_sections",
+    "load_run",
+    "render_comparison",
+    "render_report",
+    "write_plotly_js",
+]

@@ -1,0 +1,242 @@
+"""The comparison report's sections: several runs (two models, or checkpoints of one training
+run) side by side, and the prompt-by-prompt pairing of each run with the first."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from pipeline import estimators as est
+from pipeline.report.charts import Charts, Section, TableView, band_text, figure, floats, fmt, hist, pct
+from pipeline.report.load import ReportConfig, RunData, metric, summary_rows
+
+__all__ = ["compare_sections", "paired"]
+
+
+def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
+    """The sections of a comparison report: runs, pass rates, pairing, zero signal, gradient share, pass@k."""
+    charts = Charts("c")
+    G = cfg.G
+    sections = []
+    card = Section("runs", "Runs", "The runs compared, in the order given.")
+    rows = []
+    for d in runs:
+        s = d.stats.filter(pl.col("n") > 0)
+        rows.append(
+            [
+                d.run_id,
+                str(d.run.get("model") or ""),
+                str(d.run.get("dataset") or ""),
+                str(d.run.get("backend") or ""),
+                fmt(d.run.get("created_at")),
+                fmt(s.height),
+                fmt(d.sample_info.get("samples")),
+                pct(s["pass_rate"].mean()) if s.height else "",
+                pct(metric(d.summary, "zero_signal", "observed", G=d.G)) + f" (G = {d.G})",
+                pct((s["c"] == s["n"]).mean()) if s.height else "",
+                pct((s["c"] == 0).mean()) if s.height else "",
+            ]
+        )
+    card.tables.append(
+        TableView(
+            "Runs",
+            [
+                "run",
+                "model",
+                "dataset",
+                "backend",
+                "created",
+                "prompts",
+                "samples",
+                "mean pass rate",
+                "silent",
+                "all correct",
+                "all wrong",
+            ],
+            rows,
+        )
+    )
+    for d in runs:
+        card.notes += [f"{d.run_id}: {n}" for n in d.notes]
+    sections.append(card)
+
+    sec = Section("pass-rates", "Pass-rate distributions")
+    fig = figure()
+    edges = np.linspace(0, 1, 21)
+    centres = (edges[:-1] + edges[1:]) / 2
+    for d in runs:
+        s = d.stats.filter(pl.col("n") > 0)
+        fig.add_scatter(
+            x=centres,
+            y=hist(floats(s, "pass_rate"), edges),
+            mode="lines+markers",
+            name=d.label,
+            line={"shape": "hvh"},
+        )
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    sec.charts.append(
+        charts.make(
+            fig,
+            "Pass rate per prompt, by run",
+            "pass rate (bins of 0.05)",
+            "share of prompts",
+            "Each line is one run's distribution: mass moving from 0 toward 1 is a model getting better; "
+            "mass piling up at 1 is signal running out.",
+        )
+    )
+    sections.append(sec)
+
+    shared = paired(runs)
+    if shared is not None:
+        sec = Section(
+            "paired",
+            "Prompt by prompt",
+            f"The {shared['n']:,} prompts every run measured, compared with the first run.",
+        )
+        fig = figure()
+        base_label = runs[0].label
+        for other, agg in shared["pairs"]:
+            size = 6 + 14 * np.sqrt(agg["len"].to_numpy() / max(agg["len"].max(), 1))
+            fig.add_scatter(
+                x=agg["p0"].to_numpy(),
+                y=agg["p1"].to_numpy(),
+                mode="markers",
+                name=other,
+                marker={"size": size, "opacity": 0.6},
+                text=[f"{k} prompts" for k in agg["len"].to_list()],
+            )
+        fig.add_scatter(
+            x=[0, 1],
+            y=[0, 1],
+            mode="lines",
+            name="no change",
+            line={"dash": "dash", "color": "grey"},
+        )
+        fig.update_xaxes(range=[-0.03, 1.03])
+        fig.update_yaxes(range=[-0.03, 1.03])
+        sec.charts.append(
+            charts.make(
+                fig,
+                f"Pass rate against {base_label}",
+                f"pass rate in {runs[0].run_id}",
+                "pass rate in the other run",
+                "Dots above the diagonal are prompts the other run solves more often (bigger dot = more "
+                "prompts); dots on the axes edges went silent or came alive.",
+                height=480,
+            )
+        )
+        sec.tables += shared["tables"]
+        sections.append(sec)
+
+    sec = Section("zero-signal", "Zero-signal rate against G")
+    fig = figure()
+    allG: set[int] = set()
+    for d in runs:
+        df = summary_rows(d.summary, "zero_signal", metric="observed").sort("G")
+        allG |= set(df["G"].to_list())
+        fig.add_scatter(x=df["G"].to_numpy(), y=df["value"].to_numpy(), mode="lines+markers", name=d.label)
+    Gs = sorted(allG)
+    fig.update_xaxes(type="log", tickvals=Gs, ticktext=[str(g) for g in Gs])
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    sec.charts.append(
+        charts.make(
+            fig,
+            "Observed share of silent groups by group size",
+            "group size G (log scale)",
+            "share of groups with no signal",
+            "A higher line wastes more rollouts at every G; the run whose line falls fastest gains most "
+            "from larger groups.",
+        )
+    )
+    sections.append(sec)
+
+    sec = Section("gradient-share", f"Gradient share by band at G = {G}")
+    spec = est.get(cfg.estimator).spec
+    fig = figure()
+    bands: list[str] = []
+    for d in runs:
+        df = summary_rows(d.summary, "gradient_share", metric="share", estimator=spec, G=d.G)
+        df = df.filter(pl.col("band") != "all")
+        bands = bands or df["band"].to_list()
+        lookup = {r["band"]: r["value"] for r in df.iter_rows(named=True)}
+        fig.add_bar(x=[band_text(b) for b in bands], y=[lookup.get(b) for b in bands], name=d.label)
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    sec.charts.append(
+        charts.make(
+            fig,
+            f"Share of {spec} update mass per band",
+            "difficulty band",
+            "share of update mass",
+            "Where each run's signal would go under this estimator: a shift toward 'extreme' means the "
+            "dataset is getting too easy or too hard for the model.",
+        )
+    )
+    sections.append(sec)
+
+    sec = Section("pass-at-k", "Mean pass@k")
+    fig = figure()
+    for d in runs:
+        df = summary_rows(d.summary, "pass_at_k", metric="mean_pass_at_k").sort("k")
+        fig.add_scatter(x=df["k"].to_numpy(), y=df["value"].to_numpy(), mode="lines+markers", name=d.label)
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(tickformat=".0%", range=[0, 1.02])
+    sec.charts.append(
+        charts.make(
+            fig,
+            "Mean pass@k by run",
+            "k (log scale)",
+            "mean pass@k",
+            "A run whose pass@1 rises while pass@k stays flat is sharpening what it already finds rather "
+            "than solving new problems.",
+        )
+    )
+    sections.append(sec)
+    return sections
+
+
+_TRANSITION_BANDS = ("all wrong", "(0, 0.4)", "[0.4, 0.6]", "(0.6, 1)", "all correct")
+
+
+def _band_of(p: pl.Expr) -> pl.Expr:
+    return (
+        pl.when(p <= 0)
+        .then(pl.lit("all wrong"))
+        .when(p < 0.4)
+        .then(pl.lit("(0, 0.4)"))
+        .when(p <= 0.6)
+        .then(pl.lit("[0.4, 0.6]"))
+        .when(p < 1)
+        .then(pl.lit("(0.6, 1)"))
+        .otherwise(pl.lit("all correct"))
+    )
+
+
+def paired(runs: list[RunData]) -> dict | None:
+    """The prompts every run measured, each later run against the first.
+
+    Returns None when no prompt is shared, else ``n`` (shared prompts), ``pairs`` (label of the
+    other run, counts per (p0, p1)) and ``tables`` (transitions between pass-rate bands).
+    """
+    base = runs[0].stats.filter(pl.col("n") > 0).select("prompt_id", pl.col("pass_rate").alias("p0"))
+    common = base
+    for d in runs[1:]:
+        common = common.join(d.stats.filter(pl.col("n") > 0).select("prompt_id"), on="prompt_id")
+    if common.height == 0:
+        return None
+    pairs, tables = [], []
+    for d in runs[1:]:
+        joined = common.join(d.stats.select("prompt_id", pl.col("pass_rate").alias("p1")), on="prompt_id")
+        agg = joined.group_by(["p0", "p1"]).len().sort(["p0", "p1"])
+        pairs.append((d.label, agg))
+        t = joined.with_columns(_band_of(pl.col("p0")).alias("b0"), _band_of(pl.col("p1")).alias("b1"))
+        counts = {(r["b0"], r["b1"]): r["len"] for r in t.group_by(["b0", "b1"]).len().iter_rows(named=True)}
+        rows = [[b0] + [fmt(counts.get((b0, b1), 0)) for b1 in _TRANSITION_BANDS] for b0 in _TRANSITION_BANDS]
+        tables.append(
+            TableView(
+                f"Prompts moving between pass-rate bands: {runs[0].run_id} (rows) → {d.run_id} (columns)",
+                [f"{runs[0].run_id} \\ {d.run_id}", *_TRANSITION_BANDS],
+                rows,
+            )
+        )
+    return {"n": common.height, "pairs": pairs, "tables": tables}

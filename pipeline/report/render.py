@@ -1,0 +1,172 @@
+"""Rendering: the Jinja2 templates (``report/templates/*.j2``), plotly.js, and atomic writes.
+
+Reports are self-contained by default: plotly.js is inlined once per file (never once per chart,
+never from a CDN, which would leave the page blank offline). ``plotly_js="shared"`` writes one
+``plotly.min.js`` beside the reports and references it by relative path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import plotly
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from plotly.offline import get_plotlyjs
+
+from pipeline.errors import ReportError
+from pipeline.report.compare import compare_sections
+from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, load_run
+from pipeline.report.sections import build_sections
+from pipeline.store import Store
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PLOTLY_JS_MODES", "PLOTLY_JS_NAME", "render_comparison", "render_report", "write_plotly_js"]
+
+PLOTLY_JS_NAME = "plotly.min.js"
+
+
+def _env() -> Environment:
+    return Environment(
+        loader=PackageLoader("pipeline.report", "templates"),
+        autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def write_plotly_js(folder: str | os.PathLike) -> Path:
+    """Write (or keep, when already current) the shared ``plotly.min.js`` in ``folder``."""
+    path = Path(folder) / PLOTLY_JS_NAME
+    js = get_plotlyjs().encode()
+    if path.exists() and path.stat().st_size == len(js) and path.read_bytes() == js:
+        return path
+    _atomic_write(path, js)
+    return path
+
+
+def _atomic_write(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        tmp.write_bytes(content)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _plotly_context(output: Path, mode: str) -> dict:
+    if mode == "inline":
+        return {"plotly_inline": Markup(get_plotlyjs()), "plotly_src": None}
+    write_plotly_js(output.parent)
+    return {"plotly_inline": None, "plotly_src": PLOTLY_JS_NAME}
+
+
+def _render(template: str, output: Path, mode: str, **context) -> Path:
+    output = Path(output)
+    text = (
+        _env()
+        .get_template(template)
+        .render(
+            **context,
+            **_plotly_context(output, mode),
+            plotly_version=plotly.__version__,
+            generated=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        )
+    )
+    _atomic_write(output, text.encode())
+    return output
+
+
+def render_report(
+    store: Store,
+    run_id: str,
+    output: str | os.PathLike,
+    *,
+    plotly_js: str = "inline",
+    G: int = 8,
+    config: ReportConfig | None = None,
+) -> Path:
+    """Write the HTML report of one run and return its path.
+
+    The run's registry row (its status on the run card) is read now, when the report is rendered.
+
+    Args:
+        store: the data directory's store.
+        run_id: the run to report.
+        output: the HTML file to write (its folder is created).
+        plotly_js: ``inline`` (self-contained) or ``shared`` (``plotly.min.js`` beside it).
+        G: group size the report is read at.
+        config: full settings (overrides ``plotly_js`` and ``G`` when given).
+
+    Raises:
+        StoreError: unknown run.
+        ReportError: the run has no samples and no analysis tables.
+    """
+    cfg = config or ReportConfig(plotly_js=plotly_js, G=G)
+    start = time.perf_counter()
+    data = load_run(store, run_id, cfg)
+    sections = build_sections(data, cfg)
+    path = _render(
+        "report.html.j2",
+        Path(output),
+        cfg.plotly_js,
+        title=f"Difficulty report: {run_id}",
+        subtitle=" · ".join(
+            str(v) for v in (data.run.get("dataset"), data.run.get("model"), data.run.get("backend")) if v
+        ),
+        sections=sections,
+        G=data.G,
+    )
+    log.info("report of %s written to %s in %.1f s", run_id, path, time.perf_counter() - start)
+    return path
+
+
+def render_comparison(
+    store: Store,
+    run_ids: list[str],
+    output: str | os.PathLike,
+    *,
+    plotly_js: str = "inline",
+    G: int = 8,
+    links: dict[str, str] | None = None,
+    config: ReportConfig | None = None,
+) -> Path:
+    """Write one HTML report comparing several runs (two models, or checkpoints of one run).
+
+    Args:
+        store: the data directory's store.
+        run_ids: the runs, in display order (the first is the reference of paired views).
+        output: the HTML file to write.
+        plotly_js: ``inline`` or ``shared``.
+        G: group size the report is read at.
+        links: optional run_id -> relative href of that run's own report.
+        config: full settings (overrides ``plotly_js`` and ``G`` when given).
+
+    Raises:
+        ReportError: fewer than two runs, or a run listed twice.
+    """
+    if len(run_ids) < 2:
+        raise ReportError(f"a comparison needs at least two runs, got {list(run_ids)}")
+    if len(set(run_ids)) != len(run_ids):
+        raise ReportError(f"run list has duplicates: {list(run_ids)}")
+    cfg = config or ReportConfig(plotly_js=plotly_js, G=G)
+    runs = [load_run(store, r, cfg) for r in run_ids]
+    sections = compare_sections(runs, cfg)
+    return _render(
+        "compare.html.j2",
+        Path(output),
+        cfg.plotly_js,
+        title="Difficulty comparison: " + " vs ".join(run_ids),
+        subtitle=" · ".join(str(d.run.get("model") or "?") for d in runs),
+        sections=sections,
+        G=cfg.G,
+        links=links or {},
+        run_ids=list(run_ids),
+    )

@@ -1,0 +1,403 @@
+"""What a profile run is: its config, its plan, and the stages that carry it out.
+
+A run is defined by its dataset, model, backend, sampling parameters, template and prompt set
+(hashed into its id). ``prepare_run`` loads and stores the problems and registers the run;
+``run_shard`` (the one shard routine) samples and grades one shard of prompts through an
+executor and writes it; ``finish_run`` analyses, allocates, marks the run done and renders the
+report. The executor is passed in by the caller: ``LocalExecutor`` here (shards in this process),
+or the Ray actor pool of ``pipeline.flows.ray_exec``; both have ``model_name`` and
+``sample_and_grade``, and both are safe to call from several threads.
+
+Every result goes through the ``Store``, so a retried shard, a rerun or a rerun after ``kill -9``
+skips the shards already written and never duplicates a sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal, Protocol, Self
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import allocate, analyze, datasets, grade, report, schema
+from pipeline.errors import ConfigError, DatasetError, PipelineError
+from pipeline.sample import SamplingParams, make_sampler, template_for
+from pipeline.store import Store
+
+log = logging.getLogger(__name__)
+
+# (stage, done, total) -> None; the CLI installs a progress bar here. Not a flow parameter,
+# because Prefect parameters must be serialisable.
+ProgressSink = Callable[[str, int, int], None]
+_progress_sink: ProgressSink | None = None
+
+
+def set_progress_sink(sink: ProgressSink | None) -> None:
+    """Route sampling and grading progress to ``sink`` (None: log only)."""
+    global _progress_sink
+    _progress_sink = sink
+
+
+def _progress(stage: str, done: int, total: int) -> None:
+    if _progress_sink is not None:
+        _progress_sink(stage, done, total)
+
+
+# Sized for the bundled 135M model on 2 CPU cores: short numeric answers, a temperature that
+# keeps easy tiers near 1 and hard tiers near 0, and few enough problems to finish in minutes.
+BUNDLED_DEFAULTS: dict[str, Any] = {"temperature": 0.7, "max_tokens": 24, "limit": 45}
+# Real datasets: the usual RL rollout temperature and room for a worked solution.
+GENERIC_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "max_tokens": 1024, "limit": None}
+
+ExecutorName = Literal["local", "ray"]
+EXECUTORS: tuple[ExecutorName, ...] = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Everything that defines a profile run.
+
+    Attributes:
+        dataset: adapter name (default ``arithmetic``, the bundled set).
+        data_file: local file or hub-layout folder instead of the hub.
+        split: dataset split.
+        limit: number of problems (default: 45 for the bundled set, all otherwise).
+        backend: ``llamacpp``, ``vllm``, ``openai`` or ``simulate``.
+        model: model path or name (default: the backend's default, the bundled model on CPU).
+        n: samples per problem.
+        temperature, top_p, max_tokens, seed: sampling parameters; temperature and max_tokens
+            default to ``BUNDLED_DEFAULTS`` on the bundled set and ``GENERIC_DEFAULTS`` otherwise.
+        template_file: prompt template overriding the dataset's bundled one.
+        shard_size: prompts per shard (the unit of work, retry and resume).
+        grade_workers: math-verify worker processes.
+        grade_timeout_s: per-item math-verify wall-clock limit.
+        backend_options: extra options of the backend (threads, base_url, ...).
+        report: write the HTML report at the end.
+        allocation_budget_factor: the default allocation spends this many rollouts per prompt.
+        executor: ``local`` (shards in this process) or ``ray`` (shards on Ray actors).
+        ray_address: the Ray cluster to join (default: this process's Ray, or a new local one).
+        replicas: Ray actors, one engine each.
+    """
+
+    dataset: str | None = "arithmetic"
+    data_file: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    backend: str = "llamacpp"
+    model: str | None = None
+    n: int = 8
+    temperature: float | None = None
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    seed: int = 0
+    template_file: str | None = None
+    shard_size: int = 256
+    grade_workers: int = 2
+    grade_timeout_s: float = 5.0
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    report: bool = True
+    allocation_budget_factor: int = allocate.DEFAULT_BUDGET_PER_PROMPT
+    executor: ExecutorName = "local"
+    ray_address: str | None = None
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        defaults = BUNDLED_DEFAULTS if self.is_bundled() else GENERIC_DEFAULTS
+        for name in ("temperature", "max_tokens", "limit"):
+            if getattr(self, name) is None and defaults.get(name) is not None:
+                object.__setattr__(self, name, defaults[name])
+        if self.shard_size < 1:
+            raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"limit={self.limit} must be >= 1")
+        if self.allocation_budget_factor < 2:
+            raise ConfigError(f"allocation_budget_factor={self.allocation_budget_factor} must be >= 2")
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"executor={self.executor!r} is unknown: allowed {', '.join(EXECUTORS)}")
+        if self.replicas < 1:
+            raise ConfigError(f"replicas={self.replicas} must be >= 1")
+        self.sampling()  # validates n, temperature, top_p, max_tokens, seed
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+        )
+
+    def grading(self) -> grade.GradeConfig:
+        return grade.GradeConfig(workers=self.grade_workers, timeout_s=self.grade_timeout_s)
+
+    def is_bundled(self) -> bool:
+        """True for the bundled arithmetic set (no data file)."""
+        return self.data_file is None and (self.dataset or "arithmetic") == "arithmetic"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What ``prepare_run`` decided: the run, its problems and its shards."""
+
+    run_id: str
+    dataset: str
+    model: str
+    template: str
+    problems: pa.Table  # gradable problems, in shard order
+    shards: list[list[int]]  # row indices into ``problems`` per shard
+    skipped: dict[str, int]  # problem status -> count not sampled
+
+
+# --- engines are expensive: one per process, reused by every shard and run -------------------------
+
+_ENGINES: dict[tuple, Any] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def get_sampler(backend: str, model: str | None, options: dict[str, Any]):
+    """The process's sampler for this backend, model and options (loaded once)."""
+    key = (backend, model, json.dumps(options, sort_keys=True, default=str))
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = make_sampler(backend, model, **options)
+        return _ENGINES[key]
+
+
+def get_grading_pool(config: grade.GradeConfig) -> grade.GradingPool:
+    """The process's math-verify workers, kept across shards (each start costs about a second)."""
+    key = ("grade", config.workers, config.timeout_s)
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = grade.GradingPool(config)
+        return _ENGINES[key]
+
+
+def close_engines() -> None:
+    """Free the cached samplers (models) and grading workers of this process."""
+    with _ENGINES_LOCK:
+        while _ENGINES:
+            _, engine = _ENGINES.popitem()
+            engine.close()
+
+
+# --- executors -----------------------------------------------------------------------------------
+
+
+class Executor(Protocol):
+    """Runs the sampling and grading of a batch of problems; safe to call from several threads."""
+
+    model_name: str
+    concurrency: int  # how many shards it can usefully run at once
+
+    def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table: ...
+
+
+def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, run_id: str, sampler=None) -> pa.Table:
+    """Sample and grade a batch of problems; returns ``samples`` rows (nothing is written).
+
+    This is the unit of work an executor runs, in this process or on a Ray actor. It touches no
+    store, so it can run on a machine without the data directory.
+    """
+    params = config.sampling()
+    sampler = sampler or get_sampler(config.backend, config.model, config.backend_options)
+    total = problems.num_rows * params.n
+    done = [0]
+
+    def sampled(k: int) -> None:
+        done[0] += k
+        _progress("sample", done[0], total)
+
+    samples = sampler.sample(problems, params, sampled, template=template)
+    gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), strict=True))
+    items = samples.append_column(
+        "gold", pa.array([gold[p] for p in samples.column("prompt_id").to_pylist()], pa.string())
+    )
+    graded = grade.grade_table(
+        items,
+        config.grading(),
+        pool=get_grading_pool(config.grading()),
+        progress=lambda k: _progress("grade", k, len(items)),
+    )
+    return graded.drop_columns(["gold"]).append_column("run_id", pa.array([run_id] * graded.num_rows, pa.string()))
+
+
+class LocalExecutor:
+    """Shards in this process, one at a time (the sampler already uses every core it is given)."""
+
+    concurrency = 1
+
+    def __init__(self, config: ProfileConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._sampler = get_sampler(config.backend, config.model, config.backend_options)
+        self.model_name = self._sampler.model_name
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None  # the sampler stays cached for the next run of this process
+
+    def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table:
+        with self._lock:
+            return sample_and_grade(self.config, problems, template, run_id, self._sampler)
+
+
+# --- the stages ------------------------------------------------------------------------------------
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("difficulty-pipeline", "llama_cpp_python", "vllm", "math-verify", "prefect", "duckdb"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def compute_run_id(dataset: str, model: str, backend: str, params: dict, template: str, prompt_ids: list[str]) -> str:
+    """Hash of dataset, model, backend, sampling parameters, template and the prompt set."""
+    blob = json.dumps(
+        {
+            "dataset": dataset,
+            "model": model,
+            "backend": backend,
+            "params": params,
+            "template": template,
+            "prompts": hashlib.sha256("\n".join(prompt_ids).encode()).hexdigest(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan:
+    """Load the problems, store them, register the run and split it into shards.
+
+    ``model_name`` comes from the executor, which has loaded the model already, so a model path
+    that does not exist fails before any work.
+    """
+    result = datasets.load(
+        config.dataset if config.data_file is None or config.dataset != "arithmetic" else None,
+        data_file=config.data_file,
+        split=config.split,
+        limit=config.limit,
+        seed=config.seed,
+    )
+    problems = result.problems
+    if problems.num_rows == 0:
+        raise DatasetError("the dataset has no problems")
+    dataset = problems.column("dataset")[0].as_py()
+    template = template_for(dataset, config.template_file)
+    store.write_table("problems", problems, {"dataset": dataset})
+    gradable = problems.filter(pc.equal(problems.column("status"), schema.PROBLEM_OK))
+    skipped = {k: v for k, v in result.status_counts.items() if k != schema.PROBLEM_OK}
+    params = config.sampling().to_dict()
+    prompt_ids = gradable.column("prompt_id").to_pylist()
+    run_id = compute_run_id(dataset, model_name, config.backend, params, template, prompt_ids)
+    store.register_run(
+        {
+            "run_id": run_id,
+            "dataset": dataset,
+            "model": model_name,
+            "backend": config.backend,
+            "params": {**params, "limit": config.limit, "shard_size": config.shard_size},
+            "seed": config.seed,
+            "prompt_template": template,
+            "grader": grade.grader_version(config.grading()),
+            "versions": _versions(),
+            "n_prompts": gradable.num_rows,
+            "status": "sampling",
+        }
+    )
+    shards = [
+        list(range(start, min(start + config.shard_size, gradable.num_rows)))
+        for start in range(0, gradable.num_rows, config.shard_size)
+    ]
+    return RunPlan(run_id, dataset, model_name, template, gradable, shards, skipped)
+
+
+def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> int:
+    """Sample and grade one shard through the executor and write it; a shard already written is skipped.
+
+    Returns the number of samples written (0 when the shard was already done).
+    """
+    if shard in store.finished_shards(plan.run_id):
+        log.info("run %s shard %d already done", plan.run_id, shard)
+        return 0
+    graded = executor.sample_and_grade(plan.problems.take(plan.shards[shard]), plan.template, plan.run_id)
+    store.write_shard(plan.run_id, shard, graded)
+    return graded.num_rows
+
+
+def pending_shards(store: Store, plan: RunPlan) -> list[int]:
+    """Shards of the plan not written yet (what a rerun still has to do)."""
+    done = store.finished_shards(plan.run_id)
+    return [s for s in range(len(plan.shards)) if s not in done]
+
+
+def run_pending_shards(store: Store, plan: RunPlan, executor: Executor) -> int:
+    """Run every pending shard, ``executor.concurrency`` at a time; every shard gets its chance
+    before the first failure is raised. Returns the samples written."""
+    pending = pending_shards(store, plan)
+    if executor.concurrency <= 1:
+        return sum(run_shard(store, plan, s, executor) for s in pending)
+    with ThreadPoolExecutor(max_workers=executor.concurrency) as pool:
+        futures = [pool.submit(run_shard, store, plan, s, executor) for s in pending]
+        wait(futures)
+        return sum(f.result() for f in futures)
+
+
+@contextmanager
+def failed_on_error(store: Store, run_id: str) -> Iterator[None]:
+    """Mark the run failed in the registry when its work stops with an error."""
+    try:
+        yield
+    except BaseException:
+        store.set_run_status(run_id, "failed")
+        raise
+
+
+def finish_run(config: ProfileConfig, store: Store, plan: RunPlan) -> dict[str, Any]:
+    """Analyze the stored samples, write the analysis and the default allocation, mark the run
+    done, then render the report (so the report's run card shows the final status)."""
+    missing = set(range(len(plan.shards))) - store.finished_shards(plan.run_id)
+    if missing:
+        raise PipelineError(f"run {plan.run_id}: shards {sorted(missing)} are not finished")
+    with failed_on_error(store, plan.run_id):
+        counts = analyze.counts_from_samples(store, plan.run_id)
+        analyze.write_analysis(store, plan.run_id, analyze.analyze(counts, plan.run_id))
+        table, alloc_config = allocate.default_allocation(plan.run_id, counts, config.allocation_budget_factor)
+        allocate.write_allocation(store, plan.run_id, table, alloc_config)
+    store.set_run_status(plan.run_id, "done")
+    report_path = None
+    if config.report:
+        report_path = report.render_report(store, plan.run_id, store.report_path(plan.run_id))
+    return {"run_id": plan.run_id, "report": str(report_path) if report_path else None}
+
+
+def profile(config: ProfileConfig, store: Store, executor: Executor) -> dict[str, Any]:
+    """The whole profile in this process: prepare, every pending shard, finish."""
+    plan = prepare_run(config, store, executor.model_name)
+    with failed_on_error(store, plan.run_id):
+        run_pending_shards(store, plan, executor)
+    return finish_run(config, store, plan)
+
+
+def run_label(config: ProfileConfig | dict, run_id: str | None = None) -> str:
+    """A run's display name: ``<dataset>/<model>/<run id>`` (``pending`` before it is known)."""
+    cfg = config if isinstance(config, dict) else config.__dict__
+    dataset = cfg.get("dataset") or (Path(cfg["data_file"]).stem if cfg.get("data_file") else "local")
+    model = Path(cfg["model"]).name if cfg.get("model") else f"{cfg.get('backend', 'llamacpp')}-default"
+    return f"{dataset}/{model}/{run_id or 'pending'}"
