@@ -133,13 +133,12 @@ def main() -> None:
 
     from pipeline import allocate as alloc
     from pipeline import analyze
+    from pipeline.store import Store
 
     glob = str(args.data_dir / "samples" / f"run_id={RUN_ID}" / "*.parquet")
     con = duckdb.connect(":memory:")
     floor_s, floor = timed(
-        lambda: con.sql(
-            f"SELECT prompt_id, count(*) AS n FROM read_parquet('{glob}') GROUP BY prompt_id"
-        ).to_arrow_table(),
+        lambda: con.read_parquet(glob).aggregate("prompt_id, count(*) AS n", "prompt_id").to_arrow_table(),
         repeat=3,
     )
     con.close()
@@ -149,13 +148,13 @@ def main() -> None:
     cfg = analyze.AnalyzeConfig(group_sizes=(4, 8, 16, 32, 64))
 
     def full(answers: bool):
-        counts = analyze.counts_from_samples(args.data_dir, RUN_ID, answers=answers)
+        counts = analyze.counts_from_samples(Store(args.data_dir), RUN_ID, answers=answers)
         return counts, analyze.analyze(counts, RUN_ID, cfg)
 
     t_plain, (counts, res) = timed(lambda: full(False), repeat=2)
     del res
     t_full, (counts_a, res_a) = timed(lambda: full(True), repeat=2)
-    t_counts, _ = timed(lambda: analyze.counts_from_samples(args.data_dir, RUN_ID, answers=True))
+    t_counts, _ = timed(lambda: analyze.counts_from_samples(Store(args.data_dir), RUN_ID, answers=True))
     print(
         f"analyze (counts + {len(cfg.estimators)} estimators x {len(cfg.group_sizes)} G,"
         f" no answers) {t_plain:8.3f} s  = {t_plain / floor_s:5.2f} x floor"

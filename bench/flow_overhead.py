@@ -46,7 +46,8 @@ def main() -> None:
     import pyarrow as pa
 
     from pipeline import grade
-    from pipeline.flows import profile as stages
+    from pipeline import run as stages
+    from pipeline.store import Store
 
     cfg = stages.ProfileConfig(
         limit=args.limit, n=args.n, max_tokens=args.max_tokens, shard_size=args.shard_size, report=args.report
@@ -55,23 +56,24 @@ def main() -> None:
     # Warm-up: load the model and start the grading workers (cached per process).
     t = time.perf_counter()
     warm = replace(cfg, limit=2, n=1, max_tokens=4, shard_size=2)
-    plan = stages.prepare_run(warm, work / "warm")
+    executor = stages.LocalExecutor(cfg)
+    plan = stages.prepare_run(warm, Store(work / "warm"), executor.model_name)
     stages.sample_and_grade(warm, plan.problems, plan.template, plan.run_id)
     items = pa.table(
         {"prompt_id": ["w"], "sample_idx": [0], "completion": ["\\boxed{x+1}"], "gold": ["1+x"]}
     )  # not numeric: goes to (and starts) the math-verify workers
-    grade.grade_table(items, stages._grade_config(cfg), pool=stages.get_grading_pool(cfg))
+    grade.grade_table(items, cfg.grading(), pool=stages.get_grading_pool(cfg.grading()))
     print(f"warm-up (model load, grading workers): {time.perf_counter() - t:.2f} s")
 
     # 1. direct
-    d_dir = work / "direct"
+    d_dir = Store(work / "direct")
     t0 = time.perf_counter()
-    plan = stages.prepare_run(cfg, d_dir)
+    plan = stages.prepare_run(cfg, d_dir, executor.model_name)
     t_prepare = time.perf_counter() - t0
     direct_shards = []
     for shard in range(len(plan.shards)):
         t = time.perf_counter()
-        stages.run_shard(cfg, d_dir, plan, shard)
+        stages.run_shard(d_dir, plan, shard, executor)
         direct_shards.append(time.perf_counter() - t)
     t = time.perf_counter()
     stages.finish_run(cfg, d_dir, plan)
@@ -84,7 +86,7 @@ def main() -> None:
 
     t_import = time.perf_counter() - t
     t = time.perf_counter()
-    stages.profile_flow(warm, work / "cold")
+    prefect_flows.profile_flow(warm, Store(work / "cold"))
     t_cold = time.perf_counter() - t
 
     # 3. the flow, each task timed from outside (flow body) and inside (the stage itself)
@@ -119,12 +121,12 @@ def main() -> None:
         setattr(prefect_flows, name, Timed(originals[name], key))
     try:
         t = time.perf_counter()
-        stages.profile_flow(cfg, work / "flow")
+        prefect_flows.profile_flow(cfg, Store(work / "flow"))
         t_flow = time.perf_counter() - t
     finally:
         for name, task in originals.items():
             setattr(prefect_flows, name, task)
-        stages.close_samplers()
+        stages.close_engines()
 
     calls = [o for v in timings.values() for o, _ in v]
     fixed = t_flow - sum(calls)

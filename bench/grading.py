@@ -37,12 +37,12 @@ import pyarrow as pa
 from pipeline.grade import (
     GradeConfig,
     GradingPool,
-    _latex_wrap,
     extract_answer,
     grade_table,
     grader_version,
     math_verify_grade,
 )
+from pipeline.grade.extract import _latex_wrap
 
 
 def _symbolic(k: int, rng: random.Random) -> tuple[str, list[str]]:

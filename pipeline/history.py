@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import schema
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, MissingFileError
 from pipeline.run import ProfileConfig, close_engines
 from pipeline.store import Store
 
@@ -111,7 +111,7 @@ def discover_checkpoints(config: CheckpointConfig) -> list[Checkpoint]:
     if config.folder is not None:
         folder = Path(config.folder).expanduser()
         if not folder.is_dir():
-            raise ConfigError(f"checkpoint folder {str(folder)!r} does not exist")
+            raise MissingFileError(f"checkpoint folder {str(folder)!r} does not exist")
         if config.profile.backend == "llamacpp":
             found += sorted(p for p in folder.rglob("*.gguf") if p.is_file())
         else:

@@ -143,9 +143,9 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
             store.write_shard(run_id, shard, part)
     plan = RunPlan(run_id, dataset, config.model, "", problems, shards, {})
     info = finish_run(ProfileConfig(report=config.report), store, plan)
-    statuses = store.named_query("grade_status_counts", {"run_id": run_id})
+    statuses = store.named_query("grade_statuses", {"run_id": run_id})
     info["grade_status"] = dict(
-        zip(statuses.column("grade_status").to_pylist(), statuses.column("n").to_pylist(), strict=False)
+        sorted(zip(statuses.column("status").to_pylist(), statuses.column("n").to_pylist(), strict=True))
     )
     info["samples"] = n
     info["prompts"] = len(rows)

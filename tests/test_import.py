@@ -95,3 +95,27 @@ def test_grade_missing_column_names_it(data_dir, tmp_path):
     assert out.exit_code == 1
     assert "'completion'" in out.output and "columns found" in out.output
     assert Store(data_dir).list_runs().num_rows == 0
+
+
+def test_problem_status_precedence_is_the_loaders(tmp_path):
+    """A row with neither problem nor answer is `empty_problem` whether loaded or imported."""
+    from pipeline import datasets, schema
+    from pipeline.ingest import ImportConfig, import_rollouts
+
+    rows = [
+        {"problem": "", "answer": "", "completion": "7"},
+        {"problem": "1 + 1", "answer": "", "completion": "2"},
+        {"problem": "2 + 2", "answer": "4", "completion": "4"},
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    loaded = datasets.load(None, data_file=str(path)).problems.column("status").to_pylist()
+    store = Store.open(tmp_path / "data")
+    import_rollouts(ImportConfig(input=str(path), report=False, grade_workers=1), store)
+    imported = store.query("select problem, status from problems order by problem").to_pylist()
+    assert sorted(loaded) == sorted(r["status"] for r in imported)
+    assert {r["problem"]: r["status"] for r in imported} == {
+        "": schema.PROBLEM_EMPTY_PROBLEM,
+        "1 + 1": schema.PROBLEM_EMPTY_ANSWER,
+        "2 + 2": schema.PROBLEM_OK,
+    }

@@ -123,3 +123,40 @@ def test_load_sql_by_name(data_dir):
 def test_schemas_cover_tables():
     for name in ("problems", "runs", "samples"):
         assert name in schema.SCHEMAS
+
+
+def test_store_is_its_own_serialised_form(tmp_path):
+    from dataclasses import asdict
+
+    store = Store.open(tmp_path / "d")
+    assert Store(**asdict(store)) == store
+    assert Store(str(tmp_path / "d")).root == store.root
+    assert store.report_path("r1") == store.root / "reports" / "r1.html"
+
+
+def test_replace_partition_keeps_one_file(store):
+    store.write_table("summary", pa.table({"run_id": ["r"], "section": ["a"], "metric": ["m"]}), {"run_id": "r"}, "old")
+    store.replace_partition("summary", pa.table({"run_id": ["r"], "section": ["b"], "metric": ["m"]}), {"run_id": "r"})
+    assert [f.name for f in store.files("summary", {"run_id": "r"})] == ["part-0.parquet"]
+    assert store.read_table("summary").column("section").to_pylist() == ["b"]
+
+
+def test_run_status_is_checked(store):
+    store.register_run({"run_id": "r1"})
+    with pytest.raises(StoreError, match="run status 'finished' is unknown"):
+        store.set_run_status("r1", "finished")
+    assert store.get_run("r1")["status"] == "created"
+
+
+def test_derived_views_exist_and_errors_are_named(store):
+    assert store.query("select count(*) n from history_drift").to_pylist() == [{"n": 0}]
+    with pytest.raises(StoreError, match="no_such_table"):
+        store.query("select * from no_such_table")
+
+
+def test_errors_share_one_base():
+    from pipeline import errors
+
+    for name in ("DatasetError", "SamplingError", "StoreError", "ReportError", "ConfigError", "MissingFileError"):
+        assert issubclass(getattr(errors, name), errors.PipelineError), name
+    assert issubclass(errors.ConfigError, ValueError) and issubclass(errors.MissingFileError, FileNotFoundError)

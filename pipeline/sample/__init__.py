@@ -4,6 +4,7 @@ Backends:
     llamacpp  CPU, llama-cpp-python; the bundled SmolLM2-135M-Instruct Q4_1 or any GGUF path.
     vllm      GPUs, vLLM's offline `LLM` API (tensor and data parallelism).
     openai    any OpenAI-compatible server over HTTP.
+    simulate  no model: each prompt is right with a known true pass rate (a file or a default rule).
 
 Heavy dependencies (llama_cpp, vllm) are imported only when their backend is made.
 """
@@ -13,19 +14,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SamplingError
 from pipeline.sample.base import (
     SAMPLE_ROWS,
     Progress,
     Sampler,
-    SamplingError,
     SamplingParams,
     derive_seed,
     prepare_prompts,
 )
 from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt, template_for
 
-BACKENDS = ("llamacpp", "vllm", "openai")
+BACKENDS = ("llamacpp", "vllm", "openai", "simulate")
 DEFAULT_BACKEND = "llamacpp"
 
 __all__ = [
@@ -57,10 +57,12 @@ def make_sampler(backend: str = DEFAULT_BACKEND, model: str | None = None, **opt
     """Make a sampler for a backend.
 
     Args:
-        backend: `llamacpp`, `vllm` or `openai`.
+        backend: `llamacpp`, `vllm`, `openai` or `simulate`.
         model: llamacpp: a GGUF path (None: the bundled model); vllm: a hub name or directory
-            (required); openai: the served model id (None: the server's first).
-        **options: the backend's options (`LlamaCppOptions`, `VllmOptions`, `OpenAIOptions`).
+            (required); openai: the served model id (None: the server's first); simulate: a
+            pass-rate file, like its `pass_rates` option (None: the default rule).
+        **options: the backend's options (`LlamaCppOptions`, `VllmOptions`, `OpenAIOptions`,
+            `SimulateOptions`).
 
     Returns:
         A `Sampler`; its `model_name` is what the run registry records.
@@ -83,4 +85,8 @@ def make_sampler(backend: str = DEFAULT_BACKEND, model: str | None = None, **opt
         from pipeline.sample.openai import OpenAISampler
 
         return OpenAISampler(model, **options)
+    if name == "simulate":
+        from pipeline.sample.simulate import SimulateSampler
+
+        return SimulateSampler(model, **options)
     raise ConfigError(f"backend={backend!r} is unknown: allowed {', '.join(BACKENDS)}")

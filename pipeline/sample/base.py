@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, SamplingError
+from pipeline.errors import ConfigError
 from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt
 
 # One row per sample; the `samples` table adds run_id and the grading columns.
@@ -34,8 +34,6 @@ SAMPLE_ROWS = pa.schema(
 Progress = Callable[[int], None]
 
 _SEED_MAX = 2**31 - 1  # fits every backend: llama.cpp (uint32), vLLM and OpenAI servers (int)
-
-
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,9 @@ from typing import Any, Self
 
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError
+from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError, SamplingError
 from pipeline.sample.base import (
     Progress,
-    SamplingError,
     SamplingParams,
     chat_messages,
     derive_seed,

@@ -25,11 +25,10 @@ from typing import Any, Self
 import httpx
 import pyarrow as pa
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SamplingError
 from pipeline.sample.base import (
     Progress,
     PromptItem,
-    SamplingError,
     SamplingParams,
     chat_messages,
     derive_seed,

@@ -21,11 +21,10 @@ from typing import Any, Self
 
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError
+from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError, SamplingError
 from pipeline.sample.base import (
     Progress,
     PromptItem,
-    SamplingError,
     SamplingParams,
     chat_messages,
     derive_seed,
