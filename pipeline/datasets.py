@@ -28,8 +28,6 @@ from pipeline.errors import DatasetError
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class Adapter:
     """How one dataset maps onto the ``problems`` table."""

@@ -368,15 +368,8 @@ def test_templates_ship_inside_the_report_package():
 
 
 def _app() -> typer.Typer:
-    from pipeline.cli_report import register  # the CLI module is imported only by the CLI tests
+    from pipeline.cli import app  # the CLI is imported only by the CLI tests
 
-    app = typer.Typer()
-
-    @app.callback()
-    def main() -> None:  # a group, so `report` stays a subcommand
-        pass
-
-    register(app)
     return app
 
 
@@ -421,6 +414,6 @@ def test_cli_errors_are_one_clear_line(runs, tmp_path):
     result = runner.invoke(_app(), ["report", "--data-dir", str(runs.root), "--run", "nope"])
     assert result.exit_code == 1 and "unknown run 'nope'" in result.output
     result = runner.invoke(_app(), ["report", "--data-dir", str(runs.root), "--plotly-js", "cdn"])
-    assert result.exit_code == 1 and "plotly_js='cdn'" in result.output
+    assert result.exit_code == 1 and "'cdn'" in result.output and "inline, shared" in result.output
     result = runner.invoke(_app(), ["report", "--data-dir", str(tmp_path / "empty")])
     assert result.exit_code == 1 and "no runs" in result.output

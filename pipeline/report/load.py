@@ -184,7 +184,9 @@ def _analysis(store: Store, run_id: str) -> tuple[analyze.Analysis, bool]:
 
 def _default_allocation(run_id: str, stats_t: pa.Table) -> tuple[pa.Table, str, bool]:
     """The default allocation of the run's counts, a note saying what it is, and whether it worked."""
-    counts = stats_t.select(["prompt_id", "n", "c"])
+    # in prompt_id order, as ``analyze.counts_from_samples`` gives them: ties of marginal gain go
+    # to prompts in input order, so the same counts in the same order give the same allocation
+    counts = stats_t.select(["prompt_id", "n", "c"]).sort_by("prompt_id")
     try:
         table, cfg = alloc.default_allocation(run_id, counts)
     except ValueError as exc:  # an impossible budget or bounds: show the reason, not a crash

@@ -1,21 +1,16 @@
-"""Grading: answer extraction, an exact numeric fast path, and math-verify in a killable pool.
+"""math-verify in a pool of killable worker processes.
 
-A completion is graded in three steps:
+Answers that the numeric fast path of :mod:`pipeline.grade.extract` cannot settle are graded by
+math-verify, gold first: ``verify(parse(gold), parse(pred))``. It runs in worker processes (its
+timeouts rely on ``signal``, which only works in a main thread). Each item has a soft deadline (a
+``SIGALRM`` raised inside the worker) and a hard deadline: a worker that does not answer in time
+is killed and replaced, and its other items are re-queued, so one pathological item can neither
+hang the stage nor stall the rest.
 
-1. **Extraction** (in the calling process, cheap): the last ``\\boxed{...}`` / ``\\fbox{...}``
-   (balanced braces, nesting allowed), else the text after the last ``####``, else the last number
-   in the text. Scans are bounded so a 1 MB completion costs milliseconds.
-2. **Numeric fast path** (in the calling process): when the gold answer and the extracted answer
-   both read as plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``, with ``,`` thousands
-   separators, ``$`` and ``%`` stripped), they are compared exactly as fractions.
-3. **math-verify** for everything else, gold first: ``verify(parse(gold), parse(pred))``. It runs
-   in worker processes (its timeouts rely on ``signal``, which only works in a main thread). Each
-   item has a soft deadline (a ``SIGALRM`` raised inside the worker) and a hard deadline: a worker
-   that does not answer in time is killed and replaced, and its other items are re-queued, so one
-   pathological item can neither hang the stage nor stall the rest.
-
-Every row gets one of the statuses in :data:`pipeline.schema.GRADE_STATUSES` and a short reason;
-rows are never dropped and keep their order.
+A worker is a fresh interpreter started with
+``python -c "from pipeline.grade.pool import _worker_entry; _worker_entry()"``; it imports this
+module, :mod:`pipeline.grade.extract` and the package's ``__init__``, none of which import
+pyarrow at module level, so a worker starts without it.
 """
 
 from __future__ import annotations
@@ -25,278 +20,37 @@ import json
 import logging
 import os
 import pickle
-import re
 import signal
 import subprocess
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+from pipeline.grade.extract import (
+    CORRECT,
+    ERROR,
+    HARD_GRACE_MIN_S,
+    INCORRECT,
+    TIMEOUT,
+    UNPARSED,
+    GradeConfig,
+    _latex_wrap,
+)
 
 logger = logging.getLogger(__name__)
 
-# The same values as pipeline.schema.GRADE_STATUSES, spelled here so that worker processes need
-# not import pyarrow (through pipeline.schema) to start.
-CORRECT, INCORRECT, UNPARSED, TIMEOUT, ERROR = STATUSES = (
-    "correct",
-    "incorrect",
-    "unparsed",
-    "timeout",
-    "error",
-)
-
-GRADER_NAME = "math-verify"
-
-# Bounds that keep extraction linear in a small window whatever the completion's size.
-MAX_ANSWER_CHARS = 2_000  # a longer "answer" is not an answer; never sent to the parser
-BOXED_SCAN_CHARS = 10_000  # a \boxed{ whose brace does not close within this is unbalanced
-BOXED_TRIES = 8  # earlier \boxed occurrences tried when the last ones are unbalanced or empty
-
-# Hard deadline = timeout_s + max(HARD_GRACE_MIN_S, HARD_GRACE_FRACTION * timeout_s): the soft
-# SIGALRM inside the worker normally fires first; the kill is for code that ignores signals.
-HARD_GRACE_MIN_S = 1.0
-HARD_GRACE_FRACTION = 0.5
+# Limits of the pool. An item's hard deadline is GradeConfig.hard_timeout_s (HARD_GRACE_MIN_S and
+# HARD_GRACE_FRACTION live with GradeConfig in pipeline.grade.extract).
 WORKER_START_TIMEOUT_S = 120.0
 MAX_START_FAILURES = 3
 GOLD_CACHE_SIZE = 8_192
 CHECK_TIMEOUT_S = 10.0  # the self-check after a soft timeout (7 small pairs, ~0.1 s when warm)
 MAX_BATCH_BYTES = 64 * 1024  # a batch stops growing at about this size, whatever batch_size
 
-OUTPUT_COLUMNS = ("extracted_answer", "grade_status", "grade_reason", "correct", "grader")
-
 GradeFn = Callable[[str, str, dict[str, Any]], tuple[str, str]]
-
-
-def _default_workers() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))  # what this process may use, not the host's count
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    return max(1, min(2, cpus))
-
-
-@dataclass(frozen=True)
-class GradeConfig:
-    """Settings of the grading stage.
-
-    Attributes:
-        workers: Worker processes running math-verify (1 to 256).
-        timeout_s: Wall-clock seconds one item may take in math-verify before it is marked
-            ``timeout`` (0 < timeout_s <= 3600). A worker that ignores the soft deadline is
-            killed a grace period later and replaced.
-        batch_size: Items sent to a worker per message (1 to 10,000).
-        use_math_verify: When False, answers that are not plain numbers are compared as
-            whitespace-normalised strings and no worker process is started.
-    """
-
-    workers: int = field(default_factory=_default_workers)
-    timeout_s: float = 5.0
-    batch_size: int = 16
-    use_math_verify: bool = True
-
-    def __post_init__(self) -> None:
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
-            raise TypeError(f"workers must be an int, got {self.workers!r}")
-        if not 1 <= self.workers <= 256:
-            raise ValueError(f"workers={self.workers} is out of range; allowed 1 to 256")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float):
-            raise TypeError(f"timeout_s must be a number, got {self.timeout_s!r}")
-        if not 0 < self.timeout_s <= 3600:
-            raise ValueError(f"timeout_s={self.timeout_s} is out of range; allowed (0, 3600]")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
-            raise TypeError(f"batch_size must be an int, got {self.batch_size!r}")
-        if not 1 <= self.batch_size <= 10_000:
-            raise ValueError(f"batch_size={self.batch_size} is out of range; allowed 1 to 10000")
-        if not isinstance(self.use_math_verify, bool):
-            raise TypeError(f"use_math_verify must be a bool, got {self.use_math_verify!r}")
-
-    @property
-    def hard_timeout_s(self) -> float:
-        """Seconds after which a worker that has not answered is killed."""
-        return self.timeout_s + max(HARD_GRACE_MIN_S, HARD_GRACE_FRACTION * self.timeout_s)
-
-
-def grader_version(config: GradeConfig | None = None) -> str:
-    """Name and version of the grader, recorded on the run and on every sample.
-
-    Args:
-        config: The grading config; with ``use_math_verify=False`` the grader is the numeric
-            fast path plus exact string matching.
-
-    Returns:
-        For example ``"math-verify==0.9.0+numeric"`` or ``"numeric+string"``.
-    """
-    if config is not None and not config.use_math_verify:
-        return "numeric+string"
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        mv = version("math-verify")
-    except PackageNotFoundError:
-        mv = "missing"
-    return f"{GRADER_NAME}=={mv}+numeric"
-
-
-# --------------------------------------------------------------------------- extraction
-
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
-_BRACE = re.compile(r"(?<!\\)[{}]")  # "\{" and "\}" are literal braces of a set
-_BARE_TOKEN = re.compile(r"[^\s$]+")
-# A minus sign counts only where it cannot be a binary minus ("5-3" ends in 3, not -3).
-_LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:/\d+)?)")
-
-
-def _boxed_content(text: str, start: int, command: str) -> str | None:
-    """Content of the box command at ``start``; None if it is unbalanced or not a box."""
-    i = start + len(command)
-    n = len(text)
-    if i < n and text[i].isalpha():
-        return None  # "\boxedfoo" is another command
-    while i < n and text[i] == " ":
-        i += 1
-    if i >= n:
-        return None
-    if text[i] != "{":
-        # "\boxed 5": TeX takes one token; accept what runs up to a space or a "$".
-        m = _BARE_TOKEN.match(text, i, min(n, i + MAX_ANSWER_CHARS))
-        return m.group(0) if m else None
-    depth = 0
-    for m in _BRACE.finditer(text, i, min(n, i + BOXED_SCAN_CHARS)):
-        depth += 1 if m.group(0) == "{" else -1
-        if depth == 0:
-            return text[i + 1 : m.start()]
-    return None
-
-
-def _extract_boxed(text: str) -> tuple[str, str] | None:
-    end = len(text)
-    for _ in range(BOXED_TRIES):
-        found = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
-        pos, cmd = found
-        if pos < 0:
-            return None
-        content = _boxed_content(text, pos, cmd)
-        if content is not None and content.strip():
-            return content.strip(), cmd.lstrip("\\")
-        end = pos
-    return None
-
-
-def _extract_hash(text: str) -> str | None:
-    pos = text.rfind("####")
-    if pos < 0:
-        return None
-    line = text[pos + 4 : pos + 4 + MAX_ANSWER_CHARS].split("\n", 1)[0]
-    answer = line.strip().strip("*").strip().rstrip(".").strip()
-    return answer or None
-
-
-def _extract_last_number(text: str) -> str | None:
-    # rfind per digit runs at memory speed, so the last number costs nothing to locate even in
-    # a megabyte; the regex then reads only the few hundred characters that end at it.
-    last_digit = max(text.rfind(d) for d in "0123456789")
-    if last_digit < 0:
-        return None
-    found = _LAST_NUMBER.findall(text, max(0, last_digit - 200), last_digit + 1)
-    return found[-1] if found else None
-
-
-def extract_answer(completion: str | None) -> tuple[str | None, str]:
-    """Extracts the final answer from a completion.
-
-    Order: the last ``\\boxed{...}`` or ``\\fbox{...}`` with balanced braces (an unbalanced or
-    empty last box falls back to the one before it), then the text after the last ``####`` up to
-    the end of its line, then the last number in the text.
-
-    Args:
-        completion: The model's completion; None or blank gives no answer.
-
-    Returns:
-        ``(answer, method)`` with method one of ``boxed``, ``fbox``, ``hash``, ``last_number``;
-        ``(None, "none")`` when nothing was found.
-    """
-    if not completion or not completion.strip():
-        return None, "none"
-    boxed = _extract_boxed(completion)
-    if boxed is not None:
-        return boxed
-    answer = _extract_hash(completion)
-    if answer is not None:
-        return answer, "hash"
-    answer = _extract_last_number(completion)
-    if answer is not None:
-        return answer, "last_number"
-    return None, "none"
-
-
-# --------------------------------------------------------------------------- numeric fast path
-
-_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
-_SLASH = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
-_TEX_FRAC = re.compile(r"([+-]?)\\[dt]?frac\{\s*([+-]?\d+)\s*\}\{\s*(\d+)\s*\}")
-_TEX_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mathbf)\{([^{}]*)\}")
-_STRIP = str.maketrans("", "", "$%")
-
-
-def parse_number(text: str | None) -> Fraction | None:
-    """Reads a plain number exactly, or returns None when ``text`` is anything more.
-
-    Accepts integers, decimals, ``a/b`` and ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``), with
-    ``,`` thousands separators (``1,000``, ``1{,}000``, ``1\\,000``), ``$`` and ``%`` stripped, an
-    optional ``\\text{...}`` wrapper and a trailing period.
-
-    Args:
-        text: A gold or extracted answer.
-
-    Returns:
-        The exact value as a Fraction, or None when the text is not a plain number (or divides
-        by zero).
-    """
-    if text is None or len(text) > 64:
-        return None
-    s = text.strip()
-    if s.startswith("\\"):
-        m = _TEX_TEXT.fullmatch(s)
-        if m is not None:
-            s = m.group(1)
-    if "\\" in s:
-        s = s.replace("\\!", "").replace("\\,", "").replace("\\$", "").replace("\\%", "")
-        m = _TEX_FRAC.fullmatch(s.strip())
-        if m is not None:
-            sign, num, den = m.groups()
-            if int(den) == 0:
-                return None
-            value = Fraction(int(num), int(den))
-            return -value if sign == "-" else value
-        if "\\" in s:
-            return None
-    s = s.translate(_STRIP).replace("{,}", ",").replace("\u2212", "-").strip().rstrip(".")
-    if not s:
-        return None
-    if "," in s:
-        if _THOUSANDS.fullmatch(s) is None:
-            return None
-        s = s.replace(",", "")
-    if _DECIMAL.fullmatch(s) is not None:
-        # Fraction(int) skips Fraction's string parser: integers are the common case.
-        return Fraction(int(s)) if s.lstrip("+-").isdigit() else Fraction(s)
-    m = _SLASH.fullmatch(s)
-    if m is not None:
-        den = int(m.group(2))
-        return Fraction(int(m.group(1)), den) if den else None
-    return None
-
-
-def _normalise_string(s: str) -> str:
-    return " ".join(s.split()).strip("$ .")
 
 
 # --------------------------------------------------------------------------- math-verify worker
@@ -313,14 +67,6 @@ _alarm_armed = False
 def _on_alarm(signum: int, frame: Any) -> None:
     if _alarm_armed:
         raise _SoftTimeout()
-
-
-def _latex_wrap(answer: str) -> str:
-    # math-verify's LaTeX extraction wants a delimiter; \boxed{} accepts LaTeX and plain forms.
-    s = answer.strip()
-    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
-        s = s.strip("$")
-    return "\\boxed{" + s + "}"
 
 
 def math_verify_grade(gold: str, pred: str, gold_cache: dict[str, Any]) -> tuple[str, str]:
@@ -470,9 +216,10 @@ def _function_ref(fn: GradeFn) -> str:
 
 
 def _worker_env() -> dict[str, str]:
-    # The worker must import this package even when the caller runs it from a source tree.
+    # The worker must import this package even when the caller runs it from a source tree:
+    # put the directory that holds ``pipeline/`` (this file is pipeline/grade/pool.py) first.
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
@@ -484,8 +231,9 @@ def _pipe_capacity(fd: int) -> int:
 
         try:
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-        except OSError:
-            pass  # above /proc/sys/fs/pipe-max-size: keep the default
+        except OSError as exc:
+            # Above /proc/sys/fs/pipe-max-size (or not allowed): keep the default size.
+            logger.debug("could not grow pipe fd %d to 1 MiB (%s); keeping its default size", fd, exc)
         return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
     except (ImportError, AttributeError, OSError):
         return 16 * 1024  # the smallest capacity POSIX systems give a pipe
@@ -513,7 +261,7 @@ class _Worker:
                 [
                     sys.executable,
                     "-c",
-                    "from pipeline.grade import _worker_entry; _worker_entry()",
+                    "from pipeline.grade.pool import _worker_entry; _worker_entry()",
                     json.dumps(args),
                 ],
                 pass_fds=(to_child_r, from_child_w),
@@ -768,126 +516,3 @@ class GradingPool:
                     self.close()
                     raise RuntimeError(f"grading worker did not start within {WORKER_START_TIMEOUT_S:g}s")
         return [r for r in results if r is not None]
-
-
-# --------------------------------------------------------------------------- table API
-
-
-def _column(items: pa.Table, *names: str) -> list[Any]:
-    for name in names:
-        if name in items.column_names:
-            return items.column(name).to_pylist()
-    raise ValueError(f"items table needs a column {names[0]!r}; it has {items.column_names}")
-
-
-def grade_table(
-    items: pa.Table,
-    config: GradeConfig | None = None,
-    progress: Callable[[int], None] | None = None,
-    pool: GradingPool | None = None,
-) -> pa.Table:
-    """Grades every row of ``items``; row order and count are preserved.
-
-    Identical ``(gold, extracted answer)`` pairs are graded once. Numeric pairs are compared
-    exactly in this process; the rest go to math-verify workers (or exact string matching when
-    ``config.use_math_verify`` is False).
-
-    Args:
-        items: Table with columns ``prompt_id``, ``sample_idx``, ``completion`` and ``gold``
-            (``answer`` is accepted in place of ``gold``); other columns are kept.
-        config: Grading settings; defaults to ``GradeConfig()``.
-        progress: Called with the cumulative number of rows graded so far (for a progress bar).
-        pool: A running :class:`GradingPool` to reuse; otherwise one is started if needed.
-
-    Returns:
-        ``items`` with ``extracted_answer``, ``grade_status``, ``grade_reason``, ``correct`` and
-        ``grader`` set (replaced if present). ``correct`` is True only for status ``correct``.
-    """
-    import pyarrow as pa
-
-    config = config or GradeConfig()
-    started = time.perf_counter()
-    completions = _column(items, "completion")
-    golds = _column(items, "gold", "answer")
-    n = len(completions)
-    extracted: list[str | None] = [None] * n
-    statuses: list[str] = [""] * n
-    reasons: list[str] = [""] * n
-    numbers: dict[str, Fraction | None] = {}  # parse_number per distinct gold or answer
-    # Unique (gold, pred) pairs that need math-verify -> the rows waiting on them.
-    waiting: dict[tuple[str, str], list[int]] = {}
-    done = 0
-
-    for i in range(n):
-        gold = golds[i]
-        gold = gold.strip() if isinstance(gold, str) else ("" if gold is None else str(gold))
-        answer, method = extract_answer(completions[i])
-        extracted[i] = answer
-        if not gold:
-            statuses[i], reasons[i] = ERROR, "no gold answer"
-        elif answer is None:
-            statuses[i] = UNPARSED
-            reasons[i] = "empty completion" if not (completions[i] or "").strip() else ("no answer found")
-        elif len(answer) > MAX_ANSWER_CHARS:
-            statuses[i], reasons[i] = UNPARSED, f"answer too long ({len(answer)} chars)"
-        else:
-            g = numbers[gold] if gold in numbers else numbers.setdefault(gold, parse_number(gold))
-            p = None
-            if g is not None:
-                p = numbers[answer] if answer in numbers else numbers.setdefault(answer, parse_number(answer))
-            if p is not None:
-                ok = g == p
-                statuses[i] = CORRECT if ok else INCORRECT
-                reasons[i] = f"numeric exact ({method})"
-            elif config.use_math_verify:
-                waiting.setdefault((gold, answer), []).append(i)
-                continue
-            else:
-                ok = _normalise_string(gold) == _normalise_string(answer)
-                statuses[i] = CORRECT if ok else INCORRECT
-                reasons[i] = f"string match ({method})" if ok else f"string mismatch ({method})"
-        done += 1
-    if progress is not None and done:
-        progress(done)
-
-    if waiting:
-        # Sorted by gold so each batch shares golds and a worker parses each gold about once.
-        pairs = sorted(waiting)
-
-        def on_done(j: int) -> None:
-            nonlocal done
-            done += len(waiting[pairs[j]])
-            if progress is not None:
-                progress(done)
-
-        own_pool = pool is None
-        active = pool if pool is not None else GradingPool(config)
-        try:
-            graded = active.grade(pairs, on_done=on_done)
-        finally:
-            if own_pool:
-                active.close()
-        for pair, (status, reason) in zip(pairs, graded, strict=True):
-            for i in waiting[pair]:
-                statuses[i], reasons[i] = status, reason
-
-    grader = grader_version(config)
-    out = items
-    for name in OUTPUT_COLUMNS:
-        if name in out.column_names:
-            out = out.drop_columns([name])
-    out = out.append_column("extracted_answer", pa.array(extracted, pa.string()))
-    out = out.append_column("grade_status", pa.array(statuses, pa.string()))
-    out = out.append_column("grade_reason", pa.array(reasons, pa.string()))
-    out = out.append_column("correct", pa.array([s == CORRECT for s in statuses], pa.bool_()))
-    out = out.append_column("grader", pa.array([grader] * n, pa.string()))
-    if logger.isEnabledFor(logging.INFO):
-        counts = {s: statuses.count(s) for s in STATUSES}
-        logger.info(
-            "graded %d rows (%d sent to math-verify) in %.2fs: %s",
-            n,
-            sum(len(v) for v in waiting.values()),
-            time.perf_counter() - started,
-            counts,
-        )
-    return out
