@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import estimators as est
 from pipeline import schema, stats
@@ -553,6 +554,10 @@ def allocate_prompts(
     n_obs = np.asarray(n_obs, np.int64)
     c_obs = np.asarray(c_obs, np.int64)
     ids = prompt_ids if isinstance(prompt_ids, pa.Array | pa.ChunkedArray) else pa.array(prompt_ids, pa.string())
+    # Ties of marginal gain go to prompts in input order: in prompt-id order, the same counts give
+    # the same allocation whatever order a query returned them in.
+    order = pc.sort_indices(ids).to_numpy()
+    ids, n_obs, c_obs = ids.take(pa.array(order)), n_obs[order], c_obs[order]
     if not config.posterior:
         keep = n_obs > 0
         ids, n_obs, c_obs = ids.filter(pa.array(keep)), n_obs[keep], c_obs[keep]

@@ -258,10 +258,9 @@ class Store:
                     glob = str(self.root / table / "**" / "*.parquet")
                     con.read_parquet(glob, hive_partitioning=False, union_by_name=True).create_view(table)
                 else:
-                    con.register(f"_{table}_empty", target.empty_table())
-                    con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_empty")
+                    con.register(table, target.empty_table())
             for view in DERIVED_VIEWS:
-                con.execute(f"CREATE VIEW {view} AS " + load_sql(view))
+                con.sql(load_sql(view)).create_view(view)
         except duckdb.Error as exc:
             con.close()
             raise StoreError(f"cannot open the tables under {self.root}: {exc}") from exc

@@ -1,11 +1,55 @@
-import json
+"""The ``difficulty`` command line through the real app (typer's CliRunner), and ``python -m pipeline``."""
 
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+import typer
+from rich.console import Console
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from pipeline.cli import app, output
+from pipeline.cli.options import ProfileOptions
+from pipeline.errors import StoreError
+from pipeline.store import Store
 
 runner = CliRunner()
+
+PANELS = {
+    "Pipeline": ["datasets", "load", "profile", "grade", "runs", "sql", "report"],
+    "Analysis": ["analyze", "allocate"],
+    "Orchestration": ["schedule", "checkpoints", "drift"],
+    "Calculators": ["weights", "groupsize", "tries"],
+}
+
+
+def simulate_run(data_dir: Path, *extra: str) -> str:
+    """Profile the bundled arithmetic set with the model-free simulate backend; the run id."""
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "30", "--n", "8"]
+    args += ["--grade-workers", "1", "--data-dir", str(data_dir), *extra]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    return Store(data_dir).list_runs().column("run_id")[0].as_py()
+
+
+@pytest.fixture(scope="module")
+def sim_dir(tmp_path_factory) -> Path:
+    """A data directory holding one finished simulate run (read-only for the tests using it)."""
+    path = tmp_path_factory.mktemp("sim") / "data"
+    simulate_run(path, "--no-report")
+    return path
+
+
+# --- load, sql, datasets, runs -----------------------------------------------------------------
 
 
 def test_load_then_sql_count(data_dir):
@@ -29,18 +73,22 @@ def test_sql_formats_and_output_file(data_dir, tmp_path):
     assert out.exit_code == 0 and pq.read_table(target).num_rows == 9
     out = runner.invoke(app, ["sql", "select prompt_id from problems limit 3"])
     assert out.exit_code == 0 and "prompt_id" in out.output
+    out = runner.invoke(app, ["sql", "select 1", "--format", "parquet"])
+    assert out.exit_code == 1 and "--output" in out.output
 
 
 def test_sql_error_exit_1_nothing_written(data_dir, tmp_path):
     target = tmp_path / "never.csv"
     out = runner.invoke(app, ["sql", "select nope from problems", "--format", "csv", "--output", str(target)])
     assert out.exit_code == 1
-    assert "nope" in out.output
+    assert "error:" in out.output and "nope" in out.output
     assert not target.exists()
 
 
 def test_load_offline_hub_name_fails_with_hint(data_dir):
     out = runner.invoke(app, ["load", "gsm8k"])
+    assert out.exit_code == 1 and "--data-file" in out.output
+    out = runner.invoke(app, ["load"])
     assert out.exit_code == 1 and "--data-file" in out.output
 
 
@@ -51,6 +99,20 @@ def test_datasets_lists_adapters(data_dir):
         assert name in out.output
 
 
+def test_datasets_csv_and_json():
+    out = runner.invoke(app, ["datasets", "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert {r["name"] for r in rows} >= {"gsm8k", "bigmath", "deepmath", "arithmetic", "local"}
+    assert set(rows[0]) == {"name", "source", "revision", "split", "description"}
+    out = runner.invoke(app, ["datasets", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    by_name = {r["name"]: r for r in json.loads(out.stdout)}
+    assert by_name["gsm8k"]["source"] == "openai/gsm8k"
+    out = runner.invoke(app, ["datasets", "--format", "xml"])
+    assert out.exit_code == 1 and "--format" in out.output
+
+
 def test_runs_empty_and_bad_data_dir(data_dir, tmp_path):
     assert runner.invoke(app, ["runs"]).exit_code == 0
     blocker = tmp_path / "f"
@@ -59,8 +121,311 @@ def test_runs_empty_and_bad_data_dir(data_dir, tmp_path):
     assert out.exit_code == 1 and "not writable" in out.output
 
 
+def _line_with(text: str, needle: str) -> str:
+    lines = [line for line in text.splitlines() if needle in line]
+    assert lines, f"{needle!r} is not whole on any line of:\n{text}"
+    return lines[0]
+
+
+def test_runs_never_breaks_a_run_id(sim_dir):
+    run = Store(sim_dir).list_runs().to_pylist()[0]
+    assert len(run["run_id"]) == 12
+    out = runner.invoke(app, ["runs", "--data-dir", str(sim_dir)], env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    line = _line_with(out.stdout, run["run_id"])
+    stamp = run["created_at"].isoformat(sep=" ", timespec="seconds")
+    assert run["model"] in line and stamp in line and "simulate" in line
+    assert len(line) > 80  # wider than the terminal, and still one line
+
+
+def test_tables_fall_back_to_plain_text_on_a_narrow_terminal():
+    run_id = "0123456789ab"
+    table = pa.table(
+        {
+            "run_id": [run_id],
+            "model": ["/models/some-org/a-rather-long-checkpoint-name/step-000123.gguf"],
+            "created_at": ["2025-01-02 03:04:05+00:00"],
+            "n_prompts": [1234567],
+        }
+    )
+    narrow = Console(file=io.StringIO(), force_terminal=True, width=80, color_system=None)
+    output.print_table(table, title="runs", out=narrow)
+    text = narrow.file.getvalue()
+    line = _line_with(text, run_id)
+    assert "step-000123.gguf" in line and "1234567" in line and "│" not in text
+    wide = Console(file=io.StringIO(), force_terminal=True, width=200, color_system=None)
+    output.print_table(table, title="runs", out=wide)
+    text = wide.file.getvalue()
+    assert "│" in text  # a rich table where it fits
+    assert "step-000123.gguf" in _line_with(text, run_id)
+
+
+def test_runs_csv_and_json(sim_dir):
+    run_id = Store(sim_dir).list_runs().column("run_id")[0].as_py()
+    out = runner.invoke(app, ["runs", "--format", "csv", "--data-dir", str(sim_dir)])
+    assert out.exit_code == 0, out.output
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert [r["run_id"] for r in rows] == [run_id]
+    assert list(rows[0]) == ["run_id", "dataset", "model", "backend", "n_prompts", "status", "created_at"]
+    assert rows[0]["backend"] == "simulate" and rows[0]["status"] == "done" and rows[0]["n_prompts"] == "30"
+    out = runner.invoke(app, ["runs", "--format", "json", "--data-dir", str(sim_dir)])
+    assert out.exit_code == 0, out.output
+    [row] = json.loads(out.stdout)
+    assert row["run_id"] == run_id and row["dataset"] == "arithmetic"
+
+
+# --- profile ---------------------------------------------------------------------------------
+
+
 def test_profile_missing_model_fails_before_any_work(data_dir, tmp_path):
     out = runner.invoke(app, ["profile", "--no-prefect", "--model", str(tmp_path / "missing.gguf"), "--limit", "2"])
     assert out.exit_code == 1
-    assert "missing.gguf" in out.output
+    assert "error:" in out.output and "missing.gguf" in out.output
     assert not (data_dir / "problems").exists() and not (data_dir / "runs").exists()
+
+
+def test_profile_simulate_prints_summary_and_writes_report(tmp_path):
+    data_dir = tmp_path / "data"
+    out = runner.invoke(
+        app,
+        ["profile", "--backend", "simulate", "--no-prefect", "--limit", "12", "--n", "4", "--grade-workers", "1"]
+        + ["--data-dir", str(data_dir)],
+    )
+    assert out.exit_code == 0, out.output
+    run_id = Store(data_dir).list_runs().column("run_id")[0].as_py()
+    assert f"run {run_id} done" in out.output and "pass-rate spread" in out.output
+    assert (data_dir / "reports" / f"{run_id}.html").exists()
+
+
+def test_profile_option_checks_exit_1(data_dir, tmp_path):
+    rates = tmp_path / "rates.csv"
+    rates.write_text("prompt_id,pass_rate\n")
+    out = runner.invoke(app, ["profile", "--no-prefect", "--pass-rates", str(rates)])
+    assert out.exit_code == 1 and "--pass-rates applies to --backend simulate only" in out.output
+    out = runner.invoke(app, ["profile", "--no-prefect", "--backend", "simulate", "--grade-workers", "0"])
+    assert out.exit_code == 1 and "error:" in out.output and "workers=0" in out.output
+    out = runner.invoke(app, ["profile", "--no-prefect", "--backend", "simulate", "--executor", "spark"])
+    assert out.exit_code == 1 and "executor='spark'" in out.output
+    assert not (data_dir / "runs").exists()
+
+
+def test_profile_pass_rates_option_reaches_the_backend(tmp_path):
+    data_dir = tmp_path / "data"
+    runner.invoke(app, ["load", "arithmetic", "--limit", "6", "--data-dir", str(data_dir)])
+    problems = Store(data_dir).read_table("problems", {"dataset": "arithmetic"})
+    rates = tmp_path / "rates.csv"
+    rates.write_text("prompt_id,pass_rate\n" + "".join(f"{p},1.0\n" for p in problems.column("prompt_id").to_pylist()))
+    out = runner.invoke(
+        app,
+        ["profile", "--backend", "simulate", "--pass-rates", str(rates), "--no-prefect", "--limit", "6", "--n", "3"]
+        + ["--grade-workers", "1", "--no-report", "--data-dir", str(data_dir)],
+    )
+    assert out.exit_code == 0, out.output
+    got = Store(data_dir).query("select count(*) n, sum(correct::int) c from samples").to_pylist()
+    assert got == [{"n": 18, "c": 18}]  # every prompt at pass rate 1
+
+
+def _params(command: str) -> dict[str, object]:
+    group = typer.main.get_command(app)
+    return {p.name: p for p in group.commands[command].params}
+
+
+def test_profile_options_are_the_same_on_profile_schedule_and_checkpoints():
+    names = [f for f in ProfileOptions.__dataclass_fields__] + ["data_dir"]
+    profile, schedule, checkpoints = (_params(c) for c in ("profile", "schedule", "checkpoints"))
+    for name in names:
+        declared = {(tuple(c[name].opts), tuple(c[name].secondary_opts), c[name].default) for c in (profile, schedule)}
+        declared.add(
+            (tuple(checkpoints[name].opts), tuple(checkpoints[name].secondary_opts), checkpoints[name].default)
+        )
+        assert len(declared) == 1, (name, declared)
+    assert profile["n"].default == 8 and profile["backend"].default == "llamacpp"
+    assert profile["pass_rates"].opts == ["--pass-rates"]
+
+
+# --- errors, help, python -m ------------------------------------------------------------------
+
+
+def test_pipeline_error_from_a_library_call_is_exit_1_with_its_message(data_dir, monkeypatch):
+    def broken(self):
+        raise StoreError("the registry is on fire")
+
+    monkeypatch.setattr(Store, "list_runs", broken)
+    out = runner.invoke(app, ["runs"])
+    assert out.exit_code == 1
+    assert out.stderr.strip() == "error: the registry is on fire"
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+
+
+def test_other_exceptions_are_bugs_not_user_errors(data_dir, monkeypatch):
+    def broken(self):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(Store, "list_runs", broken)
+    out = runner.invoke(app, ["runs"])
+    assert isinstance(out.exception, KeyError) and "error:" not in out.output
+
+
+def test_help_groups_commands_in_panels():
+    out = runner.invoke(app, ["--help"], env={"COLUMNS": "120"})
+    assert out.exit_code == 0
+    lines = out.output.splitlines()
+    panel_of: dict[str, str] = {}
+    current = None
+    for line in lines:
+        title = next((p for p in PANELS if f"─ {p} ─" in line), None)
+        if title:
+            current = title
+            continue
+        words = line.strip("│ ").split()
+        if current and words:
+            panel_of.setdefault(words[0], current)
+    for panel, commands in PANELS.items():
+        for command in commands:
+            assert panel_of.get(command) == panel, (command, out.output)
+
+
+def test_python_m_pipeline_and_piped_listing(sim_dir):
+    env = {**os.environ, "COLUMNS": "80"}
+    done = subprocess.run([sys.executable, "-m", "pipeline", "--help"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: difficulty" in done.stdout and "Calculators" in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "runs", "--data-dir", str(sim_dir)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = Store(sim_dir).list_runs().column("run_id")[0].as_py()
+    assert "simulate" in _line_with(done.stdout, run_id)
+    done = subprocess.run([sys.executable, "-m", "pipeline", "tries", "--p", "0"], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.startswith("error:")
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def test_report_writes_to_the_store_report_path(tmp_path):
+    data_dir = tmp_path / "data"
+    first = simulate_run(data_dir, "--no-report")
+    second = simulate_run(data_dir, "--no-report", "--seed", "1")
+    out = runner.invoke(app, ["report", "--plotly-js", "shared", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert (data_dir / "reports" / f"{second}.html").exists()  # the newest run by default
+    out = runner.invoke(
+        app, ["report", "--run", first, "--run", second, "--plotly-js", "shared", "--data-dir", str(data_dir)]
+    )
+    assert out.exit_code == 0, out.output
+    assert (data_dir / "reports" / f"compare-{first}-vs-{second}.html").exists()
+    assert (data_dir / "reports" / f"{first}.html").exists()
+
+
+def test_report_errors_exit_1(tmp_path):
+    empty = tmp_path / "empty"
+    out = runner.invoke(app, ["report", "--data-dir", str(empty)])
+    assert out.exit_code == 1 and "no runs" in out.output
+    out = runner.invoke(app, ["report", "--data-dir", str(empty), "--plotly-js", "cdn"])
+    assert out.exit_code == 1 and "--plotly-js 'cdn'" in out.output
+    out = runner.invoke(app, ["report", "--data-dir", str(empty), "--run", "nope"])
+    assert out.exit_code == 1 and "nope" in out.output
+
+
+# --- orchestration ---------------------------------------------------------------------------
+
+
+def test_schedule_checks_before_any_server(monkeypatch, tmp_path):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    both = runner.invoke(app, ["schedule", "--cron", "0 3 * * *", "--interval", "60"])
+    assert both.exit_code == 1 and "exactly one of --cron" in both.output
+    none = runner.invoke(app, ["schedule", "--cron", "0 3 * * *"])
+    assert none.exit_code == 1 and "prefect server start" in none.output
+    zone = runner.invoke(app, ["schedule", "--cron", "0 3 * * *", "--timezone", "Mars/Olympus"])
+    assert zone.exit_code == 1 and "Mars/Olympus" in zone.output
+
+
+def test_drift_and_checkpoints_listing_formats(data_dir, tmp_path):
+    out = runner.invoke(app, ["drift", "--format", "json", "--limit", "3"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {"checkpoints": [], "became_silent": [], "largest_changes": []}
+    out = runner.invoke(app, ["drift"])
+    assert out.exit_code == 0 and "history by checkpoint" in out.output and "largest pass-rate changes" in out.output
+    out = runner.invoke(app, ["checkpoints", "--no-prefect", "--backend", "simulate"])
+    assert out.exit_code == 1 and "checkpoint folder" in out.output
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    out = runner.invoke(app, ["checkpoints", str(folder), "--no-prefect", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {"checkpoints": [], "history": []}
+    assert "no new checkpoints" in out.stderr
+
+
+def test_importing_the_cli_loads_no_heavy_module():
+    code = (
+        "import sys, pipeline.cli\n"
+        "heavy = ('prefect', 'plotly', 'polars', 'scipy', 'jinja2', 'ray', 'llama_cpp', 'math_verify')\n"
+        "mine = ('pipeline.run', 'pipeline.report', 'pipeline.flows', 'pipeline.analyze', 'pipeline.allocate')\n"
+        "print([m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(mine)])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_checkpoints_then_drift_with_simulated_checkpoints(tmp_path):
+    """Two "checkpoints" of the simulate backend (its model is a pass-rate file): the second one
+    makes every prompt silent, which `drift` lists in every format."""
+    data_dir = tmp_path / "data"
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "6", "--data-dir", str(data_dir)]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    step_100, step_200 = tmp_path / "step-100.csv", tmp_path / "step-200.csv"
+    step_100.write_text("prompt_id,pass_rate\n" + "".join(f"{p},0.5\n" for p in ids))
+    step_200.write_text("prompt_id,pass_rate\n" + "".join(f"{p},{i % 2}\n" for i, p in enumerate(ids)))
+    args = ["checkpoints", "--checkpoint", str(step_100), "--checkpoint", str(step_200), "--min-age", "0"]
+    args += ["--backend", "simulate", "--limit", "6", "--n", "8", "--grade-workers", "1", "--no-report"]
+    args += ["--no-prefect", "--format", "json", "--data-dir", str(data_dir)]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    shown = json.loads(out.stdout)
+    assert [c["checkpoint"] for c in shown["checkpoints"]] == ["step-100.csv", "step-200.csv"]
+    assert [h["share_silent"] for h in shown["history"]] == [0, 1]
+    out = runner.invoke(app, args)  # nothing new on the next pass
+    assert out.exit_code == 0 and json.loads(out.stdout)["checkpoints"] == []
+
+    out = runner.invoke(app, ["drift", "--limit", "2", "--format", "json", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    drift = json.loads(out.stdout)
+    assert len(drift["became_silent"]) == 2 and len(drift["largest_changes"]) == 2
+    assert {r["checkpoint"] for r in drift["became_silent"]} == {"step-200.csv"}
+    out = runner.invoke(app, ["drift", "--limit", "1", "--format", "csv", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    blocks = out.stdout.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == ["# checkpoints", "# became_silent", "# largest_changes"]
+    assert len(blocks[1].splitlines()) == 3  # key, header, one row
+    out = runner.invoke(app, ["drift", "--data-dir", str(data_dir)], env={"COLUMNS": "80"})
+    assert out.exit_code == 0 and "step-200.csv" in _line_with(out.stdout, ids[0][:16])
+
+
+def test_schedule_serves_the_profile_or_checkpoints_flow(monkeypatch, tmp_path):
+    from pipeline.flows import schedule
+    from pipeline.run import ProfileConfig
+
+    served = []
+    monkeypatch.setattr(schedule, "serve_flow", lambda *args, **kwargs: served.append((args, kwargs)))
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    data_dir = tmp_path / "data"
+    base = ["schedule", "--backend", "simulate", "--n", "4", "--data-dir", str(data_dir)]
+    out = runner.invoke(app, [*base, "--cron", "0 3 * * *", "--timezone", "Europe/Paris"])
+    assert out.exit_code == 0, out.output
+    (flow, name, params), kwargs = served.pop()
+    assert (flow, name) == ("profile", "profile-arithmetic")
+    assert kwargs == {"cron": "0 3 * * *", "interval": None, "timezone": "Europe/Paris"}
+    assert Store(**params["store"]) == Store(data_dir.resolve())
+    assert ProfileConfig(**params["config"]).n == 4
+
+    out = runner.invoke(app, [*base, "--interval", "90", "--checkpoints", str(tmp_path), "--name", "ck"])
+    assert out.exit_code == 0, out.output
+    (flow, name, params), kwargs = served.pop()
+    assert (flow, name, kwargs["interval"]) == ("checkpoints", "ck", 90)
+    assert params["config"]["folder"] == str(tmp_path) and params["config"]["profile"]["backend"] == "simulate"
+
+    out = runner.invoke(app, [*base, "--cron", "every day"])
+    assert out.exit_code == 1 and "error:" in out.output and "every day" in out.output
+    assert not served

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from pipeline import allocate as alloc
 from pipeline import estimators as est
-from pipeline import schema, store
+from pipeline import schema
 from pipeline.cli import app
+from pipeline.store import Store
 
 runner = CliRunner()
 
@@ -93,14 +94,15 @@ def _problems(n_prompts: int = 40) -> pa.Table:
 
 
 def test_analyze_and_allocate_on_dataset_priors(data_dir, tmp_path):
-    store.write_table(data_dir, "problems", _problems(), {"dataset": "mini"})
+    store = Store(data_dir)
+    store.write_table("problems", _problems(), {"dataset": "mini"})
     res = invoke("analyze", "--dataset", "mini", "--data-dir", str(data_dir))
     assert res.exit_code == 0, res.output
     assert "zero-signal rate by G" in " ".join(res.output.split()) and "observed" in res.output
     for name in ("prompt_stats", "weights", "summary"):
-        t = store.read_table(data_dir, name, {"run_id": "prior-mini"})
+        t = store.read_table(name, {"run_id": "prior-mini"})
         assert t.num_rows > 0
-    assert store.read_table(data_dir, "prompt_stats", {"run_id": "prior-mini"}).num_rows == 40
+    assert store.read_table("prompt_stats", {"run_id": "prior-mini"}).num_rows == 40
 
     out = tmp_path / "alloc.jsonl"
     res = invoke(
@@ -121,7 +123,7 @@ def test_analyze_and_allocate_on_dataset_priors(data_dir, tmp_path):
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 40 and sum(r["n_rollouts"] for r in lines) == 2560
     assert set(lines[0]) == {"prompt_id", "n_rollouts"}
-    table = store.read_table(data_dir, "allocation", {"run_id": "prior-mini"})
+    table = store.read_table("allocation", {"run_id": "prior-mini"})
     assert table.num_rows == 40 and set(table.column("objective").to_pylist()) == {"signal"}
     v = np.array(table.column("expected_value"))
     u = np.array(table.column("uniform_value"))
@@ -171,15 +173,121 @@ def test_analyze_on_a_run(data_dir):
                     "grade_status": "correct" if ok else "incorrect",
                 }
             )
-    store.write_shard(data_dir, "run-a", 0, pa.Table.from_pylist(rows, schema=schema.SAMPLES))
+    store = Store(data_dir)
+    store.write_shard("run-a", 0, pa.Table.from_pylist(rows, schema=schema.SAMPLES))
     res = invoke("analyze", "--run", "run-a", "--G", "4,8", "--estimators", "grpo,reco", "--data-dir", str(data_dir))
     assert res.exit_code == 0, res.output
-    ps = store.read_table(data_dir, "prompt_stats", {"run_id": "run-a"})
+    ps = store.read_table("prompt_stats", {"run_id": "run-a"})
     assert ps.num_rows == 10
     assert all(x is not None for x in ps.column("n_distinct_answers").to_pylist())
-    w = store.read_table(data_dir, "weights", {"run_id": "run-a"})
+    w = store.read_table("weights", {"run_id": "run-a"})
     assert w.num_rows == 10 * 2 * 2
     res = invoke("analyze", "--data-dir", str(data_dir))
     assert res.exit_code == 1 and "--run" in res.output
     res = invoke("analyze", "--run", "nope", "--data-dir", str(data_dir))
     assert res.exit_code == 1 and "no samples" in res.output
+
+
+def _allocation_files(data_dir, run_id: str) -> list[str]:
+    return sorted(p.stem for p in Store(data_dir).files("allocation", {"run_id": run_id}))
+
+
+def test_allocate_without_budget_is_the_default_policy_and_keys_never_merge(data_dir):
+    store = Store(data_dir)
+    store.write_table("problems", _problems(), {"dataset": "mini"})
+    policy = alloc.default_config(40)
+    res = invoke("allocate", "--dataset", "mini")
+    assert res.exit_code == 0, res.output
+    assert f"allocated {policy.budget} rollouts over 40 prompts" in res.output and "default policy" in res.output
+    assert _allocation_files(data_dir, "prior-mini") == [alloc.allocation_key(policy)]
+    table = store.read_table("allocation", {"run_id": "prior-mini"})
+    assert table.num_rows == 40 and sum(table.column("n_rollouts").to_pylist()) == policy.budget
+    assert set(table.column("posterior").to_pylist()) == {True}
+    assert max(table.column("n_rollouts").to_pylist()) <= policy.n_max
+
+    # The same allocation again replaces itself; another objective or budget is stored beside it.
+    assert invoke("allocate", "--dataset", "mini").exit_code == 0
+    res = invoke("allocate", "--dataset", "mini", "--objective", "knapsack", "--posterior")
+    assert res.exit_code == 0, res.output
+    assert f"allocated {policy.budget} rollouts" in res.output and "default policy" not in res.output
+    res = invoke("allocate", "--dataset", "mini", "--budget", "1000", "--posterior")
+    assert res.exit_code == 0, res.output
+    files = _allocation_files(data_dir, "prior-mini")
+    assert len(files) == 3 and alloc.allocation_key(policy) in files
+    table = store.read_table("allocation", {"run_id": "prior-mini"})
+    assert table.num_rows == 3 * 40
+    by_key = table.group_by(["objective", "budget"]).aggregate([("n_rollouts", "sum")]).to_pylist()
+    assert sorted((r["objective"], r["budget"], r["n_rollouts_sum"]) for r in by_key) == [
+        ("knapsack", policy.budget, policy.budget),
+        ("signal", policy.budget, policy.budget),
+        ("signal", 1000, 1000),
+    ]
+
+    bad = invoke("allocate", "--dataset", "mini", "--output", "alloc.csv")
+    assert bad.exit_code == 1 and ".parquet or .jsonl" in bad.output
+    bad = invoke("allocate", "--dataset", "mini", "--run", "x")
+    assert bad.exit_code == 1 and "exactly one of --run" in bad.output
+    bad = invoke("allocate", "--dataset", "nope")
+    assert bad.exit_code == 1 and "no problems stored for dataset 'nope'" in bad.output
+
+
+def test_allocate_on_a_simulated_run_matches_its_stored_default(tmp_path):
+    data_dir = tmp_path / "data"
+    res = invoke(
+        "profile", "--backend", "simulate", "--no-prefect", "--limit", "20", "--n", "8", "--grade-workers", "1",
+        "--no-report", "--data-dir", str(data_dir),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    store = Store(data_dir)
+    run_id = store.list_runs().column("run_id")[0].as_py()
+    stored = store.read_table("allocation", {"run_id": run_id})
+    files = _allocation_files(data_dir, run_id)
+    res = invoke("allocate", "--run", run_id, "--data-dir", str(data_dir))
+    assert res.exit_code == 0, res.output
+    assert _allocation_files(data_dir, run_id) == files  # the profile's own default, replaced by itself
+    again = store.read_table("allocation", {"run_id": run_id})
+    assert again.num_rows == stored.num_rows == 20
+    assert (
+        sum(again.column("n_rollouts").to_pylist())
+        == sum(stored.column("n_rollouts").to_pylist())
+        == alloc.default_config(20).budget
+    )
+    # Both are optimal: the same value (ties between prompts may be handed out in another order).
+    assert sum(again.column("expected_value").to_pylist()) == pytest.approx(
+        sum(stored.column("expected_value").to_pylist())
+    )
+
+
+def test_analyze_replaces_the_earlier_analysis_and_prints_formats(data_dir):
+    Store(data_dir).write_table("problems", _problems(), {"dataset": "mini"})
+    assert invoke("analyze", "--dataset", "mini", "--G", "4,8").exit_code == 0
+    res = invoke("analyze", "--dataset", "mini", "--G", "8,16", "--format", "json")
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.stdout)
+    assert [r["G"] for r in shown["zero_signal"]] == [8, 16]
+    assert {r["estimator"] for r in shown["gradient_share"]} >= {"grpo"}
+    assert "analysed 40 prompts" in res.stderr
+    store = Store(data_dir)
+    for name in ("prompt_stats", "weights", "summary"):
+        assert len(store.files(name, {"run_id": "prior-mini"})) == 1
+    summary = store.read_table("summary", {"run_id": "prior-mini"})
+    assert set(summary.column("G").drop_null().to_pylist()) <= {8, 16}
+    res = invoke("analyze", "--dataset", "mini", "--format", "csv")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("# zero_signal\nG,observed,")
+    bad = invoke("analyze", "--dataset", "mini", "--G", "4,x")
+    assert bad.exit_code == 1 and "--G must be a comma-separated list" in bad.output
+    bad = invoke("analyze", "--dataset", "mini", "--level", "2")
+    assert bad.exit_code == 1 and "level" in bad.output
+
+
+def test_calculator_errors_exit_1():
+    for args in (
+        ["weights", "--p", "1.5"],
+        ["weights", "--G", "0"],
+        ["weights", "--p", "a,b"],
+        ["groupsize", "--p", "0.5", "--fidelity", "1.5"],
+        ["tries", "--delta", "2"],
+    ):
+        res = invoke(*args)
+        assert res.exit_code == 1 and res.output.startswith("error:"), (args, res.output)

@@ -15,6 +15,7 @@ from typing import ParamSpec, TypeVar
 import typer
 from rich.markup import escape
 
+from pipeline.cli.output import err_console
 from pipeline.errors import ConfigError, PipelineError
 
 P = ParamSpec("P")
@@ -23,8 +24,6 @@ R = TypeVar("R")
 
 def print_error(message: str) -> None:
     """``error: <message>`` on standard error, never wrapped (paths and ids stay whole)."""
-    from pipeline.cli.output import err_console
-
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
@@ -47,7 +46,7 @@ def config_errors() -> Iterator[None]:
     """Re-raise a plain ``ValueError`` of a library check on a user's value as ``ConfigError``.
 
     For the few library checks that do not raise a ``PipelineError`` yet (``grade.GradeConfig``,
-    Prefect's cron and time zone parsing); wrap only the call that validates the user's value.
+    Prefect's cron parsing); wrap only the call that validates the user's value.
     """
     try:
         yield

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from pipeline.cli.errors import config_errors
 from pipeline.errors import ConfigError
-from pipeline.store import DATA_DIR_ENV
+from pipeline.estimators import DEFAULT_ESTIMATORS as DEFAULT_ESTIMATOR_SPECS
+from pipeline.store import DATA_DIR_ENV, Store
 
 if TYPE_CHECKING:
     from pipeline.run import ProfileConfig
-    from pipeline.store import Store
 
 # --- data directory and output ----------------------------------------------------------------
 
@@ -27,28 +28,58 @@ DataDir = Annotated[
     typer.Option(
         "--data-dir",
         envvar=DATA_DIR_ENV,
-        help=f"Data directory (default: ${DATA_DIR_ENV}, else ./difficulty-data).",
+        help="Data directory (default ./difficulty-data).",
         show_default=False,
     ),
 ]
 Format = Annotated[str, typer.Option("--format", help="table, csv or json.")]
 
-FORMATS = ("table", "csv", "json")
+# --- analysis options (analyze, allocate, weights) ------------------------------------------
+
+RunId = Annotated[str | None, typer.Option("--run", help="Run id whose sampled counts to use.")]
+DatasetName = Annotated[
+    str | None, typer.Option("--dataset", help="Dataset whose stored prior counts (prior_n, prior_c) to use.")
+]
+Estimators = Annotated[str, typer.Option("--estimators", help="Estimator specs, comma-separated.")]
+DEFAULT_ESTIMATORS = ",".join(DEFAULT_ESTIMATOR_SPECS)
 
 
 def open_store(data_dir: str | None) -> Store:
     """The ``Store`` of ``--data-dir`` (created and checked writable; ``StoreError`` says why not)."""
-    from pipeline.store import Store
-
     return Store.open(data_dir)
 
 
-def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
-    """The ``--format`` value, lower-cased; ``ConfigError`` when it is not one of ``allowed``."""
-    value = fmt.lower()
-    if value not in allowed:
-        raise ConfigError(f"unknown --format {fmt!r}; use {', '.join(allowed[:-1])} or {allowed[-1]}")
-    return value
+def floats(text: str, flag: str) -> list[float]:
+    """A comma-separated list of numbers (``ConfigError`` names the flag)."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag} must be a comma-separated list of numbers, got {text!r}") from None
+
+
+def ints(text: str, flag: str) -> list[int]:
+    """A comma-separated list of whole numbers (``ConfigError`` names the flag)."""
+    values = floats(text, flag)
+    if any(v != int(v) for v in values):
+        raise ConfigError(f"{flag} must be whole numbers, got {text!r}")
+    return [int(v) for v in values]
+
+
+def split_estimators(text: str) -> list[str]:
+    """Split a comma-separated estimator list whose specs may hold commas themselves.
+
+    ``"grpo,dapo:mode=resample,T=4,softmax_grpo:tau=0.3"`` gives three specs: a token with ``=``
+    and no ``:`` is one more parameter of the spec before it.
+    """
+    specs: list[str] = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        if "=" in token and ":" not in token and specs:
+            specs[-1] += "," + token
+        else:
+            specs.append(token)
+    return specs
 
 
 # --- the profile options (profile, schedule, checkpoints) -------------------------------------
@@ -132,7 +163,16 @@ Report = Annotated[
     bool, typer.Option("--report/--no-report", help="Write the HTML report of each run.", rich_help_panel=_EXECUTION)
 ]
 
-# Backend options: CLI name -> (backend it belongs to, key in ProfileConfig.backend_options).
+
+def check_grade_workers(workers: int) -> None:
+    """``ConfigError`` when ``--grade-workers`` is out of range (checked before any work starts)."""
+    from pipeline import grade
+
+    with config_errors():  # GradeConfig checks its values with a plain ValueError
+        grade.GradeConfig(workers=workers)
+
+
+# Backend options: field -> (flag, the backend it belongs to, its key in ProfileConfig.backend_options).
 _BACKEND_OPTIONS = {
     "threads": ("--threads", "llamacpp", "n_threads"),
     "base_url": ("--base-url", "openai", "base_url"),
@@ -173,7 +213,8 @@ class ProfileOptions:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> ProfileOptions:
-        """The profile options among a command's parameters (pass it ``locals()``)."""
+        """The profile options among a command's parameters: pass it ``locals()`` on the command's
+        first line, before a local import could shadow one (``report``)."""
         return cls(**{f.name: params[f.name] for f in fields(cls)})
 
     def backend_options(self) -> dict[str, Any]:
@@ -183,19 +224,16 @@ class ProfileOptions:
             value = getattr(self, name)
             if value is None:
                 continue
-            if self.backend != backend:
+            if self.backend.lower() != backend:
                 raise ConfigError(f"{flag} applies to --backend {backend} only, not --backend {self.backend}")
             out[key] = str(value) if isinstance(value, Path) else value
         return out
 
     def config(self, model: str | None = None) -> ProfileConfig:
         """The ``ProfileConfig`` of these options (``ConfigError`` names a bad value)."""
-        from pipeline import grade
-        from pipeline.cli.errors import config_errors
         from pipeline.run import ProfileConfig
 
-        with config_errors():  # GradeConfig checks --grade-workers with a plain ValueError
-            grade.GradeConfig(workers=self.grade_workers)
+        check_grade_workers(self.grade_workers)
         return ProfileConfig(
             dataset=self.dataset,
             data_file=str(self.data_file) if self.data_file else None,

@@ -1,0 +1,207 @@
+"""The analysis stage: ``analyze`` (prompt_stats, weights, summary) and ``allocate`` (rollout budgets)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from pipeline.cli.options import (
+    DEFAULT_ESTIMATORS,
+    DataDir,
+    DatasetName,
+    Estimators,
+    Format,
+    RunId,
+    ints,
+    open_store,
+    split_estimators,
+)
+from pipeline.cli.output import check_format, emit_sections, say
+from pipeline.errors import ConfigError, DatasetError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeline.store import Store
+
+_EXPORT_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+def counts_of(store: Store, run: str | None, dataset: str | None, answers: bool = True) -> tuple[str, pa.Table]:
+    """``(run_id, counts)`` of ``--run`` (its samples) or ``--dataset`` (prior counts, ``prior-<name>``)."""
+    from pipeline import analyze
+
+    if (run is None) == (dataset is None):
+        raise ConfigError("give exactly one of --run RUN_ID or --dataset NAME")
+    if run is not None:
+        return run, analyze.counts_from_samples(store, run, answers=answers)
+    problems = store.read_table("problems", {"dataset": dataset})
+    if problems.num_rows == 0:
+        raise DatasetError(f"no problems stored for dataset {dataset!r}; run `difficulty load` first")
+    return f"prior-{dataset}", analyze.counts_from_priors(problems)
+
+
+def _pivot_zero_signal(summary: pa.Table) -> pa.Table:
+    import pyarrow as pa
+
+    by_g: dict[int, dict] = {}
+    for r in summary.to_pylist():
+        if r["section"] == "zero_signal" or (r["section"] == "dapo" and r["metric"] == "oversampling_fill"):
+            by_g.setdefault(r["G"], {"G": r["G"]})[r["metric"]] = r["value"]
+    keep = [
+        "G",
+        "observed",
+        "predicted_plugin",
+        "iid",
+        "jensen_gap",
+        "observed_all_correct",
+        "observed_all_wrong",
+        "oversampling_fill",
+    ]
+    return pa.Table.from_pylist([{k: e.get(k) for k in keep} for e in by_g.values()])
+
+
+def _pivot_shares(summary: pa.Table, G: int) -> pa.Table:
+    import pyarrow as pa
+
+    by_e: dict[str, dict] = {}
+    for r in summary.to_pylist():
+        if r["section"] == "gradient_share" and r["G"] == G:
+            entry = by_e.setdefault(r["estimator"], {"estimator": r["estimator"]})
+            entry[r["metric"] if r["band"] == "all" else f"share_{r['band']}"] = r["value"]
+    return pa.Table.from_pylist(list(by_e.values()))
+
+
+def analyze_cmd(
+    run: RunId = None,
+    dataset: DatasetName = None,
+    group_sizes: Annotated[str, typer.Option("--G", help="Group sizes, comma-separated.")] = "4,8,16,32,64",
+    estimators: Estimators = DEFAULT_ESTIMATORS,
+    level: Annotated[float, typer.Option("--level", help="Interval coverage.")] = 0.95,
+    fmt: Format = "table",
+    data_dir: DataDir = None,
+) -> None:
+    """Compute prompt_stats, weights and summary for a run or a dataset's prior counts.
+
+    The tables replace the run's earlier analysis; the zero-signal rates and gradient shares
+    are printed.
+    """
+    from pipeline import analyze
+
+    fmt = check_format(fmt)
+    config = analyze.AnalyzeConfig(
+        group_sizes=tuple(ints(group_sizes, "--G")),
+        estimators=tuple(split_estimators(estimators)),
+        level=level,
+    )
+    store = open_store(data_dir)
+    run_id, counts = counts_of(store, run, dataset)
+    result = analyze.analyze(counts, run_id, config)
+    analyze.write_analysis(store, run_id, result)
+    say(
+        f"analysed {counts.num_rows} prompts of {run_id}; wrote prompt_stats, weights "
+        f"({result.weights.num_rows} rows) and summary under {store.root}",
+        fmt,
+    )
+    G = 8 if 8 in config.group_sizes else config.group_sizes[0]
+    emit_sections(
+        [
+            ("zero_signal", f"zero-signal rate by G ({run_id})", _pivot_zero_signal(result.summary)),
+            ("gradient_share", f"gradient share by band at G={G}", _pivot_shares(result.summary, G)),
+        ],
+        fmt,
+    )
+
+
+# The options that, given without --budget, replace the default policy by the user's own allocation.
+_POLICY_OPTIONS = ("objective", "estimator", "n_min", "n_max", "posterior", "method")
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave option ``name`` (command line or environment), not its default."""
+    # Compared by name: typer may bring its own copy of click's ParameterSource enum.
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def allocate_cmd(
+    ctx: typer.Context,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            "--budget",
+            help="Total rollouts to hand out (default: the budget of the default allocation policy).",
+            show_default=False,
+        ),
+    ] = None,
+    objective: Annotated[str, typer.Option("--objective", help="signal, knapsack or variance.")] = "signal",
+    estimator: Annotated[str, typer.Option("--estimator", help="Estimator of the signal objective.")] = "grpo",
+    n_min: Annotated[int, typer.Option("--n-min", help="Fewest rollouts per prompt.")] = 2,
+    n_max: Annotated[int, typer.Option("--n-max", help="Most rollouts per prompt.")] = 512,
+    run: RunId = None,
+    dataset: DatasetName = None,
+    posterior: Annotated[
+        bool, typer.Option("--posterior/--point", help="Beta posterior per prompt, or the point estimate c/n.")
+    ] = False,
+    method: Annotated[str, typer.Option("--method", help="fast or greedy (reference).")] = "fast",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Allocate a rollout budget over prompts; writes the allocation table and an export file.
+
+    Without --budget or any other allocation option this is the default policy, the one a profile
+    run stores (GRPO signal on each prompt's Beta posterior). Otherwise the options not given take
+    the defaults shown, and a missing --budget is the default policy's budget. Each allocation is
+    stored under its objective, estimator, budget and posterior: the same one computed again
+    replaces itself, a different one is kept beside it.
+    """
+    import pyarrow.parquet as pq
+
+    from pipeline import allocate, analyze
+
+    if output is not None and output.suffix.lower() not in _EXPORT_SUFFIXES:
+        raise ConfigError(f"--output {str(output)!r}: use a .parquet or .jsonl file name")
+    given = [p for p in _POLICY_OPTIONS if _given(ctx, p)]
+    store = open_store(data_dir)
+    run_id, counts = counts_of(store, run, dataset, answers=False)
+    ids, n, c = analyze.validate_counts(counts)
+    policy = allocate.default_config(len(n))
+    if budget is None and not given:
+        config = policy
+    else:
+        config = allocate.AllocationConfig(
+            budget=policy.budget if budget is None else budget,
+            objective=objective,
+            estimator=estimator,
+            n_min=n_min,
+            n_max=n_max,
+            posterior=posterior,
+            method=method,
+        )
+    result = allocate.allocate(n, c, config)
+    table = allocate.allocation_table(run_id, ids, result, config)
+    allocate.write_allocation(store, run_id, table, config)
+    if output is not None:
+        export = table.select(["prompt_id", "n_rollouts"])
+        if output.suffix.lower() == ".parquet":
+            pq.write_table(export, output)
+        else:
+            with open(output, "w") as fh:
+                fh.writelines(json.dumps(row) + "\n" for row in export.to_pylist())
+    label = table.column("estimator")[0].as_py() if table.num_rows else None
+    what = ", ".join(
+        [config.objective, *([label] if label else []), "posterior" if config.posterior else "point estimates"]
+    )
+    sense = "higher" if result.sense == "max" else "lower"
+    say(
+        f"allocated {config.budget} rollouts over {len(n)} prompts of {run_id} "
+        f"({'default policy: ' if config is policy else ''}{what}, n in [{config.n_min}, {config.n_max}], "
+        f"{config.method}): value {result.total:.6g} vs uniform {result.uniform_total:.6g} "
+        f"({sense} is better; x{result.improvement:.4g})" + (f"; wrote {output}" if output else "")
+    )

@@ -1,0 +1,81 @@
+"""Planning calculators that need no data: ``weights``, ``groupsize`` and ``tries``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.options import DEFAULT_ESTIMATORS, Estimators, Format, floats, split_estimators
+from pipeline.cli.output import check_format, emit
+from pipeline.errors import ConfigError
+
+DEFAULT_P = "0.01,0.05,0.1,0.2,0.3,0.5,0.7,0.8,0.9,0.95,0.99"
+
+PassRateList = Annotated[str, typer.Option("--p", help="Pass rates, comma-separated.")]
+
+
+def weights_cmd(
+    G: Annotated[int, typer.Option("--G", help="Group size.")] = 8,
+    p: PassRateList = DEFAULT_P,
+    estimators: Estimators = DEFAULT_ESTIMATORS,
+    fmt: Format = "table",
+) -> None:
+    """Implied weight w(p, G) and update mass w p q for each estimator (CSV: estimator,G,p,weight,mass)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from pipeline import estimators as est
+
+    fmt = check_format(fmt)
+    ps = np.asarray(floats(p, "--p"))
+    if np.any((ps < 0) | (ps > 1)):
+        raise ConfigError(f"--p values must be in [0, 1], got {p!r}")
+    if G < 1:
+        raise ConfigError(f"--G {G} must be >= 1")
+    rows = []
+    for spec in split_estimators(estimators):
+        e = est.get(spec)
+        rows += [
+            {"estimator": e.spec, "G": G, "p": float(pi), "weight": float(wi), "mass": float(mi)}
+            for pi, wi, mi in zip(ps, e.weight(ps, G), e.mass(ps, G), strict=True)
+        ]
+    emit(pa.Table.from_pylist(rows), fmt, title=f"implied weights at G={G}")
+
+
+def groupsize_cmd(
+    p: PassRateList = DEFAULT_P,
+    fidelity: Annotated[str, typer.Option("--fidelity", help="Target GRPO fidelities.")] = "0.9,0.95,0.99",
+    fmt: Format = "table",
+) -> None:
+    r"""Smallest group size G with GRPO fidelity E\[sigma_k]/sqrt(pq) >= target (CSV: p,fidelity,G).
+
+    p must be in (0, 1).
+    """
+    import pyarrow as pa
+
+    from pipeline.allocate import group_size_for_fidelity
+
+    fmt = check_format(fmt)
+    targets = floats(fidelity, "--fidelity")
+    rows = [{"p": pi, "fidelity": f, "G": group_size_for_fidelity(pi, f)} for pi in floats(p, "--p") for f in targets]
+    emit(pa.Table.from_pylist(rows), fmt, title="group size for GRPO fidelity")
+
+
+def tries_cmd(
+    p: PassRateList = DEFAULT_P,
+    delta: Annotated[float, typer.Option("--delta", help="Target probability of a silent group.")] = 0.05,
+    fmt: Format = "table",
+) -> None:
+    """Fewest tries n >= 2 with P(silent group) = p^n + q^n <= delta (CSV: p,delta,n).
+
+    p must be in (0, 1).
+    """
+    import pyarrow as pa
+
+    from pipeline.allocate import min_tries
+
+    fmt = check_format(fmt)
+    ps = floats(p, "--p")
+    rows = [{"p": pi, "delta": delta, "n": int(ni)} for pi, ni in zip(ps, min_tries(ps, delta), strict=True)]
+    emit(pa.Table.from_pylist(rows), fmt, title=f"minimum tries for P(silent) <= {delta}")

@@ -1,0 +1,212 @@
+"""The main pipeline: ``datasets``, ``load``, ``profile``, ``grade``, ``runs`` and ``sql``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from pipeline.cli import options as opt
+from pipeline.cli.options import PROFILE, DataDir, Format, open_store
+from pipeline.cli.output import SQL_FORMATS, check_format, emit, err_console, print_table, say
+from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.store import Store
+
+
+def print_run_summary(store: Store, run_id: str) -> None:
+    """The end-of-run summary: pass-rate spread, zero-signal rates, gradient shares at G = 8."""
+    spread = store.named_query("pass_rate_spread", {"run_id": run_id})
+    print_table(spread, title=f"pass-rate spread, run {run_id}")
+    silent = store.named_query("zero_signal_summary", {"run_id": run_id})
+    print_table(silent, title="zero-signal (silent group) rate by group size G")
+    shares = store.named_query("gradient_shares", {"run_id": run_id, "G": 8})
+    print_table(shares, title="gradient share by difficulty band at G = 8")
+
+
+@contextmanager
+def progress_bars() -> Iterator[None]:
+    """Sampling and grading progress bars on standard error while the block runs."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pipeline import run
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console) as bars:
+        tasks: dict[str, int] = {}
+
+        def sink(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task("sampling" if stage == "sample" else "grading", total=total)
+            bars.update(tasks[stage], completed=done, total=total)
+
+        run.set_progress_sink(sink)
+        try:
+            yield
+        finally:
+            run.set_progress_sink(None)
+
+
+def datasets_cmd(fmt: Format = "table") -> None:
+    """List the dataset adapters and their sources."""
+    import pyarrow as pa
+
+    from pipeline import datasets
+
+    fmt = check_format(fmt)
+    rows = [
+        {
+            "name": a.name,
+            "source": a.hub or ("bundled generator" if a.name == "arithmetic" else "--data-file PATH"),
+            "revision": a.revision or "",
+            "split": a.split,
+            "description": a.description,
+        }
+        for a in datasets.ADAPTERS.values()
+    ]
+    emit(pa.Table.from_pylist(rows), fmt, title="dataset adapters")
+
+
+def load_cmd(
+    dataset: Annotated[str | None, typer.Argument(help="Adapter name (see `difficulty datasets`).")] = None,
+    data_file: Annotated[
+        Path | None, typer.Option("--data-file", help="Local Parquet/JSONL/CSV file or hub-layout folder.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Keep the first N problems.")] = None,
+    split: Annotated[str | None, typer.Option("--split", help="Split to read.")] = None,
+    columns: Annotated[
+        str | None, typer.Option("--columns", help="Column mapping, e.g. problem=question,answer=final.")
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Load a dataset into the problems table."""
+    from pipeline import datasets
+
+    if dataset is None and data_file is None:
+        raise ConfigError("give a DATASET name or --data-file PATH (see `difficulty datasets`)")
+    store = open_store(data_dir)
+    result = datasets.load(dataset, data_file=data_file, split=split, limit=limit, columns=columns)
+    problems = result.problems
+    name = problems.column("dataset")[0].as_py() if problems.num_rows else (dataset or "empty")
+    store.write_table("problems", problems, {"dataset": name})
+    statuses = ", ".join(f"{k}: {v}" for k, v in sorted(result.status_counts.items()))
+    say(
+        f"loaded {problems.num_rows} problems into dataset {name} "
+        f"({result.rows_read} rows read, {result.duplicates} duplicates collapsed; {statuses})"
+    )
+
+
+def profile_cmd(
+    model: opt.Model = None,
+    prefect: opt.Prefect = True,
+    dataset: opt.Dataset = PROFILE.dataset,
+    data_file: opt.DataFile = PROFILE.data_file,
+    split: opt.Split = PROFILE.split,
+    limit: opt.Limit = PROFILE.limit,
+    template_file: opt.TemplateFile = PROFILE.template_file,
+    backend: opt.Backend = PROFILE.backend,
+    threads: opt.Threads = PROFILE.threads,
+    base_url: opt.BaseUrl = PROFILE.base_url,
+    tensor_parallel: opt.TensorParallel = PROFILE.tensor_parallel,
+    pass_rates: opt.PassRates = PROFILE.pass_rates,
+    n: opt.N = PROFILE.n,
+    temperature: opt.Temperature = PROFILE.temperature,
+    top_p: opt.TopP = PROFILE.top_p,
+    max_tokens: opt.MaxTokens = PROFILE.max_tokens,
+    seed: opt.Seed = PROFILE.seed,
+    shard_size: opt.ShardSize = PROFILE.shard_size,
+    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
+    executor: opt.Executor = PROFILE.executor,
+    ray_address: opt.RayAddress = PROFILE.ray_address,
+    replicas: opt.Replicas = PROFILE.replicas,
+    report: opt.Report = PROFILE.report,
+    data_dir: DataDir = None,
+) -> None:
+    """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model)."""
+    config = opt.ProfileOptions.from_params(locals()).config(model)  # before any local import
+    from pipeline.run import close_engines
+
+    store = open_store(data_dir)
+    with progress_bars():
+        try:
+            if prefect:
+                from pipeline.flows.prefect_flows import profile_flow
+
+                result = profile_flow(config, store)
+            else:
+                from pipeline.flows.executors import profile_direct
+
+                result = profile_direct(config, store)
+        finally:
+            close_engines()
+    print_run_summary(store, result["run_id"])
+    say(f"run {result['run_id']} done; tables under {store.root}")
+    if result.get("report"):
+        say(f"report: {result['report']}")
+
+
+def grade_cmd(
+    input: Annotated[Path, typer.Option("--input", help="JSON Lines or Parquet file of rollouts.")],
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="Dataset name (default: import-<file stem>).")
+    ] = None,
+    problem_col: Annotated[str, typer.Option("--problem-col", help="Problem text column ('' if none).")] = "problem",
+    prompt_id_col: Annotated[str | None, typer.Option("--prompt-id-col", help="Prompt id column, used as is.")] = None,
+    answer_col: Annotated[str, typer.Option("--answer-col", help="Gold answer column.")] = "answer",
+    completion_col: Annotated[str, typer.Option("--completion-col", help="Completion column.")] = "completion",
+    model: Annotated[str, typer.Option("--model", help="Model name recorded on the run.")] = "imported",
+    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
+    report: opt.Report = PROFILE.report,
+    data_dir: DataDir = None,
+) -> None:
+    """Grade rollouts you already have (e.g. verl/TRL logs) and store them as a run."""
+    from pipeline.ingest import ImportConfig, import_rollouts
+
+    opt.check_grade_workers(grade_workers)
+    config = ImportConfig(
+        input=str(input),
+        dataset=dataset,
+        problem_col=problem_col or None,
+        prompt_id_col=prompt_id_col,
+        answer_col=answer_col,
+        completion_col=completion_col,
+        model=model,
+        grade_workers=grade_workers,
+        report=report,
+    )
+    store = open_store(data_dir)
+    info = import_rollouts(config, store)
+    statuses = ", ".join(f"{k}: {v}" for k, v in info["grade_status"].items())
+    say(f"graded {info['samples']} rollouts of {info['prompts']} prompts ({statuses})")
+    print_run_summary(store, info["run_id"])
+    say(f"run {info['run_id']} done; tables under {store.root}")
+    if info.get("report"):
+        say(f"report: {info['report']}")
+
+
+RUN_COLUMNS = ["run_id", "dataset", "model", "backend", "n_prompts", "status", "created_at"]
+
+
+def runs_cmd(fmt: Format = "table", data_dir: DataDir = None) -> None:
+    """List the runs in the registry, newest first."""
+    fmt = check_format(fmt)
+    runs = open_store(data_dir).list_runs()
+    emit(runs.select(RUN_COLUMNS), fmt, title="runs")
+
+
+def sql_cmd(
+    query: Annotated[
+        str,
+        typer.Argument(help="SQL over the views problems, runs, samples, prompt_stats, weights, summary, allocation."),
+    ],
+    fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
+    output: Annotated[Path | None, typer.Option("--output", help="Write the result to this file.")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Run a SQL query on the difficulty tables (DuckDB)."""
+    fmt = check_format(fmt, SQL_FORMATS)
+    emit(open_store(data_dir).query(query), fmt, output)

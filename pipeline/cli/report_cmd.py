@@ -1,0 +1,96 @@
+"""``difficulty report``: the HTML report of a run, or of several runs and their comparison."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from pipeline.cli.options import DataDir, open_store
+from pipeline.cli.output import say
+from pipeline.errors import ConfigError, StoreError
+
+if TYPE_CHECKING:
+    from pipeline.store import Store
+
+_HTML = (".html", ".htm")
+
+
+def comparison_name(run_ids: list[str]) -> str:
+    """The comparison report's name (no suffix): ``compare-<a>-vs-<b>``, or a digest for many runs."""
+    joined = "-vs-".join(run_ids)
+    if len(run_ids) <= 3 and len(joined) <= 120:
+        return f"compare-{joined}"
+    digest = hashlib.sha256("\n".join(run_ids).encode()).hexdigest()[:10]
+    return f"compare-{len(run_ids)}-runs-{digest}"
+
+
+def plan_outputs(run_ids: list[str], output: Path | None, store: Store) -> tuple[dict[str, Path], Path | None]:
+    """Where each run's report (and the comparison, for several runs) goes.
+
+    One run: ``--output`` is the HTML file, or a folder that gets ``<run_id>.html``.
+    Several runs: ``--output`` is a folder (per-run reports and the comparison inside), or the
+    comparison's HTML file (per-run reports beside it). Default: ``store.report_path`` of each
+    (``<data-dir>/reports/<name>.html``).
+    """
+    as_file = output is not None and output.suffix.lower() in _HTML
+
+    def path(name: str, folder: Path | None) -> Path:
+        return folder / f"{name}.html" if folder is not None else store.report_path(name)
+
+    if len(run_ids) == 1:
+        return {run_ids[0]: output if as_file else path(run_ids[0], output)}, None
+    folder = output.parent if as_file else output
+    per_run = {r: path(r, folder) for r in run_ids}
+    comparison = output if as_file else path(comparison_name(run_ids), folder)
+    clash = [r for r, p in per_run.items() if p.resolve() == comparison.resolve()]
+    if clash:
+        raise ConfigError(f"--output {str(output)!r} would overwrite the report of run {clash[0]!r}")
+    return per_run, comparison
+
+
+def report_cmd(
+    runs: Annotated[
+        list[str] | None,
+        typer.Option("--run", help="Run to report (repeat for several; default: the newest run)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            help="HTML file, or folder for the reports (default <data-dir>/reports). With several "
+            "runs, a .html path names the comparison report.",
+        ),
+    ] = None,
+    plotly_js: Annotated[
+        str,
+        typer.Option("--plotly-js", help="inline: self-contained files; shared: one plotly.min.js beside the reports."),
+    ] = "inline",
+    G: Annotated[int, typer.Option("--G", help="Group size the report is read at.")] = 8,
+    data_dir: DataDir = None,
+) -> None:
+    """Write the HTML report of a run (several runs: one report each plus a comparison)."""
+    from pipeline import report  # plotly and jinja load only when a report is asked for
+
+    if plotly_js not in report.PLOTLY_JS_MODES:
+        raise ConfigError(f"--plotly-js {plotly_js!r}; allowed: {', '.join(report.PLOTLY_JS_MODES)}")
+    if G < 1:
+        raise ConfigError(f"--G {G} must be >= 1")
+    store = open_store(data_dir)
+    run_ids = list(dict.fromkeys(runs or []))
+    if not run_ids:
+        listed = store.list_runs()
+        if listed.num_rows == 0:
+            raise StoreError(f"no runs in {str(store.root)!r}; profile a dataset first (`difficulty profile`)")
+        run_ids = [listed.column("run_id")[0].as_py()]
+    per_run, comparison = plan_outputs(run_ids, output, store)
+    for run_id, path in per_run.items():
+        written = report.render_report(store, run_id, path, plotly_js=plotly_js, G=G)
+        say(f"report of {run_id}: {written}")
+    if comparison is not None:
+        links = {r: os.path.relpath(p, comparison.parent) for r, p in per_run.items()}
+        written = report.render_comparison(store, run_ids, comparison, links=links, plotly_js=plotly_js, G=G)
+        say(f"comparison of {len(run_ids)} runs: {written}")
