@@ -7,14 +7,19 @@ generator, the default that needs no data at all.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
 import logging
+import math
 import os
 import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,6 +73,35 @@ def prompt_id(dataset: str, problem: str) -> str:
     return digest[:16]
 
 
+def cell_text(value: Any, *, origin: str, column: str, row: int) -> str | None:
+    """One cell of a text column (problem, answer, completion, id) as text; None when missing.
+
+    A number is text (answers are ``4`` as often as ``"4"``). NaN is missing, not ``"nan"``: it is
+    how pandas writes an empty cell of a numeric column. Bytes must be UTF-8. A list or a mapping
+    has no one text form (which element is the answer?) and is a ``DatasetError`` naming
+    ``origin`` (the file), the column, the row (0-based) and the value.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else str(value)
+    if isinstance(value, Decimal):
+        return None if value.is_nan() else str(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DatasetError(
+                f"{origin}: column {column!r} row {row} is not UTF-8 text ({exc.reason}): {value[:60]!r}"
+            ) from exc
+    if isinstance(value, list | tuple | dict | set):
+        raise DatasetError(
+            f"{origin}: column {column!r} row {row} holds a {type(value).__name__} {str(value)[:200]!r}, "
+            "not a text or a number; write one value per row (e.g. the final answer as a string)"
+        )
+    return str(value)
+
+
 # --- converters per source ----------------------------------------------------------------------
 
 
@@ -76,8 +110,8 @@ def _col(table: pa.Table, name: str) -> list:
 
 
 def gsm8k_gold(solution: str | None) -> str | None:
-    """GSM8K's gold answer: the text after ``####``, commas removed."""
-    if solution is None or "####" not in solution:
+    """GSM8K's gold answer: the text after ``####``, commas removed (None without one, NaN included)."""
+    if not isinstance(solution, str) or "####" not in solution:
         return None
     return solution.rsplit("####", 1)[1].strip().replace(",", "")
 
@@ -247,7 +281,12 @@ def arithmetic_problems(n: int = 180, seed: int = 0) -> pa.Table:
 
 
 def read_local(path: str | os.PathLike, split: str | None = None) -> pa.Table:
-    """Read a Parquet, JSON Lines or CSV file, or a folder in the hub layout."""
+    """Read a Parquet, JSON Lines or CSV file, or a folder in the hub layout.
+
+    A file with no rows, text that is not UTF-8 or a JSON line that is not an object is a
+    ``DatasetError`` naming the file and the line (JSON Lines, CSV) or the column and row (Parquet).
+    A JSON Lines column mixing strings and numbers (answers ``"1/2"`` and ``4``) is read as text.
+    """
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"data file {str(path)!r} does not exist")
@@ -256,18 +295,172 @@ def read_local(path: str | os.PathLike, split: str | None = None) -> pa.Table:
         files = sorted((path / "data").glob(pattern)) or sorted(path.rglob(pattern))
         if not files:
             raise DatasetError(f"no Parquet files matching {pattern!r} under {str(path)!r}")
-        return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+        table = pa.concat_tables([_read_parquet(f) for f in files], promote_options="permissive")
+        return _nonempty(table, path)
     suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
+    if suffix == ".parquet":
+        return _nonempty(_read_parquet(path), path)
+    if suffix in (".jsonl", ".json", ".ndjson", ".jsonl.gz"):
+        return _nonempty(_read_json(path), path)
+    if suffix in (".csv", ".csv.gz"):
+        return _nonempty(_read_csv(path), path)
+    raise DatasetError(f"unsupported file type {path.suffix!r} for {str(path)!r}; use .parquet, .jsonl or .csv")
+
+
+def _nonempty(table: pa.Table, path: Path) -> pa.Table:
+    if table.num_rows == 0:
+        raise DatasetError(f"{str(path)!r} has no rows (columns: {table.column_names}); nothing to load")
+    return table
+
+
+def _read_parquet(path: Path) -> pa.Table:
     try:
-        if suffix == ".parquet":
-            return pq.read_table(path)
-        if suffix in (".jsonl", ".json", ".ndjson", ".jsonl.gz"):
-            return pajson.read_json(path)
-        if suffix in (".csv", ".csv.gz"):
-            return pacsv.read_csv(path)
+        table = pq.read_table(path)
     except pa.ArrowInvalid as exc:
         raise DatasetError(f"cannot read {str(path)!r}: {exc}") from exc
-    raise DatasetError(f"unsupported file type {path.suffix!r} for {str(path)!r}; use .parquet, .jsonl or .csv")
+    _check_utf8(table, path)
+    return table
+
+
+def _check_utf8(table: pa.Table, path: Path) -> None:
+    """``DatasetError`` naming the column and row of the first string that is not UTF-8.
+
+    Parquet and Arrow's JSON reader do not check that string bytes decode; a bad one would only
+    fail much later, in whatever first turns it into Python text, naming nothing.
+    """
+    try:
+        table.validate(full=True)
+        return
+    except pa.ArrowInvalid as exc:
+        cause = exc
+    for name in table.column_names:
+        column = table.column(name)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        offset = 0
+        for chunk in column.chunks:
+            target = pa.large_binary() if pa.types.is_large_string(chunk.type) else pa.binary()
+            for i, raw in enumerate(chunk.view(target).to_pylist()):
+                if raw is None:
+                    continue
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DatasetError(
+                        f"{str(path)!r}: column {name!r} row {offset + i} is not UTF-8 text "
+                        f"({exc.reason} at byte {exc.start}): {raw[max(0, exc.start - 20) : exc.start + 20]!r}"
+                    ) from exc
+            offset += len(chunk)
+    raise DatasetError(f"cannot read {str(path)!r}: {cause}") from cause
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")
+
+
+def _first_bad_utf8_line(path: Path) -> str | None:
+    """Where the first byte that is not UTF-8 is, as ``line L (...)``; None when every line decodes."""
+    with _open_binary(path) as fh:
+        for line_no, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return (
+                    f"line {line_no} is not UTF-8 text ({exc.reason} at byte {exc.start} of the line): "
+                    f"{raw[max(0, exc.start - 20) : exc.start + 20]!r}"
+                )
+    return None
+
+
+def _read_csv(path: Path) -> pa.Table:
+    try:
+        table = pacsv.read_csv(path)
+    except pa.ArrowInvalid as exc:
+        raise DatasetError(f"cannot read {str(path)!r}: {exc}") from exc
+    # Arrow's CSV reader turns a column with bytes that are not UTF-8 into binary: problems would
+    # become "b'...'" strings. Name the line instead.
+    binary = [f.name for f in table.schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+    if binary:
+        where = _first_bad_utf8_line(path) or "a cell is not UTF-8 text"
+        raise DatasetError(f"{str(path)!r}: {where} (column(s) {binary}); save the file as UTF-8")
+    return table
+
+
+def _read_json(path: Path) -> pa.Table:
+    """Arrow's fast JSON Lines reader; on any failure, a line-by-line reader that names the line."""
+    try:
+        table = pajson.read_json(path)
+        table.validate(full=True)  # Arrow's JSON reader lets bytes that are not UTF-8 through
+        return table
+    except pa.ArrowInvalid as exc:
+        # A column changing type ("changed from string to number in row 1"), a syntax error, bad
+        # UTF-8: the slow reader either reads it (mixed text and numbers become text) or raises
+        # a DatasetError naming the line.
+        log.info("%s: Arrow's JSON reader failed (%s); reading line by line", path, exc)
+    return _read_json_lines(path)
+
+
+def _read_json_lines(path: Path) -> pa.Table:
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    with _open_binary(path) as fh:
+        for line_no, raw in enumerate(fh, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(
+                    f"{str(path)!r}: line {line_no} is not UTF-8 text ({exc.reason} at byte {exc.start} of the "
+                    f"line): {raw[max(0, exc.start - 20) : exc.start + 20]!r}; save the file as UTF-8"
+                ) from exc
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(
+                    f"{str(path)!r}: line {line_no} is not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "a JSON Lines file holds one JSON object per line"
+                ) from exc
+            if not isinstance(obj, dict):
+                raise DatasetError(
+                    f"{str(path)!r}: line {line_no} holds a JSON {type(obj).__name__}, not an object; "
+                    "a JSON Lines file holds one JSON object per line"
+                )
+            rows.append(obj)
+            lines.append(line_no)
+    names = list(dict.fromkeys(k for obj in rows for k in obj))
+    return pa.table({name: _json_column(path, name, [obj.get(name) for obj in rows], lines) for name in names})
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, list) else "object"
+
+
+def _json_column(path: Path, name: str, values: list[Any], lines: list[int]) -> pa.Array:
+    """One column of the line-by-line reader: a column mixing strings with numbers or booleans
+    is text (an answer is ``4`` on one line and ``"1/2"`` on the next); NaN there is missing."""
+    kinds = {_json_kind(v) for v in values if v is not None}
+    if "string" in kinds and kinds <= {"string", "number", "boolean"}:
+        values = [
+            v if v is None or isinstance(v, str) else None if isinstance(v, float) and math.isnan(v) else json.dumps(v)
+            for v in values
+        ]
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        present = [(v, ln) for v, ln in zip(values, lines, strict=True) if v is not None]
+        first = _json_kind(present[0][0])
+        value, line_no = next(((v, ln) for v, ln in present if _json_kind(v) != first), present[-1])
+        raise DatasetError(
+            f"{str(path)!r}: column {name!r} mixes JSON {', '.join(sorted(kinds))} values "
+            f"(line {present[0][1]} has a {first}, line {line_no} has {value!r}): {exc}"
+        ) from exc
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -332,8 +525,14 @@ def _check_columns(table: pa.Table, needed: tuple[str, ...], adapter: str, origi
         )
 
 
-def to_problems(raw: pa.Table, adapter: Adapter, dataset: str, split: str | None) -> LoadResult:
-    """Convert source rows to the ``problems`` table: ids, statuses, duplicates collapsed."""
+def to_problems(
+    raw: pa.Table, adapter: Adapter, dataset: str, split: str | None, *, origin: str | None = None
+) -> LoadResult:
+    """Convert source rows to the ``problems`` table: ids, statuses, duplicates collapsed.
+
+    ``origin`` (the file or hub name; default the dataset) is what an error names.
+    """
+    origin = origin or dataset
     required = tuple(c for c in adapter.columns if c not in ("difficulty", "source"))
     if adapter.name == "bigmath":
         required = ("problem", "answer", "llama8b_solve_rate")
@@ -346,8 +545,13 @@ def to_problems(raw: pa.Table, adapter: Adapter, dataset: str, split: str | None
     rows["dataset"] = [dataset] * n
     if "split" not in converted:
         rows["split"] = [split] * n
-    problems = ["" if p is None else str(p) for p in rows["problem"]]
-    answers = [None if a is None else str(a).strip() for a in rows["answer"]]
+    # A column that does not come from the source (a converter's own) keeps the name it has in
+    # the problems table.
+    for name in ("problem", "answer", "source", "domain", "topic", "split"):
+        if name in converted:
+            rows[name] = [cell_text(v, origin=origin, column=name, row=i) for i, v in enumerate(rows[name])]
+    problems = ["" if p is None else p for p in rows["problem"]]
+    answers = [None if a is None else a.strip() for a in rows["answer"]]
     rows["problem"], rows["answer"] = problems, answers
     rows["prompt_id"] = [prompt_id(dataset, p) for p in problems]
     rows["status"] = [schema.problem_status(p, a) for p, a in zip(problems, answers, strict=True)]
@@ -434,7 +638,8 @@ def load(
             raise DatasetError(f"adapter {adapter.name!r} needs --data-file PATH")
         else:
             raw = read_hub(adapter, split, revision)
-    result = to_problems(raw, adapter, dataset, split or adapter.split)
+    origin = repr(str(data_file)) if data_file is not None else (adapter.hub or adapter.name)
+    result = to_problems(raw, adapter, dataset, split or adapter.split, origin=origin)
     if limit is not None and result.problems.num_rows > limit:
         table = result.problems.slice(0, limit)
         counts = pc.value_counts(table.column("status")).to_pylist()

@@ -20,6 +20,15 @@ class SamplingError(PipelineError):
     """A sampler cannot be built or cannot sample (missing model, unknown backend, server gone)."""
 
 
+class BackendUnavailableError(SamplingError):
+    """A sampling server never answered: every attempt timed out or could not connect.
+
+    Distinct from other sampling failures so that a caller (the Prefect task) can skip its own
+    retries: the sampler has already retried, and a server that is down or hung will not come back
+    for another try of the same shard. The message names the URL, the prompt and the attempts.
+    """
+
+
 class StoreError(PipelineError):
     """A storage problem (bad data directory, unknown run, unsafe partition value, bad SQL)."""
 

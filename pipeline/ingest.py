@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from pipeline import datasets, grade, schema
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.run import ProfileConfig, RunPlan, finish_run
+from pipeline.run import ProfileConfig, RunPlan, ShardEntries, finish_run, finished_shards, working_on
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,10 @@ class ImportConfig:
         completion_col: column with the model's completion.
         model: model name recorded on the run.
         shard_size: rows of samples per stored shard.
+        grade_workers: math-verify worker processes.
+        grade_timeout_s: seconds math-verify may spend on one answer before it is graded
+            ``timeout`` (0 < grade_timeout_s <= 3600).
+        report: write the HTML report of the run.
     """
 
     input: str
@@ -45,6 +49,7 @@ class ImportConfig:
     model: str = "imported"
     shard_size: int = 50_000
     grade_workers: int = 2
+    grade_timeout_s: float = grade.GradeConfig.timeout_s
     report: bool = True
 
     def __post_init__(self) -> None:
@@ -52,11 +57,62 @@ class ImportConfig:
             raise ConfigError("give --problem-col or --prompt-id-col: rows need a problem or an id")
         if self.shard_size < 1:
             raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
+        self.grading()  # validates grade_workers and grade_timeout_s
+
+    def grading(self) -> grade.GradeConfig:
+        """The grading stage's settings (``ConfigError`` names a value out of range)."""
+        try:
+            return grade.GradeConfig(workers=self.grade_workers, timeout_s=self.grade_timeout_s)
+        except (TypeError, ValueError) as exc:  # GradeConfig raises plain ones
+            raise ConfigError(
+                f"grade_workers={self.grade_workers!r}, grade_timeout_s={self.grade_timeout_s!r}: {exc}"
+            ) from exc
+
+
+def _text_column(raw: pa.Table, column: str, origin: str) -> list[str | None]:
+    """A column as text (numbers as text, NaN as missing; a list is a ``DatasetError``)."""
+    return [
+        datasets.cell_text(v, origin=origin, column=column, row=i) for i, v in enumerate(raw.column(column).to_pylist())
+    ]
+
+
+def _check_same_prompt(
+    origin: str, ids: list[str], problem: list[str | None], gold: list[str | None], by_text: bool
+) -> dict[str, int]:
+    """The first row of each prompt id; ``DatasetError`` when rows of one id disagree.
+
+    Several rows of one id are several rollouts of one prompt, so they must carry the same problem
+    (whitespace aside) and the same gold answer. Two problems under one id would be merged into one
+    prompt with the pooled n and c of both, and silently: the file's ids are wrong.
+    """
+    first: dict[str, int] = {}
+    for i, pid in enumerate(ids):
+        j = first.setdefault(pid, i)
+        if j == i:
+            continue
+        if by_text and datasets.normalize_problem(problem[i] or "") != datasets.normalize_problem(problem[j] or ""):
+            raise DatasetError(
+                f"{origin}: prompt id {pid!r} has two different problems: row {j} {(problem[j] or '')[:80]!r} "
+                f"and row {i} {(problem[i] or '')[:80]!r}; rows of one prompt id must share its problem "
+                "(give each problem its own id, or leave --prompt-id-col out to derive ids from the text)"
+            )
+        if (gold[i] or None) != (gold[j] or None):  # empty and missing are the same empty answer
+            raise DatasetError(
+                f"{origin}: prompt id {pid!r} has two different gold answers: row {j} {gold[j]!r} and "
+                f"row {i} {gold[i]!r}; rows of one prompt must share its gold answer"
+            )
+    return first
 
 
 def import_rollouts(config: ImportConfig, store: Store) -> dict:
-    """Grade and store a file of rollouts as a run with backend ``import``; returns run info."""
+    """Grade and store a file of rollouts as a run with backend ``import``; returns run info.
+
+    Raises:
+        DatasetError: the file cannot be read, a column is missing, a cell is not text, or two rows
+            of one prompt id carry different problems or gold answers (names the file and rows).
+    """
     raw = datasets.read_local(config.input)
+    origin = repr(str(config.input))
     if config.problem_col == "problem" and "problem" not in raw.column_names and "question" in raw.column_names:
         config = replace(config, problem_col="question")  # GSM8K and DeepMath name it so
     needed = [c for c in (config.problem_col, config.prompt_id_col, config.answer_col, config.completion_col) if c]
@@ -68,25 +124,24 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
         )
     dataset = config.dataset or datasets.local_name(config.input, prefix="import-")
     n = raw.num_rows
-    problem = raw.column(config.problem_col).to_pylist() if config.problem_col else [None] * n
+    problem = _text_column(raw, config.problem_col, origin) if config.problem_col else [None] * n
     if config.prompt_id_col:
-        ids = [None if v is None else str(v) for v in raw.column(config.prompt_id_col).to_pylist()]
+        ids = _text_column(raw, config.prompt_id_col, origin)
         for i, pid in enumerate(ids):
             if not pid:
                 raise DatasetError(f"{config.input}: row {i} has an empty {config.prompt_id_col!r}")
     else:
         ids = [datasets.prompt_id(dataset, p or "") for p in problem]
-    gold = [None if v is None else str(v).strip() for v in raw.column(config.answer_col).to_pylist()]
+    gold = [None if g is None else g.strip() for g in _text_column(raw, config.answer_col, origin)]
     if any(g and "####" in g for g in gold):  # GSM8K format: the gold is what follows ####
         gold = [datasets.gsm8k_gold(g) for g in gold]
-    completion = [None if v is None else str(v) for v in raw.column(config.completion_col).to_pylist()]
+    completion = _text_column(raw, config.completion_col, origin)
 
     # One problems row per prompt (first occurrence), sample_idx in file order within a prompt.
-    first: dict[str, int] = {}
+    first = _check_same_prompt(origin, ids, problem, gold, by_text=bool(config.problem_col))
     sample_idx = []
     seen_count: dict[str, int] = {}
-    for i, pid in enumerate(ids):
-        first.setdefault(pid, i)
+    for pid in ids:
         sample_idx.append(seen_count.get(pid, 0))
         seen_count[pid] = sample_idx[-1] + 1
     rows = list(first.values())
@@ -107,7 +162,7 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
     for pid, c in zip(ids, completion, strict=False):
         digest.update(f"{pid}\x1f{c}\x1e".encode())
     run_id = "import-" + digest.hexdigest()[:12]
-    grade_config = grade.GradeConfig(workers=config.grade_workers)
+    grade_config = config.grading()
     store.register_run(
         {
             "run_id": run_id,
@@ -131,18 +186,33 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
             "gold": gold,
         }
     )
-    shards = []
-    done = store.finished_shards(run_id)
-    with grade.GradingPool(grade_config) as pool:  # workers start once, not once per shard
-        for shard, start in enumerate(range(0, n, config.shard_size)):
-            shards.append([])
-            if shard in done:
-                continue
-            part = grade.grade_table(samples.slice(start, config.shard_size), grade_config, pool=pool)
-            part = part.drop_columns(["gold"]).append_column("run_id", pa.array([run_id] * part.num_rows, pa.string()))
-            store.write_shard(run_id, shard, part)
-    plan = RunPlan(run_id, dataset, config.model, "", problems, shards, {})
-    info = finish_run(ProfileConfig(report=config.report), store, plan)
+    starts = list(range(0, n, config.shard_size))
+    plan = RunPlan.build(
+        run_id,
+        [
+            _entries(ids[start : start + config.shard_size], sample_idx[start : start + config.shard_size])
+            for start in starts
+        ],
+        dataset=dataset,
+        model=config.model,
+        template="",
+        problems=problems,
+        shards=[[] for _ in starts],
+        skipped={},
+    )
+    store.replace_partition("plans", plan.table(), {"run_id": run_id})
+    with working_on(store, run_id):
+        done = finished_shards(store, plan)
+        with grade.GradingPool(grade_config) as pool:  # workers start once, not once per shard
+            for shard, start in enumerate(starts):
+                if shard in done:
+                    continue
+                part = grade.grade_table(samples.slice(start, config.shard_size), grade_config, pool=pool)
+                part = part.drop_columns(["gold"]).append_column(
+                    "run_id", pa.array([run_id] * part.num_rows, pa.string())
+                )
+                store.write_shard(run_id, shard, part, digest=plan.digests[shard])
+        info = finish_run(ProfileConfig(report=config.report), store, plan)
     statuses = store.named_query("grade_statuses", {"run_id": run_id})
     info["grade_status"] = dict(
         sorted(zip(statuses.column("status").to_pylist(), statuses.column("n").to_pylist(), strict=True))
@@ -150,3 +220,14 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
     info["samples"] = n
     info["prompts"] = len(rows)
     return info
+
+
+def _entries(ids: list[str], sample_idx: list[int]) -> ShardEntries:
+    """What a slice of rollout rows holds: per prompt (in first-seen order) its first index and
+    count; a prompt's indices within one slice are consecutive, as they are numbered in file order."""
+    first: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for pid, idx in zip(ids, sample_idx, strict=True):
+        first.setdefault(pid, idx)
+        count[pid] = count.get(pid, 0) + 1
+    return [(pid, first[pid], count[pid]) for pid in first]

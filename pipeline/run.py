@@ -126,6 +126,8 @@ class ProfileConfig:
             raise ConfigError(f"executor={self.executor!r} is unknown: allowed {', '.join(EXECUTORS)}")
         if self.replicas < 1:
             raise ConfigError(f"replicas={self.replicas} must be >= 1")
+        if not 0 < self.grade_timeout_s <= 3600:
+            raise ConfigError(f"grade_timeout_s={self.grade_timeout_s} is out of range: allowed (0, 3600] seconds")
         self.sampling()  # validates n, temperature, top_p, max_tokens, seed
 
     def sampling(self) -> SamplingParams:
@@ -145,17 +147,71 @@ class ProfileConfig:
         return self.data_file is None and (self.dataset or "arithmetic") == "arithmetic"
 
 
+# One shard's content: (prompt id, first sample index, number of samples) per prompt it holds.
+ShardEntries = list[tuple[str, int, int]]
+
+
+def shard_digest(run_id: str, shard: int, entries: ShardEntries) -> str:
+    """The identity of a shard's content: run, shard number and every (prompt, sample indices)."""
+    h = hashlib.sha256(f"{run_id}\x1f{shard}".encode())
+    for prompt_id, first, count in entries:
+        h.update(f"\x1e{prompt_id}\x1f{first}\x1f{count}".encode())
+    return h.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class RunPlan:
-    """What ``prepare_run`` decided: the run, its problems and its shards."""
+    """What ``prepare_run`` decided: the run, its problems and its shards.
+
+    ``entries[s]`` is what shard ``s`` holds and ``digests[s]`` its identity, written into the
+    shard file's footer; the plan is stored once (table ``plans``), so a rerun with another
+    ``--shard-size`` resumes with the stored plan instead of mixing two.
+    """
 
     run_id: str
     dataset: str
     model: str
     template: str
-    problems: pa.Table  # gradable problems, in shard order
-    shards: list[list[int]]  # row indices into ``problems`` per shard
+    problems: pa.Table  # gradable problems
+    shards: list[list[int]]  # row indices into ``problems`` per shard (empty for imported runs)
     skipped: dict[str, int]  # problem status -> count not sampled
+    entries: list[ShardEntries] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, run_id: str, entries: list[ShardEntries], **fields: Any) -> RunPlan:
+        digests = [shard_digest(run_id, s, e) for s, e in enumerate(entries)]
+        return cls(run_id=run_id, entries=entries, digests=digests, **fields)
+
+    def table(self) -> pa.Table:
+        """The plan as rows of the ``plans`` table."""
+        rows = [
+            (self.run_id, s, pid, first, count, self.digests[s])
+            for s, entries in enumerate(self.entries)
+            for pid, first, count in entries
+        ]
+        return pa.Table.from_arrays(
+            [pa.array(col, f.type) for col, f in zip(zip(*rows, strict=True), schema.PLANS, strict=True)]
+            if rows
+            else [pa.array([], f.type) for f in schema.PLANS],
+            schema=schema.PLANS,
+        )
+
+
+def entries_from_plan_table(table: pa.Table) -> list[ShardEntries]:
+    """Shard entries from stored ``plans`` rows (in shard order, rows in stored order)."""
+    by_shard: dict[int, ShardEntries] = {}
+    for shard, pid, first, count in zip(
+        table.column("shard").to_pylist(),
+        table.column("prompt_id").to_pylist(),
+        table.column("first_idx").to_pylist(),
+        table.column("count").to_pylist(),
+        strict=True,
+    ):
+        by_shard.setdefault(shard, []).append((pid, first, count))
+    if sorted(by_shard) != list(range(len(by_shard))):
+        raise PipelineError(f"the stored plan has shards {sorted(by_shard)}: expected 0..{len(by_shard) - 1}")
+    return [by_shard[s] for s in range(len(by_shard))]
 
 
 # --- engines are expensive: one per process, reused by every shard and run -------------------------
@@ -246,7 +302,9 @@ class LocalExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None  # the sampler stays cached for the next run of this process
+        # Free the model and the grading workers now: left to interpreter shutdown, llama.cpp's
+        # finaliser runs after its library is unloaded and prints a traceback (served runs).
+        close_engines()
 
     def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table:
         with self._lock:
@@ -321,11 +379,66 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
             "status": "sampling",
         }
     )
-    shards = [
-        list(range(start, min(start + config.shard_size, gradable.num_rows)))
-        for start in range(0, gradable.num_rows, config.shard_size)
+    row_of = {pid: i for i, pid in enumerate(prompt_ids)}
+    fresh = [
+        [(pid, 0, config.n) for pid in prompt_ids[start : start + config.shard_size]]
+        for start in range(0, len(prompt_ids), config.shard_size)
     ]
-    return RunPlan(run_id, dataset, model_name, template, gradable, shards, skipped)
+    stored = store.read_table("plans", {"run_id": run_id})
+    if stored.num_rows:
+        # The run was started before: its stored plan wins, so the finished shards are reused
+        # exactly whatever --shard-size this rerun was given.
+        entries = entries_from_plan_table(stored)
+        planned = {pid for shard in entries for pid, _, _ in shard}
+        if planned != set(prompt_ids) or any(c != config.n or f != 0 for e in entries for _, f, c in e):
+            raise PipelineError(
+                f"run {run_id}: the stored plan does not cover this run's {len(prompt_ids)} prompts x "
+                f"{config.n} samples; move plans/run_id={run_id} aside to start the run again"
+            )
+        if entries != fresh:
+            log.warning(
+                "run %s was planned with %d prompts per shard; resuming with that plan (--shard-size %d ignored)",
+                run_id,
+                len(entries[0]),
+                config.shard_size,
+            )
+    else:
+        entries = fresh
+    shards = [[row_of[pid] for pid, _, _ in shard] for shard in entries]
+    plan = RunPlan.build(
+        run_id,
+        entries,
+        dataset=dataset,
+        model=model_name,
+        template=template,
+        problems=gradable,
+        shards=shards,
+        skipped=skipped,
+    )
+    if not stored.num_rows:
+        store.replace_partition("plans", plan.table(), {"run_id": run_id})
+    return plan
+
+
+def finished_shards(store: Store, plan: RunPlan) -> set[int]:
+    """The plan's shards whose file is there and holds what the plan says (by its footer digest).
+
+    A shard file that is not the plan's (a copy, another plan's leftover, a file of an older
+    version) is moved to quarantine by the store and its shard counts as not done, so it is
+    sampled again.
+    """
+    return {s for s in store.finished_shards(plan.run_id) if s < len(plan.digests)}
+
+
+def _check_shard(plan: RunPlan, shard: int, graded: pa.Table) -> None:
+    """A shard's samples are exactly its plan's (prompt, index) pairs, once each."""
+    want = sorted((pid, first + k) for pid, first, count in plan.entries[shard] for k in range(count))
+    got = sorted(zip(graded.column("prompt_id").to_pylist(), graded.column("sample_idx").to_pylist(), strict=True))
+    if got != want:
+        raise PipelineError(
+            f"run {plan.run_id} shard {shard}: the executor returned {len(got)} samples that are not the "
+            f"plan's {len(want)} (prompt, sample index) pairs"
+        )
 
 
 def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> int:
@@ -333,18 +446,19 @@ def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> in
 
     Returns the number of samples written (0 when the shard was already done).
     """
-    if shard in store.finished_shards(plan.run_id):
+    if store.shard_digest(plan.run_id, shard) == plan.digests[shard]:
         log.info("run %s shard %d already done", plan.run_id, shard)
         return 0
     graded = executor.sample_and_grade(plan.problems.take(plan.shards[shard]), plan.template, plan.run_id)
-    store.write_shard(plan.run_id, shard, graded)
+    _check_shard(plan, shard, graded)
+    store.write_shard(plan.run_id, shard, graded, digest=plan.digests[shard])
     return graded.num_rows
 
 
 def pending_shards(store: Store, plan: RunPlan) -> list[int]:
     """Shards of the plan not written yet (what a rerun still has to do)."""
-    done = store.finished_shards(plan.run_id)
-    return [s for s in range(len(plan.shards)) if s not in done]
+    done = finished_shards(store, plan)
+    return [s for s in range(len(plan.digests)) if s not in done]
 
 
 def run_pending_shards(store: Store, plan: RunPlan, executor: Executor) -> int:
@@ -369,14 +483,23 @@ def failed_on_error(store: Store, run_id: str) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def working_on(store: Store, run_id: str) -> Iterator[None]:
+    """Hold the run's lock (a killed process leaves it ``interrupted``, not ``sampling``) and mark
+    the run failed if the work stops with an error."""
+    with store.lock_run(run_id), failed_on_error(store, run_id):
+        yield
+
+
 def finish_run(config: ProfileConfig, store: Store, plan: RunPlan) -> dict[str, Any]:
     """Analyze the stored samples, write the analysis and the default allocation, mark the run
     done, then render the report (so the report's run card shows the final status)."""
-    missing = set(range(len(plan.shards))) - store.finished_shards(plan.run_id)
+    missing = set(range(len(plan.digests))) - finished_shards(store, plan)
     if missing:
         raise PipelineError(f"run {plan.run_id}: shards {sorted(missing)} are not finished")
     with failed_on_error(store, plan.run_id):
         counts = analyze.counts_from_samples(store, plan.run_id)
+        _check_counts(plan, counts)
         analyze.write_analysis(store, plan.run_id, analyze.analyze(counts, plan.run_id))
         table, alloc_config = allocate.default_allocation(plan.run_id, counts, config.allocation_budget_factor)
         allocate.write_allocation(store, plan.run_id, table, alloc_config)
@@ -387,12 +510,28 @@ def finish_run(config: ProfileConfig, store: Store, plan: RunPlan) -> dict[str, 
     return {"run_id": plan.run_id, "report": str(report_path) if report_path else None}
 
 
+def _check_counts(plan: RunPlan, counts: pa.Table) -> None:
+    """On read: every planned prompt has exactly its planned number of samples."""
+    want: dict[str, int] = {}
+    for entries in plan.entries:
+        for pid, _, count in entries:
+            want[pid] = want.get(pid, 0) + count
+    got = dict(zip(counts.column("prompt_id").to_pylist(), counts.column("n").to_pylist(), strict=True))
+    wrong = [pid for pid in want.keys() | got.keys() if want.get(pid) != got.get(pid)]
+    if wrong:
+        pid = sorted(wrong)[0]
+        raise PipelineError(
+            f"run {plan.run_id}: {len(wrong)} prompts do not have their planned samples (e.g. {pid}: "
+            f"{got.get(pid, 0)} stored, {want.get(pid, 0)} planned); run `difficulty doctor`, then rerun"
+        )
+
+
 def profile(config: ProfileConfig, store: Store, executor: Executor) -> dict[str, Any]:
     """The whole profile in this process: prepare, every pending shard, finish."""
     plan = prepare_run(config, store, executor.model_name)
-    with failed_on_error(store, plan.run_id):
+    with working_on(store, plan.run_id):
         run_pending_shards(store, plan, executor)
-    return finish_run(config, store, plan)
+        return finish_run(config, store, plan)
 
 
 def run_label(config: ProfileConfig | dict, run_id: str | None = None) -> str:

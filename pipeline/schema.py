@@ -35,6 +35,8 @@ GRADE_STATUSES: tuple[GradeStatus, ...] = get_args(GradeStatus)
 # A run's life: registered, sampling shards, analysed and reported, or stopped by an error.
 RunStatus = Literal["created", "sampling", "done", "failed"]
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+# Never stored: what a `sampling` run whose process is gone (no one holds its lock) is shown as.
+RUN_INTERRUPTED = "interrupted"
 
 PROBLEMS = pa.schema(
     [
@@ -87,7 +89,21 @@ SAMPLES = pa.schema(
     ]
 )
 
-SCHEMAS: dict[str, pa.Schema] = {"problems": PROBLEMS, "runs": RUNS, "samples": SAMPLES}
+# The plan of a run: which sample indices of which prompts each shard holds, stored once when the
+# run starts (partition run_id=). A shard file counts as finished only when the digest in its
+# footer is its plan's digest, so a shard is known by its content, not by its number.
+PLANS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("shard", pa.int32(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("first_idx", pa.int32(), nullable=False),  # sample indices first_idx ..
+        pa.field("count", pa.int32(), nullable=False),  # .. first_idx + count - 1
+        pa.field("digest", pa.string(), nullable=False),  # of the whole shard (same on its rows)
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {"problems": PROBLEMS, "runs": RUNS, "samples": SAMPLES, "plans": PLANS}
 
 # Analysis tables (prompt_stats, weights, summary, allocation) are defined below.
 

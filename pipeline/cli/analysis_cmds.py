@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -127,6 +128,21 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
+def check_output(output: Path) -> None:
+    """``ConfigError`` for an export path that cannot be written, before any work: a missing
+    folder found only after the allocation was stored would leave half the command done."""
+    if output.suffix.lower() not in _EXPORT_SUFFIXES:
+        raise ConfigError(f"--output {str(output)!r}: use a .parquet or .jsonl file name")
+    folder = output.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError(f"--output {str(output)!r}: folder {str(folder)!r} {what}; create it first")
+    if output.is_dir():
+        raise ConfigError(f"--output {str(output)!r} is a folder; give a file name")
+    if not os.access(folder, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        raise ConfigError(f"--output {str(output)!r} is not writable (check the permissions of it and its folder)")
+
+
 def allocate_cmd(
     ctx: typer.Context,
     budget: Annotated[
@@ -165,8 +181,8 @@ def allocate_cmd(
 
     from pipeline import allocate, analyze
 
-    if output is not None and output.suffix.lower() not in _EXPORT_SUFFIXES:
-        raise ConfigError(f"--output {str(output)!r}: use a .parquet or .jsonl file name")
+    if output is not None:
+        check_output(output)
     given = [p for p in _POLICY_OPTIONS if _given(ctx, p)]
     store = open_store(data_dir)
     run_id, counts = counts_of(store, run, dataset, answers=False)
@@ -189,11 +205,14 @@ def allocate_cmd(
     allocate.write_allocation(store, run_id, table, config)
     if output is not None:
         export = table.select(["prompt_id", "n_rollouts"])
-        if output.suffix.lower() == ".parquet":
-            pq.write_table(export, output)
-        else:
-            with open(output, "w") as fh:
-                fh.writelines(json.dumps(row) + "\n" for row in export.to_pylist())
+        try:
+            if output.suffix.lower() == ".parquet":
+                pq.write_table(export, output)
+            else:
+                with open(output, "w") as fh:
+                    fh.writelines(json.dumps(row) + "\n" for row in export.to_pylist())
+        except OSError as exc:  # a full disk, a file turned read-only since the check
+            raise ConfigError(f"--output {str(output)!r}: cannot write it ({exc})") from exc
     label = table.column("estimator")[0].as_py() if table.num_rows else None
     what = ", ".join(
         [config.objective, *([label] if label else []), "posterior" if config.posterior else "point estimates"]

@@ -16,6 +16,8 @@ import typer
 from pipeline.cli.errors import config_errors
 from pipeline.errors import ConfigError
 from pipeline.estimators import DEFAULT_ESTIMATORS as DEFAULT_ESTIMATOR_SPECS
+from pipeline.grade import GradeConfig
+from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
 from pipeline.store import DATA_DIR_ENV, Store
 
 if TYPE_CHECKING:
@@ -121,6 +123,35 @@ TensorParallel = Annotated[
     int | None,
     typer.Option("--tensor-parallel-size", help="vLLM tensor parallelism (vllm only).", rich_help_panel=_BACKEND),
 ]
+# The backend's own defaults (given base_url and api_key, so no environment variable is read here).
+_OPENAI_DEFAULTS = OpenAIOptions(base_url=DEFAULT_BASE_URL, api_key="")
+RequestTimeout = Annotated[
+    float | None,
+    typer.Option(
+        "--request-timeout",
+        metavar="SECONDS",
+        help=(
+            f"Seconds one request attempt may take in all (openai only; default {_OPENAI_DEFAULTS.timeout:g}). "
+            "A server that never answers fails after (max retries + 1) x this plus backoff: "
+            f"{_OPENAI_DEFAULTS.worst_case_s():.1f} s with the defaults."
+        ),
+        show_default=False,
+        rich_help_panel=_BACKEND,
+    ),
+]
+MaxRetries = Annotated[
+    int | None,
+    typer.Option(
+        "--max-retries",
+        metavar="N",
+        help=(
+            f"Retries of a failed request (timeout, refused connection, 429, 5xx) after the first try "
+            f"(openai only; 0 to 100, default {_OPENAI_DEFAULTS.max_retries})."
+        ),
+        show_default=False,
+        rich_help_panel=_BACKEND,
+    ),
+]
 PassRates = Annotated[
     Path | None,
     typer.Option(
@@ -147,6 +178,15 @@ ShardSize = Annotated[
 GradeWorkers = Annotated[
     int, typer.Option("--grade-workers", help="math-verify worker processes.", rich_help_panel=_EXECUTION)
 ]
+GradeTimeout = Annotated[
+    float,
+    typer.Option(
+        "--grade-timeout",
+        metavar="SECONDS",
+        help="Seconds math-verify may spend on one answer before it is graded 'timeout' (> 0, at most 3600).",
+        rich_help_panel=_EXECUTION,
+    ),
+]
 Executor = Annotated[
     str,
     typer.Option("--executor", help="local, or ray: sampling shards on Ray actors.", rich_help_panel=_EXECUTION),
@@ -164,18 +204,21 @@ Report = Annotated[
 ]
 
 
-def check_grade_workers(workers: int) -> None:
-    """``ConfigError`` when ``--grade-workers`` is out of range (checked before any work starts)."""
-    from pipeline import grade
-
+def check_grade_workers(workers: int, timeout_s: float = GradeConfig.timeout_s) -> None:
+    """``ConfigError`` when ``--grade-workers`` or ``--grade-timeout`` is out of range (checked
+    before any work starts)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 3600:
+        raise ConfigError(f"--grade-timeout {timeout_s!r} is out of range: allowed > 0 and <= 3600 seconds")
     with config_errors():  # GradeConfig checks its values with a plain ValueError
-        grade.GradeConfig(workers=workers)
+        GradeConfig(workers=workers, timeout_s=timeout_s)
 
 
 # Backend options: field -> (flag, the backend it belongs to, its key in ProfileConfig.backend_options).
 _BACKEND_OPTIONS = {
     "threads": ("--threads", "llamacpp", "n_threads"),
     "base_url": ("--base-url", "openai", "base_url"),
+    "request_timeout": ("--request-timeout", "openai", "timeout"),
+    "max_retries": ("--max-retries", "openai", "max_retries"),
     "tensor_parallel": ("--tensor-parallel-size", "vllm", "tensor_parallel_size"),
     "pass_rates": ("--pass-rates", "simulate", "pass_rates"),
 }
@@ -197,6 +240,8 @@ class ProfileOptions:
     backend: str = "llamacpp"
     threads: int | None = None
     base_url: str | None = None
+    request_timeout: float | None = None  # None: the backend's default (OpenAIOptions)
+    max_retries: int | None = None
     tensor_parallel: int | None = None
     pass_rates: Path | None = None
     n: int = 8
@@ -206,6 +251,7 @@ class ProfileOptions:
     seed: int = 0
     shard_size: int = 256
     grade_workers: int = 2
+    grade_timeout: float = GradeConfig.timeout_s
     executor: str = "local"
     ray_address: str | None = None
     replicas: int = 1
@@ -227,13 +273,22 @@ class ProfileOptions:
             if self.backend.lower() != backend:
                 raise ConfigError(f"{flag} applies to --backend {backend} only, not --backend {self.backend}")
             out[key] = str(value) if isinstance(value, Path) else value
+        if self.backend.lower() == "openai" and out:
+            # Checked now, not when the first shard builds the sampler: a bad --request-timeout
+            # fails before any work starts. Constructing the options reads no network.
+            flags = {key: flag for flag, _, key in _BACKEND_OPTIONS.values()}
+            try:
+                OpenAIOptions(**out)
+            except ConfigError as exc:
+                given = ", ".join(f"{flags[k]} {v!r}" for k, v in out.items())
+                raise ConfigError(f"{exc} (from {given})") from exc
         return out
 
     def config(self, model: str | None = None) -> ProfileConfig:
         """The ``ProfileConfig`` of these options (``ConfigError`` names a bad value)."""
         from pipeline.run import ProfileConfig
 
-        check_grade_workers(self.grade_workers)
+        check_grade_workers(self.grade_workers, self.grade_timeout)
         return ProfileConfig(
             dataset=self.dataset,
             data_file=str(self.data_file) if self.data_file else None,
@@ -249,6 +304,7 @@ class ProfileOptions:
             template_file=str(self.template_file) if self.template_file else None,
             shard_size=self.shard_size,
             grade_workers=self.grade_workers,
+            grade_timeout_s=self.grade_timeout,
             backend_options=self.backend_options(),
             executor=self.executor,
             ray_address=self.ray_address,

@@ -111,6 +111,8 @@ def profile_cmd(
     backend: opt.Backend = PROFILE.backend,
     threads: opt.Threads = PROFILE.threads,
     base_url: opt.BaseUrl = PROFILE.base_url,
+    request_timeout: opt.RequestTimeout = PROFILE.request_timeout,
+    max_retries: opt.MaxRetries = PROFILE.max_retries,
     tensor_parallel: opt.TensorParallel = PROFILE.tensor_parallel,
     pass_rates: opt.PassRates = PROFILE.pass_rates,
     n: opt.N = PROFILE.n,
@@ -120,6 +122,7 @@ def profile_cmd(
     seed: opt.Seed = PROFILE.seed,
     shard_size: opt.ShardSize = PROFILE.shard_size,
     grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
+    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
     executor: opt.Executor = PROFILE.executor,
     ray_address: opt.RayAddress = PROFILE.ray_address,
     replicas: opt.Replicas = PROFILE.replicas,
@@ -160,13 +163,14 @@ def grade_cmd(
     completion_col: Annotated[str, typer.Option("--completion-col", help="Completion column.")] = "completion",
     model: Annotated[str, typer.Option("--model", help="Model name recorded on the run.")] = "imported",
     grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
+    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
     report: opt.Report = PROFILE.report,
     data_dir: DataDir = None,
 ) -> None:
     """Grade rollouts you already have (e.g. verl/TRL logs) and store them as a run."""
     from pipeline.ingest import ImportConfig, import_rollouts
 
-    opt.check_grade_workers(grade_workers)
+    opt.check_grade_workers(grade_workers, grade_timeout)
     config = ImportConfig(
         input=str(input),
         dataset=dataset,
@@ -176,6 +180,7 @@ def grade_cmd(
         completion_col=completion_col,
         model=model,
         grade_workers=grade_workers,
+        grade_timeout_s=grade_timeout,
         report=report,
     )
     store = open_store(data_dir)
@@ -205,8 +210,12 @@ def sql_cmd(
     ],
     fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
     output: Annotated[Path | None, typer.Option("--output", help="Write the result to this file.")] = None,
+    write: Annotated[
+        bool,
+        typer.Option("--write", help="Allow one writing statement (COPY, CREATE...), only inside the data dir."),
+    ] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """Run a SQL query on the difficulty tables (DuckDB)."""
+    """Run one read-only SQL query on the difficulty tables (DuckDB); files outside the data dir are refused."""
     fmt = check_format(fmt, SQL_FORMATS)
-    emit(open_store(data_dir).query(query), fmt, output)
+    emit(open_store(data_dir).user_query(query, write=write), fmt, output)

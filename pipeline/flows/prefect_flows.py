@@ -26,6 +26,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from pipeline import history, run
+from pipeline.errors import BackendUnavailableError
+from pipeline.flows import watchdog
 from pipeline.flows.executors import open_executor
 from pipeline.store import Store
 
@@ -42,12 +44,21 @@ SHARD_RETRY_DELAY_S = 2
 _TASK = {"persist_result": False, "cache_policy": None}
 
 load_task = task(run.prepare_run, name="load-and-register", **_TASK)
+
+
+def _worth_retrying(task, task_run, state) -> bool:
+    """A server that never answered is not retried again: the backend already spent its own
+    bounded retries (``--max-retries``, ``--request-timeout``) on it."""
+    return not isinstance(state.data, BackendUnavailableError)
+
+
 shard_task = task(
     run.run_shard,
     name="sample-and-grade-shard",
     task_run_name="shard-{shard}",
     retries=SHARD_RETRIES,
     retry_delay_seconds=SHARD_RETRY_DELAY_S,
+    retry_condition_fn=_worth_retrying,
     **_TASK,
 )
 finish_task = task(run.finish_run, name="analyze-allocate-report", **_TASK)
@@ -100,7 +111,7 @@ def profile(config: dict[str, Any], store: dict[str, Any] | Store) -> dict[str, 
     with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
         plan = load_task(cfg, data, executor.model_name)
         rename_flow_run(run.run_label(cfg, plan.run_id))
-        with run.failed_on_error(data, plan.run_id):
+        with run.working_on(data, plan.run_id):
             pending = run.pending_shards(data, plan)
             if executor.concurrency <= 1:
                 for shard in pending:
@@ -110,7 +121,7 @@ def profile(config: dict[str, Any], store: dict[str, Any] | Store) -> dict[str, 
                 wait(futures)  # every shard gets its chance before a failure stops the flow
                 for future in futures:
                     future.result()
-    return finish_task(cfg, data, quote(plan))
+            return finish_task(cfg, data, quote(plan))
 
 
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)
@@ -157,11 +168,13 @@ def prefect_settings(**extra: Any):
 
 def profile_flow(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
     """Run the profile as a Prefect flow (named ``<dataset>/<model>/<run id>`` in Prefect)."""
+    watchdog.guard()  # the ephemeral API server this may start must not outlive a kill -9
     with prefect_settings():
         return profile(config=asdict(config), store=asdict(store))
 
 
 def checkpoints_flow(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:
     """One pass over the checkpoints as the Prefect ``profile-checkpoints`` flow."""
+    watchdog.guard()
     with prefect_settings():
         return profile_checkpoints(config=config.to_dict(), store=asdict(store))

@@ -3,7 +3,13 @@
 Requests go to `POST {base_url}/chat/completions` with at most `concurrency` in flight. A request
 that fails with 429, 408, a 5xx status, a timeout, a dropped connection or a malformed body is
 retried with exponential backoff (honouring Retry-After); after `max_retries` retries the whole
-call fails with a `SamplingError` naming the prompt.
+call fails with a `SamplingError` naming the prompt, or a `BackendUnavailableError` when no attempt
+got an answer at all (timeouts, refused or dropped connections: the server is down or hung).
+
+A request keeps its concurrency slot through its retries, so a retry never queues behind the first
+attempts of other prompts: with a hung server the first error comes after at most
+`OpenAIOptions.worst_case_s()` (each attempt is bounded by `timeout` as a whole, not per read),
+whatever the number of prompts. With the defaults that is 3 x 60 s plus at most 1.5 s of backoff.
 
 A server's handling of `n` is never trusted: each request asks for the samples still missing and
 counts the choices that come back (llama-cpp-python's server returns one whatever `n` says). Each
@@ -25,7 +31,7 @@ from typing import Any, Self
 import httpx
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, SamplingError
+from pipeline.errors import BackendUnavailableError, ConfigError, SamplingError
 from pipeline.sample.base import (
     Progress,
     PromptItem,
@@ -39,6 +45,10 @@ from pipeline.sample.base import (
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+# A hung server must fail in minutes, not hours: 3 attempts of at most 60 s each. A completion
+# that really needs longer (long reasoning traces on a loaded server) asks for a larger timeout.
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_RETRIES = 2
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 Row = tuple[str, int, str | None, str | None, int | None]
 
@@ -60,7 +70,8 @@ class OpenAIOptions:
             http://127.0.0.1:8000/v1).
         api_key: bearer token (default: env OPENAI_API_KEY; none sent when unset).
         concurrency: requests in flight at once, 1 to 4096.
-        timeout: seconds per request (connect, read, write), > 0.
+        timeout: seconds one attempt of a request may take in all (connect, send, wait for the
+            answer, read it), > 0.
         max_retries: retries per request after the first try, 0 to 100.
         backoff: first retry delay in seconds, doubled each retry, 0 to 60.
         max_backoff: cap on one retry delay in seconds.
@@ -71,8 +82,8 @@ class OpenAIOptions:
     base_url: str | None = None
     api_key: str | None = None
     concurrency: int = 16
-    timeout: float = 300.0
-    max_retries: int = 5
+    timeout: float = DEFAULT_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
     backoff: float = 0.5
     max_backoff: float = 30.0
     system: str | None = None
@@ -89,14 +100,24 @@ class OpenAIOptions:
         object.__setattr__(self, "base_url", url.rstrip("/"))
         if not isinstance(self.concurrency, int) or not 1 <= self.concurrency <= 4096:
             raise ConfigError(f"concurrency={self.concurrency!r} is out of range: allowed [1, 4096]")
-        if not self.timeout > 0:
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or not self.timeout > 0:
             raise ConfigError(f"timeout={self.timeout!r} is out of range: allowed > 0 seconds")
-        if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
+        if (
+            isinstance(self.max_retries, bool)
+            or not isinstance(self.max_retries, int)
+            or not 0 <= self.max_retries <= 100
+        ):
             raise ConfigError(f"max_retries={self.max_retries!r} is out of range: allowed [0, 100]")
         if not 0 <= self.backoff <= 60:
             raise ConfigError(f"backoff={self.backoff!r} is out of range: allowed [0, 60] seconds")
         if not self.max_backoff >= self.backoff:
             raise ConfigError(f"max_backoff={self.max_backoff!r} must be >= backoff={self.backoff}")
+
+    def worst_case_s(self) -> float:
+        """Seconds before a request to a server that never answers fails: every attempt runs
+        into `timeout`, and the backoff between attempts is at most its un-jittered value."""
+        waits = sum(min(self.max_backoff, self.backoff * 2**i) for i in range(self.max_retries))
+        return (self.max_retries + 1) * self.timeout + waits
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json"}
@@ -151,6 +172,12 @@ class OpenAISampler:
         url = f"{self.options.base_url}/models"
         try:
             resp = httpx.get(url, headers=self.options.headers(), timeout=self.options.timeout)
+        except httpx.TransportError as exc:  # timeouts included: no answer at all
+            raise BackendUnavailableError(
+                f"no model given and {url} did not answer ({type(exc).__name__}: {exc}; 1 attempt, "
+                f"timeout {self.options.timeout:g} s); is the server running at that URL?"
+            ) from exc
+        try:
             resp.raise_for_status()
             return str(resp.json()["data"][0]["id"])
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
@@ -182,34 +209,48 @@ class OpenAISampler:
         if opts.extra_body:
             payload.update(opts.extra_body)
         last = "no attempt"
-        for attempt in range(opts.max_retries + 1):
-            delay = None
-            try:
-                async with sem:
-                    resp = await client.post("/chat/completions", json=payload)
-                if resp.status_code in _RETRY_STATUS:
-                    raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]!r}", _retry_after(resp))
-                if resp.status_code >= 400:
-                    raise SamplingError(
-                        f"prompt {item.prompt_id}: server refused the request with HTTP "
-                        f"{resp.status_code}: {resp.text[:300]!r}"
-                    )
-                return _parse_choices(resp)
-            except _Retryable as exc:
-                last, delay = str(exc), exc.retry_after
-            except httpx.TimeoutException as exc:
-                last = f"timeout ({type(exc).__name__})"
-            except httpx.TransportError as exc:  # refused, reset, dropped mid-response
-                last = f"connection error ({type(exc).__name__}: {exc})"
-            if attempt < opts.max_retries:
-                if delay is None:
-                    delay = min(opts.max_backoff, opts.backoff * 2**attempt)
-                    delay *= 0.5 + random.random() / 2  # jitter: spread retries of many requests
-                log.debug("prompt %s: %s; retry %d in %.2fs", item.prompt_id, last, attempt + 1, delay)
-                await asyncio.sleep(min(delay, opts.max_backoff))
+        answered = False  # whether any attempt got an HTTP answer (even a 5xx or a malformed body)
+        attempts = opts.max_retries + 1
+        # The slot is held through the retries and their backoff: a retry that queued again behind
+        # the first attempts of every other prompt would turn a hung server's bounded wait
+        # (`worst_case_s`) into one proportional to the number of prompts.
+        async with sem:
+            for attempt in range(attempts):
+                delay = None
+                try:
+                    async with asyncio.timeout(opts.timeout):  # the whole attempt, not each read
+                        resp = await client.post("/chat/completions", json=payload)
+                    answered = True
+                    if resp.status_code in _RETRY_STATUS:
+                        raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]!r}", _retry_after(resp))
+                    if resp.status_code >= 400:
+                        raise SamplingError(
+                            f"prompt {item.prompt_id}: server refused the request with HTTP "
+                            f"{resp.status_code}: {resp.text[:300]!r}"
+                        )
+                    return _parse_choices(resp)
+                except _Retryable as exc:
+                    last, delay = str(exc), exc.retry_after
+                except (httpx.TimeoutException, TimeoutError) as exc:
+                    last = f"timeout after {opts.timeout:g} s ({type(exc).__name__})"
+                except httpx.TransportError as exc:  # refused, reset, dropped mid-response
+                    last = f"connection error ({type(exc).__name__}: {exc})"
+                if attempt < opts.max_retries:
+                    if delay is None:
+                        delay = min(opts.max_backoff, opts.backoff * 2**attempt)
+                        delay *= 0.5 + random.random() / 2  # jitter: spread retries of many requests
+                    log.debug("prompt %s: %s; retry %d in %.2fs", item.prompt_id, last, attempt + 1, delay)
+                    await asyncio.sleep(min(delay, opts.max_backoff))
+        url = f"{opts.base_url}/chat/completions"
+        if not answered:
+            raise BackendUnavailableError(
+                f"prompt {item.prompt_id}: {url} did not answer any of {attempts} attempts "
+                f"(timeout {opts.timeout:g} s each, max_retries={opts.max_retries}); last error: {last}. "
+                "Is the server running and reachable at that URL? A server that is up but slow needs a "
+                "larger --request-timeout"
+            )
         raise SamplingError(
-            f"prompt {item.prompt_id}: request to {opts.base_url}/chat/completions failed after "
-            f"{opts.max_retries + 1} attempts; last error: {last}"
+            f"prompt {item.prompt_id}: request to {url} failed after {attempts} attempts; last error: {last}"
         )
 
     # -- all samples of one prompt ------------------------------------------------------------
