@@ -2,13 +2,15 @@
 
 A simulate-backend profile (no model; real grading, storage, analysis and report) of 2,000
 prompts x 8 samples runs once uninterrupted into one data directory; the same command then runs
-into a fresh one ``--kills`` times, each killed with SIGKILL at a random moment of its run and
-then rerun to completion. Half the kills hit the CLI process alone (``kill -9 PID``: its Prefect server and workers
-must not outlive it), half its whole process group. Printed: samples lost, duplicated and
-mismatched against the clean run (all zero), processes left running after the kills (none),
-and the runs table's status after each kill (``interrupted``, never a stale ``sampling``).
+into a fresh one ``--kills`` times, each killed with SIGKILL at a random moment and then rerun to
+completion. Two kills in three fall while shards are written (after the clean run's first shard
+landed), the rest anywhere in the run. Half the kills hit the CLI process alone (``kill -9 PID``:
+its Prefect server and workers must not outlive it), half its whole process group. Printed:
+samples lost, duplicated and mismatched against the clean run (all zero), processes left running
+after the kills (none), and the run's status right after each kill (``interrupted``, never a
+stale ``sampling``).
 
-    python bench/faults.py [--kills 20] [--prompts 2000] [--n 8] [--seed 0]
+    python bench/faults.py [--kills 20] [--prompts 2000] [--n 8] [--shard-size 50] [--seed 0]
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--prompts", type=int, default=2000)
     ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--shard-size", type=int, default=100)
+    ap.add_argument("--shard-size", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -76,10 +78,18 @@ def main() -> None:
 
     t = time.perf_counter()
     clean = start(work / "clean")
-    _, err = clean.communicate()
-    assert clean.returncode == 0, err.decode()[-2000:]
+    t_first = None
+    while clean.poll() is None:  # when the first shard lands: the start of the window worth hitting
+        if t_first is None and list((work / "clean").glob("samples/*/shard-*.parquet")):
+            t_first = time.perf_counter() - t
+        time.sleep(0.05)
+    assert clean.returncode == 0, clean.stderr.read().decode()[-2000:]
     t_clean = time.perf_counter() - t
-    print(f"clean run: {t_clean:.1f} s ({args.prompts} prompts x {args.n}, shards of {args.shard_size})")
+    t_first = t_first if t_first is not None else 0.0
+    print(
+        f"clean run: {t_clean:.1f} s, first shard at {t_first:.1f} s "
+        f"({args.prompts} prompts x {args.n}, shards of {args.shard_size})"
+    )
 
     clean_samples = keyed(Store(work / "clean").read_table("samples"))
     lost = duplicated = mismatched = strays = quarantined = 0
@@ -87,7 +97,8 @@ def main() -> None:
     for k in range(args.kills):
         faulty = work / f"faulty-{k:02d}"  # each kill hits a fresh run at its own moment
         proc = start(faulty)
-        moment = rng.uniform(0.2, t_clean)
+        # two kills in three while shards are written, analysed and reported; the rest at any time
+        moment = rng.uniform(max(0.2, t_first - 1.0), t_clean) if k % 3 else rng.uniform(0.2, t_clean)
         time.sleep(moment)
         session = os.getsid(proc.pid) if proc.poll() is None else None
         whole_group = k % 2 == 1
