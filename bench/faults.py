@@ -3,8 +3,8 @@
 A simulate-backend profile (no model; real grading, storage, analysis and report) of 2,000
 prompts x 8 samples runs once uninterrupted into one data directory; the same command then runs
 into a fresh one ``--kills`` times, each killed with SIGKILL at a random moment and then rerun to
-completion. Two kills in three fall while shards are written (after the clean run's first shard
-landed), the rest anywhere in the run. Half the kills hit the CLI process alone (``kill -9 PID``:
+completion. Two kills in three fall right after a random number of shards landed, the rest at a
+random moment of the run. Half the kills hit the CLI process alone (``kill -9 PID``:
 its Prefect server and workers must not outlive it), half its whole process group. Printed:
 samples lost, duplicated and mismatched against the clean run (all zero), processes left running
 after the kills (none), and the run's status right after each kill (``interrupted``, never a
@@ -86,6 +86,7 @@ def main() -> None:
     assert clean.returncode == 0, clean.stderr.read().decode()[-2000:]
     t_clean = time.perf_counter() - t
     t_first = t_first if t_first is not None else 0.0
+    n_shards = -(-args.prompts // args.shard_size)
     print(
         f"clean run: {t_clean:.1f} s, first shard at {t_first:.1f} s "
         f"({args.prompts} prompts x {args.n}, shards of {args.shard_size})"
@@ -97,9 +98,14 @@ def main() -> None:
     for k in range(args.kills):
         faulty = work / f"faulty-{k:02d}"  # each kill hits a fresh run at its own moment
         proc = start(faulty)
-        # two kills in three while shards are written, analysed and reported; the rest at any time
-        moment = rng.uniform(max(0.2, t_first - 1.0), t_clean) if k % 3 else rng.uniform(0.2, t_clean)
-        time.sleep(moment)
+        t0 = time.perf_counter()
+        if k % 3:  # two kills in three right after a random number of shards have landed
+            target = rng.randrange(0, n_shards)
+            while proc.poll() is None and len(list(faulty.glob("samples/*/shard-*.parquet"))) <= target:
+                time.sleep(0.002)
+        else:  # the rest at any moment of the run (start-up, sampling, analysis, report)
+            time.sleep(rng.uniform(0.2, t_clean))
+        moment = time.perf_counter() - t0
         session = os.getsid(proc.pid) if proc.poll() is None else None
         whole_group = k % 2 == 1
         if proc.poll() is None:

@@ -485,6 +485,13 @@ class Store:
         metadata = {SHARD_DIGEST_KEY: digest} if digest else None
         return self.write_table("samples", samples, {"run_id": run_id}, part=shard_name(shard), metadata=metadata)
 
+    def read_shard(self, run_id: str, shard: int, columns: list[str] | None = None) -> pa.Table:
+        """One shard file of a run (only ``columns``, when given)."""
+        path = self.shard_files(run_id).get(shard)
+        if path is None:
+            raise StoreError(f"run {run_id} has no shard {shard}")
+        return pq.read_table(path, columns=columns)
+
     def shard_digest(self, run_id: str, shard: int) -> str | None:
         """The plan digest in one shard file's footer (None: no such file, a bad one, or no digest)."""
         path = self.partition_dir("samples", {"run_id": run_id}) / f"{shard_name(shard)}.parquet"

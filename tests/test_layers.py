@@ -30,6 +30,7 @@ LAYERS = (
     "run",
     "history",
     "ingest",
+    "regrade",
     "flows",
     "cli",
     "__main__",

@@ -6,6 +6,7 @@
 ``errors``         ``PipelineError`` -> ``error: <message>`` and exit status 1, in one place
 ``pipeline_cmds``  datasets, load, profile, grade, runs, sql
 ``report_cmd``     report
+``regrade_cmd``    regrade
 ``doctor_cmd``     doctor
 ``analysis_cmds``  analyze, allocate
 ``orchestration``  schedule, checkpoints, drift
@@ -24,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli import analysis_cmds, calculators, doctor_cmd, orchestration, pipeline_cmds, report_cmd
+from pipeline.cli import analysis_cmds, calculators, doctor_cmd, orchestration, pipeline_cmds, regrade_cmd, report_cmd
 from pipeline.cli.errors import exit_on_error
 
 __all__ = ["app"]
@@ -61,6 +62,7 @@ COMMANDS = [
     ("runs", pipeline_cmds.runs_cmd, PIPELINE),
     ("sql", pipeline_cmds.sql_cmd, PIPELINE),
     ("report", report_cmd.report_cmd, PIPELINE),
+    ("regrade", regrade_cmd.regrade_cmd, PIPELINE),
     ("doctor", doctor_cmd.doctor_cmd, PIPELINE),
     ("analyze", analysis_cmds.analyze_cmd, ANALYSIS),
     ("allocate", analysis_cmds.allocate_cmd, ANALYSIS),

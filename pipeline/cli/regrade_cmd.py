@@ -1,0 +1,46 @@
+"""``regrade``: grade a stored run again with the current grader, without sampling again."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pipeline.cli import options as opt
+from pipeline.cli.options import PROFILE, DataDir, open_store
+from pipeline.cli.output import say
+from pipeline.cli.pipeline_cmds import print_run_summary
+
+
+def regrade_cmd(
+    run: Annotated[str, typer.Option("--run", help="Run id whose samples to grade again.")],
+    math_verify: Annotated[
+        bool,
+        typer.Option(
+            "--math-verify/--no-math-verify",
+            help="Grade with math-verify (default), or with the exact numeric path and string matching only.",
+        ),
+    ] = True,
+    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
+    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
+    report: opt.Report = PROFILE.report,
+    data_dir: DataDir = None,
+) -> None:
+    """Grade a run's stored samples again with the current grader, as a new run (no sampling).
+
+    The new run is `<run>-g<grader hash>`; the source run is kept, and the grader column of each
+    sample says which grading it belongs to. A killed regrade resumes where it stopped.
+    """
+    from pipeline import grade
+    from pipeline.regrade import regrade
+
+    opt.check_grade_workers(grade_workers, grade_timeout)
+    config = grade.GradeConfig(workers=grade_workers, timeout_s=grade_timeout, use_math_verify=math_verify)
+    store = open_store(data_dir)
+    info = regrade(store, run, config, report=report)
+    changed = ", ".join(f"{k}: {v}" for k, v in info["changed"].items()) or "none"
+    say(f"regraded {info['samples']} samples of {info['source']} with {info['grader']}; verdicts changed: {changed}")
+    print_run_summary(store, info["run_id"])
+    say(f"run {info['run_id']} done (the regrade of {info['source']}); tables under {store.root}")
+    if info.get("report"):
+        say(f"report: {info['report']}")

@@ -1,0 +1,124 @@
+"""Regrading: a stored run graded again with the current grader, without sampling again.
+
+The regrade is a run of its own, ``<run id>-g<grader hash>``: the same samples (completions,
+finish reasons, token counts), graded anew, with the source run's plan and its own analysis,
+allocation and report. The source run is kept as it was, so the two gradings never mix and the
+``grader`` column says which is which. A regrade killed half-way resumes shard by shard, like a
+profile: a shard is done when its file holds what the regrade's plan says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import grade
+from pipeline.errors import ConfigError, StoreError
+from pipeline.run import ProfileConfig, RunPlan, entries_from_plan_table, finish_run, working_on
+from pipeline.store import Store
+
+log = logging.getLogger(__name__)
+
+SOURCE_COLUMNS = ["prompt_id", "sample_idx", "completion", "finish_reason", "n_tokens"]
+
+
+def regrade_id(run_id: str, grader: str) -> str:
+    """The id of ``run_id`` regraded by ``grader`` (stable: the same regrade resumes)."""
+    return f"{run_id}-g{hashlib.sha256(grader.encode()).hexdigest()[:8]}"
+
+
+def _source_plan(store: Store, run_id: str) -> list:
+    """The source run's shard entries: its stored plan, or, for a run stored before plans
+    existed, what its shard files hold."""
+    stored = store.read_table("plans", {"run_id": run_id})
+    if stored.num_rows:
+        return entries_from_plan_table(stored)
+    files = store.shard_files(run_id)
+    if sorted(files) != list(range(len(files))):
+        raise StoreError(f"run {run_id} has shards {sorted(files)} and no stored plan: it cannot be regraded")
+    entries = []
+    for shard in range(len(files)):
+        keys = store.read_shard(run_id, shard, ["prompt_id", "sample_idx"])
+        first: dict[str, tuple[int, int]] = {}
+        for pid, idx in zip(keys.column("prompt_id").to_pylist(), keys.column("sample_idx").to_pylist(), strict=True):
+            lo, count = first.get(pid, (idx, 0))
+            first[pid] = (min(lo, idx), count + 1)
+        entries.append([(pid, lo, count) for pid, (lo, count) in first.items()])
+    return entries
+
+
+def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool = True) -> dict[str, Any]:
+    """Grade the samples of a finished run again with ``config``'s grader, as a new run.
+
+    Returns:
+        ``run_id`` (the regrade's), ``source``, ``grader``, ``samples``, ``changed`` (verdicts that
+        differ from the source's, by ``old -> new`` status) and ``report``.
+
+    Raises:
+        StoreError: unknown run, or a run whose shards are not all there.
+        ConfigError: the run was graded by this grader already.
+    """
+    source = store.get_run(run_id)
+    grader = grade.grader_version(config)
+    if source.get("grader") == grader:
+        raise ConfigError(f"run {run_id} was graded by {grader} already: nothing to regrade")
+    entries = _source_plan(store, run_id)
+    missing = set(range(len(entries))) - store.finished_shards(run_id)
+    if missing:
+        raise StoreError(f"run {run_id} is missing shards {sorted(missing)}: finish it (rerun its profile) first")
+    new_id = regrade_id(run_id, grader)
+    problems = store.read_table("problems", {"dataset": source["dataset"]})
+    plan = RunPlan.build(
+        new_id,
+        entries,
+        dataset=source["dataset"],
+        model=source["model"],
+        template=source.get("prompt_template") or "",
+        problems=problems,
+        shards=[[] for _ in entries],
+        skipped={},
+    )
+    params = json.loads(source.get("params") or "{}")
+    store.register_run(
+        {
+            **{k: v for k, v in source.items() if k not in ("created_at", "updated_at")},
+            "run_id": new_id,
+            "params": {**params, "regraded_from": run_id},
+            "grader": grader,
+            "status": "sampling",
+        }
+    )
+    store.replace_partition("plans", plan.table(), {"run_id": new_id})
+    gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), strict=True))
+    with working_on(store, new_id), grade.GradingPool(config) as pool:
+        for shard in range(len(entries)):
+            if store.shard_digest(new_id, shard) == plan.digests[shard]:
+                continue
+            samples = store.read_shard(run_id, shard, SOURCE_COLUMNS)
+            ids = samples.column("prompt_id").to_pylist()
+            unknown = sorted({p for p in ids if p not in gold})
+            if unknown:
+                raise StoreError(
+                    f"run {run_id}: prompts {unknown[:3]} have no problem in dataset {source['dataset']!r}"
+                )
+            items = samples.append_column("gold", pa.array([gold[p] for p in ids], pa.string()))
+            graded = grade.grade_table(items, config, pool=pool).drop_columns(["gold"])
+            graded = graded.append_column("run_id", pa.array([new_id] * graded.num_rows, pa.string()))
+            store.write_shard(new_id, shard, graded, digest=plan.digests[shard])
+        info = finish_run(ProfileConfig(report=report), store, plan)
+    changes = store.named_query("regrade_changes", {"old": run_id, "new": new_id})
+    changed = {f"{r['old']} -> {r['new']}": r["n"] for r in changes.to_pylist()}
+    total = store.named_query("grade_statuses", {"run_id": new_id}).column("n")
+    return {
+        "run_id": new_id,
+        "source": run_id,
+        "grader": grader,
+        "samples": int(pc.sum(total).as_py() or 0),
+        "changed": changed,
+        "report": info.get("report"),
+    }
