@@ -1,19 +1,21 @@
 """Benchmark: the grading stage (process pool + numeric fast path) vs single-process math-verify.
 
 Items are made here, deterministically: prompts with a gold answer and G completions each, half
-with numeric golds (GSM8K-like: ``#### 72`` or ``\\boxed{72}``) and half with symbolic golds
-(surds, multiples of pi, polynomials, intervals, fractions of surds), the completions a mix of
-equivalent forms and wrong answers. Everything runs in this process (the pool's workers are its
-children), on the same items:
+with numeric golds (GSM8K-like: ``#### 72``, ``\\boxed{72}``, ``The answer is 72.``) and half with
+symbolic golds (surds, multiples of pi, polynomials, intervals, fractions of surds), the
+completions a mix of equivalent forms and wrong answers, boxed or in a ``$...$`` span. Everything
+runs in this process (the pool's workers are its children), on the same items:
 
-1. ``mixed``: ``grade_table`` with a warm pool against the baseline, a plain loop of
-   ``verify(parse(gold), parse(pred))`` in this process on every item (same extraction, math-verify
-   with its own signal timeouts). Target: at least 1.6x on 2 cores.
+1. ``mixed``: ``grade_table`` with a warm pool against the baseline, a plain loop of the reference
+   ``verify(parse("\\boxed{" + gold + "}"), parse(completion))`` in this process on every item
+   (math-verify on the whole completion, with its own signal timeouts). Target: at least 1.6x on
+   2 cores. Also printed: how often the two agree (any difference must be one of the README's
+   deliberate differences) and the share of items the numeric fast path decided.
 2. ``pool``: symbolic pairs only, each pair unique, ``GradingPool.grade`` against the same
    function (:func:`pipeline.grade.math_verify_grade`, same gold cache) called in this process:
    the parallel speed-up of the pool alone, without the fast path or de-duplication.
 3. ``numeric``: ``grade_table`` on numeric items only (no worker is started), in samples per
-   second. Target: at least 20,000/s.
+   second, with the share the fast path decided. Target: at least 50,000/s.
 
     python bench/grading.py [--prompts 200] [--g 8] [--workers 2] [--rounds 2]
 
@@ -37,12 +39,11 @@ import pyarrow as pa
 from pipeline.grade import (
     GradeConfig,
     GradingPool,
-    extract_answer,
     grade_table,
     grader_version,
     math_verify_grade,
 )
-from pipeline.grade.extract import _latex_wrap
+from pipeline.grade.extract import latex_wrap
 
 
 def _symbolic(k: int, rng: random.Random) -> tuple[str, list[str]]:
@@ -81,11 +82,15 @@ def make_items(prompts: int, g: int, seed: int = 0, numeric_share: float = 0.5) 
             gold, preds = _symbolic(seed * 100_003 + p, rng)
         for s in range(g):
             pred = preds[rng.randrange(len(preds))]
-            style = rng.randrange(3)
+            style = rng.randrange(4)
             if style == 0:
                 text = f"Let me work it out step by step.\nSo the answer is $\\boxed{{{pred}}}$."
             elif style == 1 and numeric:
                 text = f"First we add things up, {n // 2} and more.\n#### {pred}"
+            elif style == 3 and numeric:
+                text = f"We add {n // 2} and the rest. The answer is {pred}."
+            elif style == 3:
+                text = f"Simplifying once more, we find ${pred}$."
             else:
                 text = f"We compute carefully ... therefore the result is \\boxed{{{pred}}}"
             rows["prompt_id"].append(f"p{p}")
@@ -96,17 +101,19 @@ def make_items(prompts: int, g: int, seed: int = 0, numeric_share: float = 0.5) 
 
 
 def baseline(items: pa.Table) -> list[bool]:
-    """Single-process math-verify on every item, as a plain loop would grade them."""
+    """Single-process math-verify on every whole completion: the reference, as a loop."""
     from math_verify import parse, verify
 
     out = []
     for completion, gold in zip(items.column("completion").to_pylist(), items.column("gold").to_pylist(), strict=True):
-        answer, _ = extract_answer(completion)
-        if answer is None:
-            out.append(False)
-            continue
-        out.append(bool(verify(parse(_latex_wrap(gold)), parse(_latex_wrap(answer)))))
+        out.append(bool(verify(parse(latex_wrap(gold)), parse(completion))))
     return out
+
+
+def fast_share(table: pa.Table) -> float:
+    """Share of rows the numeric fast path decided (no math-verify worker involved)."""
+    reasons = table.column("grade_reason").to_pylist()
+    return sum(r.startswith("numeric exact") for r in reasons) / max(1, len(reasons))
 
 
 def _workers_cpu(pool: GradingPool) -> float:
@@ -167,7 +174,7 @@ def main() -> None:
     pairs = [
         sorted(
             {
-                (gold, pred)
+                (gold, f"so the answer is $\\boxed{{{pred}}}$")
                 for k in range(args.prompts)
                 for gold, preds in [_symbolic(10_000_000 * (r + 1) + k, random.Random(k))]
                 for pred in preds
@@ -183,7 +190,7 @@ def main() -> None:
     baseline(make_items(10, 4, seed=0))  # import and warm math-verify in this process first
     start = time.perf_counter()
     with GradingPool(config) as pool:
-        pool.grade([("1", "\\sqrt{1}")] * (2 * args.workers))  # wait until the workers are up
+        pool.grade([("1", "$\\sqrt{1}$")] * (2 * args.workers))  # wait until the workers are up
         t_start = time.perf_counter() - start
 
         # 1. mixed items: the stage against single-process math-verify.
@@ -201,12 +208,14 @@ def main() -> None:
             for verdicts, table in zip(base_correct, graded, strict=True)
             for a, b in zip(verdicts, table.column("correct").to_pylist(), strict=True)
         )
+        share = sum(fast_share(t) for t in graded) / len(graded)
         print(
             f"mixed    {n} items ({args.prompts} prompts x {args.g}, half symbolic): "
             f"single-process math-verify {n / t_base:,.0f}/s ({c_base / n * 1e3:.1f} ms cpu/item), "
             f"stage {n / t_stage:,.0f}/s ({c_stage / n * 1e3:.1f} ms cpu/item; warm pool of "
             f"{args.workers}, start-up {t_start:.2f}s): ratio {t_base / t_stage:.2f}x "
-            f"(target >= 1.6); same verdict as baseline {agree}/{n * args.rounds}"
+            f"(target >= 1.6); same verdict as baseline {agree}/{n * args.rounds}; "
+            f"fast path decided {share:.1%}"
         )
 
         # 2. the pool alone: unique symbolic pairs, the same function on both sides.
@@ -228,10 +237,6 @@ def main() -> None:
         start = time.perf_counter()
         out = grade_table(numeric, config)
         t_num = min(t_num, time.perf_counter() - start)
-    assert set(out.column("grade_reason").to_pylist()) <= {
-        "numeric exact (boxed)",
-        "numeric exact (hash)",
-    }
     k = numeric.num_rows
     sample = numeric.slice(0, 1_000)
     start = time.perf_counter()
@@ -239,8 +244,8 @@ def main() -> None:
     mv_rate = sample.num_rows / (time.perf_counter() - start)
     rate = k / t_num
     print(
-        f"numeric  {k} items: fast path {rate:,.0f}/s (target >= 20,000); "
-        f"math-verify on the same kind {mv_rate:,.0f}/s: ratio {rate / mv_rate:.1f}x"
+        f"numeric  {k} items: fast path {rate:,.0f}/s (target >= 50,000; decided {fast_share(out):.1%} "
+        f"of them); math-verify on the same kind {mv_rate:,.0f}/s: ratio {rate / mv_rate:.1f}x"
     )
     print(f"load average after {os.getloadavg()[0]:.2f}")
 

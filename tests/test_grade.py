@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from fractions import Fraction
@@ -24,15 +25,18 @@ from pipeline.grade import (
 NESTED_POWER = "2^{" * 6 + "2" + "}" * 6  # 2^2^2^2^2^2^2: verify against 4 never finishes
 
 
-def hang_or_crash(gold: str, pred: str, cache: dict) -> tuple[str, str]:
-    """Worker grade_fn for tests: ignores the soft alarm on HANG, dies on CRASH."""
-    if pred == "HANG":
+def hang_or_crash(gold: str, pred: str, cache: dict) -> tuple[str, ...]:
+    """Worker grade_fn for tests: ignores the soft alarm on HANG, dies on CRASH.
+
+    ``pred`` is the text the worker parses: here the whole completion, ``\\boxed{HANG}``.
+    """
+    if pred == "\\boxed{HANG}":
         # Blocking SIGALRM stands in for C code that never returns to the interpreter.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         time.sleep(120)
-    if pred == "CRASH":
+    if pred == "\\boxed{CRASH}":
         os._exit(3)
-    if pred == "BIG":
+    if pred == "\\boxed{BIG}":
         return ("correct", "big") if gold.startswith("BIG") else ("incorrect", "big")
     return math_verify_grade(gold, pred, cache)
 
@@ -69,19 +73,27 @@ def pool():
 @pytest.mark.parametrize(
     ("completion", "expected"),
     [
-        ("so \\boxed{1} then \\boxed{\\frac{1}{2}}.", ("\\frac{1}{2}", "boxed")),
+        # Several boxes: math-verify reads them together ({1, 1/2} here), not the last one alone.
+        ("so \\boxed{1} then \\boxed{\\frac{1}{2}}.", (None, "math-verify")),
         ("\\boxed{\\frac{\\sqrt{3}}{\\sqrt{4}}}", ("\\frac{\\sqrt{3}}{\\sqrt{4}}", "boxed")),
-        ("answer: \\fbox{7} done", ("7", "fbox")),
-        ("\\boxed{12} and later \\boxed{5", ("12", "boxed")),  # last one unbalanced
-        ("\\boxed{3} then \\boxed{}", ("3", "boxed")),  # last one empty
-        ("$\\boxed 42$", ("42", "boxed")),
-        ("\\boxedfoo{3} so 4", ("4", "last_number")),
+        ("The answer is $\\boxed{72}$.", ("72", "boxed")),
+        ("answer: \\fbox{7} done", (None, "math-verify")),  # math-verify finds no answer here
+        ("\\boxed{12} and later \\boxed{5", (None, "math-verify")),  # last one unbalanced
+        ("\\boxed{3} then \\boxed{}", (None, "math-verify")),  # last one empty
+        ("$\\boxed 42$", (None, "math-verify")),
+        ("\\boxedfoo{3} so 4", (None, "math-verify")),
+        ("$\\frac{10}{9}$", (None, "math-verify")),  # a LaTeX span: only math-verify can say
         ("Natalia sold 48/2 = 24 clips.\n#### 72\n", ("72", "hash")),
         ("#### **1,234.** \nmore 9", ("1,234", "hash")),
-        ("it is 5, then 7.5 more, total -12.", ("-12", "last_number")),
-        ("5-3", ("3", "last_number")),
-        ("roughly 3/4 of it", ("3/4", "last_number")),
-        ("no digits here", (None, "none")),
+        # Plain text: math-verify's own patterns, not the last number.
+        ("it is 5, then 7.5 more, total -12.", ("-12", "plain")),
+        ("5-3", ("5", "plain")),  # arithmetic in prose is not evaluated
+        ("roughly 3/4 of it", ("3/4", "plain")),
+        ("so the answer is .4", ("0.4", "plain")),
+        ("The answer is 12. Then 3 more.", ("12", "plain")),
+        ("So the total is $18.", ("18", "plain")),
+        ("0,111", ("0.111", "plain")),
+        ("no digits here", (None, "plain")),
         ("", (None, "none")),
         (None, (None, "none")),
     ],
@@ -94,10 +106,10 @@ def test_extract_answer_megabyte_completion_is_fast():
     filler = "lorem ipsum dolor " * 60_000  # ~1 MB
     cases = {
         filler + "\\boxed{17}": ("17", "boxed"),
-        "\\boxed{" + "{" * 1_000_000: (None, "none"),  # unbalanced, no fallback
-        "\\boxed{5} " + "{" * 1_000_000 + " 9": ("5", "boxed"),
-        filler + " 41 " + filler: ("41", "last_number"),
-        filler: (None, "none"),
+        "\\boxed{" + "{" * 1_000_000: (None, "plain"),  # unbalanced; its last 64 KiB hold no LaTeX
+        "\\boxed{5} " + "{" * 1_000_000 + " 9": (None, "math-verify"),
+        filler + " 41 " + filler: (None, "plain"),  # math-verify reads only the last 64 KiB
+        filler: (None, "plain"),
     }
     for text, expected in cases.items():
         start = time.perf_counter()
@@ -120,13 +132,15 @@ def test_extract_answer_megabyte_completion_is_fast():
         ("1{,}000", Fraction(1000)),
         ("\\$18", Fraction(18)),
         ("$18.00", Fraction(18)),
-        ("25%", Fraction(25)),
-        ("25\\%", Fraction(25)),
+        ("25%", Fraction(1, 4)),  # math-verify's percentage; the old 25 ignored the sign
+        ("25\\%", Fraction(1, 4)),
         ("3/4", Fraction(3, 4)),
         ("\\frac{3}{4}", Fraction(3, 4)),
         ("-\\dfrac{6}{8}", Fraction(-3, 4)),
-        ("\\text{12}", Fraction(12)),
-        ("7.", Fraction(7)),
+        ("\\text{12}", None),  # math-verify reads a symbol named 12
+        ("7.", None),  # math-verify keeps "7." as text
+        ("0,111", None),  # math-verify reads 0.111, not 111
+        ("1\\,000", None),  # math-verify reads 1 + 000
         ("x", None),
         ("1,2", None),
         ("1/0", None),
@@ -206,7 +220,11 @@ def test_config_defaults_and_types():
 def test_grader_version_names_math_verify():
     from importlib.metadata import version
 
-    assert grader_version() == f"math-verify=={version('math-verify')}+numeric"
+    from pipeline.grade.extract import source_hash
+
+    assert re.fullmatch(r"[0-9a-f]{8}", source_hash())
+    assert grader_version() == f"math-verify=={version('math-verify')}+numeric+g{source_hash()}"
+    assert grader_version(GradeConfig(use_math_verify=False)) == f"numeric+string+g{source_hash()}"
     assert grade.STATUSES == __import__("pipeline.schema").schema.GRADE_STATUSES
 
 

@@ -1,21 +1,27 @@
-"""Grading: answer extraction, an exact numeric fast path, and math-verify in a killable pool.
+"""Grading: math-verify's reading of a completion, an exact numeric fast path, a killable pool.
 
-A completion is graded in three steps:
+The reference is math-verify on the whole completion, gold first and the gold in a box:
+``verify(parse("\\boxed{" + gold + "}"), parse(completion))``. A completion is graded in three
+steps:
 
-1. **Extraction** (in the calling process, cheap): the last ``\\boxed{...}`` / ``\\fbox{...}``
-   (balanced braces, nesting allowed), else the text after the last ``####``, else the last number
-   in the text. Scans are bounded so a 1 MB completion costs milliseconds.
-2. **Numeric fast path** (in the calling process): when the gold answer and the extracted answer
-   both read as plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``, with ``,`` thousands
-   separators, ``$`` and ``%`` stripped), they are compared exactly as fractions.
-3. **math-verify** for everything else, gold first: ``verify(parse(gold), parse(pred))``. It runs
-   in worker processes (its timeouts rely on ``signal``, which only works in a main thread). Each
-   item has a soft deadline (a ``SIGALRM`` raised inside the worker) and a hard deadline: a worker
-   that does not answer in time is killed and replaced, and its other items are re-queued, so one
-   pathological item can neither hang the stage nor stall the rest.
+1. **Reading** (in the calling process, cheap): :func:`read_completion` finds the answer
+   math-verify would take where that can be proven from its own rules (one clean ``\\boxed{}``,
+   text without LaTeX, read with math-verify's own expression patterns) or where a rule of ours
+   applies (a GSM8K ``####`` line), and otherwise names the bounded text a worker must parse.
+2. **Numeric fast path** (in the calling process): when the gold answer and the answer both
+   parse to plain numbers, :func:`numeric_verdict` gives math-verify's verdict where it is
+   certain (percent and 6-digit float rounding included) and defers where it is not.
+3. **math-verify** for everything else, ``verify(parse(gold in a box), parse(text))``, in worker
+   processes (its timeouts rely on ``signal``, which only works in a main thread). A clean box is
+   parsed alone first, once per distinct answer: that gives the whole completion's result
+   whenever the box's content parses, and the row is redone on its completion when it does not.
+   Each item has a soft deadline (a ``SIGALRM`` raised inside the worker) and a hard deadline: a
+   worker that does not answer in time is killed and replaced, and its other items are
+   re-queued, so one pathological item can neither hang the stage nor stall the rest.
 
-Every row gets one of the statuses in :data:`pipeline.schema.GRADE_STATUSES` and a short reason;
-rows are never dropped and keep their order.
+The deliberate differences from the reference are listed in the README's "Grading rules". Every
+row gets one of the statuses in :data:`pipeline.schema.GRADE_STATUSES` and a short reason; rows
+are never dropped and keep their order.
 
 Modules: :mod:`pipeline.grade.extract` (steps 1 and 2, :class:`GradeConfig`, pure code),
 :mod:`pipeline.grade.pool` (step 3: the worker processes and :class:`GradingPool`) and this one
@@ -29,10 +35,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from pipeline.grade.extract import (
+    BOX_NOT_PARSED,
     BOXED_SCAN_CHARS,
     BOXED_TRIES,
     CORRECT,
@@ -42,14 +48,21 @@ from pipeline.grade.extract import (
     HARD_GRACE_MIN_S,
     INCORRECT,
     MAX_ANSWER_CHARS,
+    MAX_PARSE_CHARS,
     STATUSES,
     TIMEOUT,
     UNPARSED,
     GradeConfig,
-    _normalise_string,
+    Number,
+    Reading,
     extract_answer,
     grader_version,
+    last_box,
+    normalise_string,
+    numeric_verdict,
     parse_number,
+    read_completion,
+    read_gold,
 )
 from pipeline.grade.pool import (
     CHECK_TIMEOUT_S,
@@ -73,13 +86,19 @@ __all__ = [
     "HARD_GRACE_MIN_S",
     "INCORRECT",
     "MAX_ANSWER_CHARS",
+    "MAX_PARSE_CHARS",
     "STATUSES",
     "TIMEOUT",
     "UNPARSED",
     "GradeConfig",
+    "Number",
+    "Reading",
     "extract_answer",
     "grader_version",
+    "numeric_verdict",
     "parse_number",
+    "read_completion",
+    "read_gold",
     # pipeline.grade.pool
     "CHECK_TIMEOUT_S",
     "GOLD_CACHE_SIZE",
@@ -120,9 +139,12 @@ def grade_table(
 ) -> pa.Table:
     """Grades every row of ``items``; row order and count are preserved.
 
-    Identical ``(gold, extracted answer)`` pairs are graded once. Numeric pairs are compared
-    exactly in this process; the rest go to math-verify workers (or exact string matching when
-    ``config.use_math_verify`` is False).
+    Plain numbers are compared in this process where math-verify's verdict is certain; the rest
+    go to math-verify workers (or to exact string matching when ``config.use_math_verify`` is
+    False). Identical pairs are graded once: a completion with one clean box as ``(gold, the box
+    alone)``, so samples that reach the same boxed answer share one parse (redone on the whole
+    completion in the rare case the box's content does not parse), anything else as
+    ``(gold, text to parse)``.
 
     Args:
         items: Table with columns ``prompt_id``, ``sample_idx``, ``completion`` and ``gold``
@@ -134,6 +156,8 @@ def grade_table(
     Returns:
         ``items`` with ``extracted_answer``, ``grade_status``, ``grade_reason``, ``correct`` and
         ``grader`` set (replaced if present). ``correct`` is True only for status ``correct``.
+        ``extracted_answer`` is the answer as read here, or math-verify's string of the answer
+        it took.
     """
     import pyarrow as pa
 
@@ -145,63 +169,64 @@ def grade_table(
     extracted: list[str | None] = [None] * n
     statuses: list[str] = [""] * n
     reasons: list[str] = [""] * n
-    numbers: dict[str, Fraction | None] = {}  # parse_number per distinct gold or answer
-    # Unique (gold, pred) pairs that need math-verify -> the rows waiting on them.
+    gold_numbers: dict[str, Number | None] = {}
+    readings: dict[str, Reading] = {}  # per distinct completion
+    # Unique (gold, text to parse) pairs that need math-verify -> the rows waiting on them.
     waiting: dict[tuple[str, str], list[int]] = {}
     done = 0
 
     for i in range(n):
         gold = golds[i]
         gold = gold.strip() if isinstance(gold, str) else ("" if gold is None else str(gold))
-        answer, method = extract_answer(completions[i])
-        extracted[i] = answer
+        completion = completions[i] or ""
+        reading = readings.get(completion)
+        if reading is None:
+            reading = readings[completion] = read_completion(completion)
+        extracted[i] = reading.answer
         if not gold:
             statuses[i], reasons[i] = ERROR, "no gold answer"
-        elif answer is None:
-            statuses[i] = UNPARSED
-            reasons[i] = "empty completion" if not (completions[i] or "").strip() else ("no answer found")
-        elif len(answer) > MAX_ANSWER_CHARS:
-            statuses[i], reasons[i] = UNPARSED, f"answer too long ({len(answer)} chars)"
+        elif reading.problem is not None:
+            statuses[i], reasons[i] = UNPARSED, reading.problem
         else:
-            g = numbers[gold] if gold in numbers else numbers.setdefault(gold, parse_number(gold))
-            p = None
-            if g is not None:
-                p = numbers[answer] if answer in numbers else numbers.setdefault(answer, parse_number(answer))
-            if p is not None:
-                ok = g == p
-                statuses[i] = CORRECT if ok else INCORRECT
-                reasons[i] = f"numeric exact ({method})"
+            verdict = None
+            if reading.number is not None:
+                g = gold_numbers[gold] if gold in gold_numbers else gold_numbers.setdefault(gold, read_gold(gold))
+                if g is not None:
+                    verdict = numeric_verdict(g, reading.number)
+            if verdict is not None:
+                statuses[i] = CORRECT if verdict else INCORRECT
+                reasons[i] = f"numeric exact ({reading.method})"
             elif config.use_math_verify:
-                waiting.setdefault((gold, answer), []).append(i)
+                text = reading.span or reading.parse_text
+                assert text is not None
+                waiting.setdefault((gold, text), []).append(i)
                 continue
             else:
-                ok = _normalise_string(gold) == _normalise_string(answer)
-                statuses[i] = CORRECT if ok else INCORRECT
-                reasons[i] = f"string match ({method})" if ok else f"string mismatch ({method})"
+                statuses[i], reasons[i], extracted[i] = _string_match(gold, reading, completion)
         done += 1
     if progress is not None and done:
         progress(done)
 
     if waiting:
-        # Sorted by gold so each batch shares golds and a worker parses each gold about once.
-        pairs = sorted(waiting)
-
-        def on_done(j: int) -> None:
-            nonlocal done
-            done += len(waiting[pairs[j]])
-            if progress is not None:
-                progress(done)
-
         own_pool = pool is None
         active = pool if pool is not None else GradingPool(config)
         try:
-            graded = active.grade(pairs, on_done=on_done)
+            # A box whose content did not parse: math-verify reads on past it in the whole
+            # completion, so such rows are graded again on their own (bounded) completion.
+            again: dict[tuple[str, str], list[int]] = {}
+            for (gold, text), rows, result in _grade_pairs(active, waiting, progress, done):
+                for i in rows:
+                    own = readings[completions[i] or ""].parse_text
+                    if result[1].endswith(BOX_NOT_PARSED) and own is not None and own != text:
+                        again.setdefault((gold, own), []).append(i)
+                    else:
+                        _fill(i, result, statuses, reasons, extracted)
+            for _, rows, result in _grade_pairs(active, again, None, 0):
+                for i in rows:
+                    _fill(i, result, statuses, reasons, extracted)
         finally:
             if own_pool:
                 active.close()
-        for pair, (status, reason) in zip(pairs, graded, strict=True):
-            for i in waiting[pair]:
-                statuses[i], reasons[i] = status, reason
 
     grader = grader_version(config)
     out = items
@@ -223,3 +248,47 @@ def grade_table(
             counts,
         )
     return out
+
+
+def _grade_pairs(
+    pool: GradingPool,
+    waiting: dict[tuple[str, str], list[int]],
+    progress: Callable[[int], None] | None,
+    done: int,
+) -> list[tuple[tuple[str, str], list[int], tuple[str, str, str | None]]]:
+    """Grades the waiting pairs in ``pool``: ``(pair, rows, (status, reason, extracted))`` each."""
+    if not waiting:
+        return []
+    # Sorted by gold so each batch shares golds and a worker parses each gold about once.
+    pairs = sorted(waiting)
+
+    def on_done(j: int) -> None:
+        nonlocal done
+        done += len(waiting[pairs[j]])
+        if progress is not None:
+            progress(done)
+
+    graded = pool.grade(pairs, on_done=on_done)
+    return [(pair, waiting[pair], result) for pair, result in zip(pairs, graded, strict=True)]
+
+
+def _fill(
+    i: int,
+    result: tuple[str, str, str | None],
+    statuses: list[str],
+    reasons: list[str],
+    extracted: list[str | None],
+) -> None:
+    status, reason, answer = result
+    statuses[i], reasons[i] = status, reason.removesuffix(BOX_NOT_PARSED)
+    if extracted[i] is None:
+        extracted[i] = answer
+
+
+def _string_match(gold: str, reading: Reading, completion: str) -> tuple[str, str, str | None]:
+    """Without math-verify: the answer read here (else the last box) against the gold, as text."""
+    answer = reading.answer if reading.answer is not None else last_box(completion)
+    if answer is None:
+        return UNPARSED, "no answer found without math-verify", None
+    ok = normalise_string(gold) == normalise_string(answer)
+    return (CORRECT if ok else INCORRECT), f"string {'match' if ok else 'mismatch'} ({reading.method})", answer

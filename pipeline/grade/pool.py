@@ -1,11 +1,13 @@
 """math-verify in a pool of killable worker processes.
 
-Answers that the numeric fast path of :mod:`pipeline.grade.extract` cannot settle are graded by
-math-verify, gold first: ``verify(parse(gold), parse(pred))``. It runs in worker processes (its
-timeouts rely on ``signal``, which only works in a main thread). Each item has a soft deadline (a
-``SIGALRM`` raised inside the worker) and a hard deadline: a worker that does not answer in time
-is killed and replaced, and its other items are re-queued, so one pathological item can neither
-hang the stage nor stall the rest.
+Items that the numeric fast path of :mod:`pipeline.grade.extract` cannot settle are graded by
+math-verify, gold first: ``verify(parse(gold_in_a_box), parse(text))``, where ``text`` is what
+:func:`pipeline.grade.extract.read_completion` chose: the completion itself (at most
+:data:`~pipeline.grade.extract.MAX_PARSE_CHARS` of it), a ``####`` line in a box, or the number
+read from plain text. It runs in worker processes (its timeouts rely on ``signal``, which only
+works in a main thread). Each item has a soft deadline (a ``SIGALRM`` raised inside the worker)
+and a hard deadline: a worker that does not answer in time is killed and replaced, and its other
+items are re-queued, so one pathological item can neither hang the stage nor stall the rest.
 
 A worker is a fresh interpreter started with
 ``python -c "from pipeline.grade.pool import _worker_entry; _worker_entry()"``; it imports this
@@ -30,14 +32,17 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Self
 
 from pipeline.grade.extract import (
+    BOX_NOT_PARSED,
     CORRECT,
     ERROR,
     HARD_GRACE_MIN_S,
     INCORRECT,
+    MAX_ANSWER_CHARS,
     TIMEOUT,
     UNPARSED,
     GradeConfig,
-    _latex_wrap,
+    is_lone_box,
+    latex_wrap,
 )
 
 logger = logging.getLogger(__name__)
@@ -50,7 +55,9 @@ GOLD_CACHE_SIZE = 8_192
 CHECK_TIMEOUT_S = 10.0  # the self-check after a soft timeout (7 small pairs, ~0.1 s when warm)
 MAX_BATCH_BYTES = 64 * 1024  # a batch stops growing at about this size, whatever batch_size
 
-GradeFn = Callable[[str, str, dict[str, Any]], tuple[str, str]]
+# (gold, text, gold cache) -> (status, reason) or (status, reason, extracted answer)
+GradeFn = Callable[[str, str, dict[str, Any]], tuple[str, ...]]
+Result = tuple[str, str, str | None]  # status, reason, the answer math-verify extracted
 
 
 # --------------------------------------------------------------------------- math-verify worker
@@ -69,54 +76,77 @@ def _on_alarm(signum: int, frame: Any) -> None:
         raise _SoftTimeout()
 
 
-def math_verify_grade(gold: str, pred: str, gold_cache: dict[str, Any]) -> tuple[str, str]:
-    """Grades one extracted answer with math-verify, gold first; gold parses are cached.
+def math_verify_grade(gold: str, text: str, gold_cache: dict[str, Any]) -> tuple[str, str, str | None]:
+    """Grades one item with math-verify, gold first; gold parses are cached.
 
-    Runs inside a worker process with math-verify's own timeouts disabled: the worker's alarm
-    and the pool's kill bound the time instead.
+    The gold is parsed in a box (:func:`~pipeline.grade.extract.latex_wrap`); ``text`` is
+    parsed as it is, the way math-verify parses a whole completion. Runs inside a worker process
+    with math-verify's own timeouts disabled: the worker's alarm and the pool's kill bound the
+    time instead.
 
     Args:
         gold: The gold answer.
-        pred: The extracted answer.
+        text: What to parse for the answer (see :func:`pipeline.grade.extract.read_completion`).
         gold_cache: Per-worker cache of parsed gold answers, keyed by the gold string.
 
     Returns:
-        ``(status, reason)``.
+        ``(status, reason, extracted)``: ``extracted`` is math-verify's string of the answer it
+        took (its fallback string), or None when it found none.
     """
     from math_verify import parse, verify
 
     parsed_gold = gold_cache.get(gold)
     if parsed_gold is _TIMED_OUT:
-        return TIMEOUT, "parsing the gold answer timed out"
+        return TIMEOUT, "parsing the gold answer timed out", None
     if parsed_gold is None:
         if len(gold_cache) >= GOLD_CACHE_SIZE:
             gold_cache.clear()
         try:
-            parsed_gold = parse(_latex_wrap(gold), parsing_timeout=None)
+            parsed_gold = parse(latex_wrap(gold), parsing_timeout=None)
         except _SoftTimeout:
             gold_cache[gold] = _TIMED_OUT
             raise
         gold_cache[gold] = parsed_gold
     if not parsed_gold:
-        return ERROR, "math-verify could not parse the gold answer"
-    parsed_pred = parse(_latex_wrap(pred), parsing_timeout=None)
-    if not parsed_pred:
-        return UNPARSED, "math-verify could not parse the answer"
-    if verify(parsed_gold, parsed_pred, timeout_seconds=None):
-        return CORRECT, "math-verify: equivalent"
-    return INCORRECT, "math-verify: not equivalent"
+        return ERROR, "math-verify could not parse the gold answer", None
+    parsed = parse(text, parsing_timeout=None)
+    # The fallback string, not str(expr): printing a huge sympy expression can take forever.
+    extracted = next((p for p in reversed(parsed) if isinstance(p, str)), None)
+    note = "" if not is_lone_box(text) or _box_parsed(parsed, extracted) else BOX_NOT_PARSED
+    if extracted is not None:
+        extracted = extracted[:MAX_ANSWER_CHARS]
+    if not parsed:
+        return UNPARSED, "math-verify found no answer" + note, None
+    if verify(parsed_gold, parsed, timeout_seconds=None):
+        return CORRECT, "math-verify: equivalent" + note, extracted
+    return INCORRECT, "math-verify: not equivalent" + note, extracted
+
+
+def _box_parsed(parsed: list[Any], first: str | None) -> bool:
+    """Whether math-verify's answer for a lone box is the box's content (not something inside it
+    that it fell back to). ``first`` is its string of the first candidate tried, the box's
+    normalised content; parsing it again is a hit in math-verify's own cache when it parsed."""
+    from math_verify.parser import parse_latex_cached
+
+    if first is None or len(parsed) < 2 or isinstance(parsed[0], str):
+        return False
+    try:
+        parse_latex_cached(first)
+    except Exception:  # noqa: BLE001 - any parser error means the box did not parse; the caller redoes it
+        return False
+    return True
 
 
 # Pairs that load math-verify's lazy parts (grammars, regexes, sympy submodules) before any item
 # is timed, and that a healthy worker must grade "correct": the canary after a soft timeout.
 _WARM_UP = (
-    ("\\frac{1}{2}", "0.5"),
-    ("x+1", "1+x"),
-    ("\\sqrt{2}", "2^{1/2}"),
-    ("(1,2]", "(1, 2]"),
-    ("\\{1,2\\}", "\\{2,1\\}"),
-    ("x=3", "3"),
-    ("3\\pi", "3\\pi"),
+    ("\\frac{1}{2}", "so it is 0.5"),
+    ("x+1", "\\boxed{1+x}"),
+    ("\\sqrt{2}", "$2^{1/2}$"),
+    ("(1,2]", "\\boxed{(1, 2]}"),
+    ("\\{1,2\\}", "\\boxed{\\{2,1\\}}"),
+    ("x=3", "The answer is 3."),
+    ("3\\pi", "$3\\pi$"),
 )
 
 
@@ -143,7 +173,7 @@ def _healthy_within(timeout_s: float) -> bool:
 
 
 def _worker_main(conn_in: Connection, conn_out: Connection, timeout_s: float, grade_fn: GradeFn) -> None:
-    """Worker loop: receive batches of ``(key, gold, pred)``, send one result per item.
+    """Worker loop: receive batches of ``(key, gold, text)``, send one result per item.
 
     After a soft timeout the worker checks itself on known pairs and retires (tells the parent
     and exits) if the interruption left math-verify or sympy in a bad state.
@@ -168,9 +198,11 @@ def _worker_main(conn_in: Connection, conn_out: Connection, timeout_s: float, gr
                 interrupted = False
                 signal.setitimer(signal.ITIMER_REAL, timeout_s)
                 _alarm_armed = True
+                extracted = None
                 try:
-                    status, reason = grade_fn(gold, pred, cache)
+                    status, reason, *rest = grade_fn(gold, pred, cache)
                     _alarm_armed = False
+                    extracted = rest[0] if rest else None
                 except _SoftTimeout:
                     status, reason = TIMEOUT, f"exceeded {timeout_s:g}s"
                     interrupted = True
@@ -179,7 +211,7 @@ def _worker_main(conn_in: Connection, conn_out: Connection, timeout_s: float, gr
                 finally:
                     _alarm_armed = False
                     signal.setitimer(signal.ITIMER_REAL, 0)
-                conn_out.send((key, status, reason))
+                conn_out.send((key, status, reason, extracted))
                 if interrupted:
                     conn_out.send(("checking",))  # gives the check its own time at the parent
                     if not _healthy_within(max(timeout_s, CHECK_TIMEOUT_S)):
@@ -313,8 +345,9 @@ class GradingPool:
 
     Args:
         config: Worker count, timeout and batch size.
-        grade_fn: Module-level function ``(gold, pred, gold_cache) -> (status, reason)`` run in
-            the workers; :func:`math_verify_grade` unless a test substitutes another.
+        grade_fn: Module-level function ``(gold, text, gold_cache) -> (status, reason)`` or
+            ``(status, reason, extracted)`` run in the workers; :func:`math_verify_grade` unless
+            a test substitutes another.
     """
 
     def __init__(self, config: GradeConfig, grade_fn: GradeFn = math_verify_grade) -> None:
@@ -364,16 +397,17 @@ class GradingPool:
         self,
         pairs: Sequence[tuple[str, str]],
         on_done: Callable[[int], None] | None = None,
-    ) -> list[tuple[str, str]]:
-        """Grades ``(gold, pred)`` pairs; returns ``(status, reason)`` per pair, in order.
+    ) -> list[Result]:
+        """Grades ``(gold, text)`` pairs; returns ``(status, reason, extracted)`` per pair, in order.
 
         Args:
-            pairs: Gold and extracted answers. Pairs sharing a gold are best kept adjacent so
-                each worker parses that gold once.
+            pairs: Gold answers and the texts to parse for the answer. Pairs sharing a gold are
+                best kept adjacent so each worker parses that gold once.
             on_done: Called with the index of each pair as soon as it is graded.
 
         Returns:
-            One ``(status, reason)`` per pair.
+            One ``(status, reason, extracted)`` per pair; ``extracted`` is None when the grade
+            function gave none (or the item timed out or crashed).
 
         Raises:
             RuntimeError: If workers repeatedly die, or hang, before becoming ready.
@@ -389,18 +423,18 @@ class GradingPool:
         self,
         pairs: Sequence[tuple[str, str]],
         on_done: Callable[[int], None] | None,
-    ) -> list[tuple[str, str]]:
-        results: list[tuple[str, str] | None] = [None] * len(pairs)
+    ) -> list[Result]:
+        results: list[Result | None] = [None] * len(pairs)
         remaining = len(pairs)
         pending: deque[int] = deque(range(len(pairs)))
         batch_size = self.config.batch_size
         hard_timeout = self.config.hard_timeout_s
         self._ensure_workers()
 
-        def finish(i: int, status: str, reason: str) -> None:
+        def finish(i: int, status: str, reason: str, extracted: str | None = None) -> None:
             nonlocal remaining
             if results[i] is None:
-                results[i] = (status, reason)
+                results[i] = (status, reason, extracted)
                 remaining -= 1
                 if on_done is not None:
                     on_done(i)
@@ -474,13 +508,13 @@ class GradingPool:
                             w.batch_sizes.clear()
                             self._replace(w)
                             break
-                        key, status, reason = msg
+                        key, status, reason, extracted = msg
                         if w.inflight and w.inflight[0] == key:
                             w.inflight.popleft()
                             w.batch_sizes[0] -= 1
                             if not w.batch_sizes[0]:
                                 w.batch_sizes.popleft()
-                        finish(key, status, reason)
+                        finish(key, status, reason, extracted)
                 except (EOFError, OSError):
                     dead.append(w)
 
