@@ -1,14 +1,23 @@
-"""Benchmark: the llamacpp backend through the pipeline vs a bare llama-cpp-python loop.
+"""Benchmark: a sampling backend through the pipeline vs the bare engine on the same prompts and seeds.
 
 Both sides run in this process on the same prompts (arithmetic, rendered with the bundled
-arithmetic template), the same model file, threads, context and sampling settings, and the same
-per-sample seeds, so they generate the same tokens; the ratio isolates the pipeline's overhead
-(prompt preparation, seed derivation, row building, the Arrow table). Rounds alternate between
-the two sides and the best round of each is kept.
+arithmetic template), the same model and sampling settings, and the same seeds, so they generate
+the same tokens; the ratio isolates the pipeline's overhead (prompt preparation, seed derivation,
+row building, the Arrow table). Rounds alternate between the two sides and the best round of each
+is kept.
 
-    python bench/sampling.py [--prompts 8] [--n 4] [--max-tokens 64] [--threads N] [--rounds 3]
+- ``--backend llamacpp`` (default): the bundled GGUF through the pipeline vs a bare
+  llama-cpp-python ``create_chat_completion`` loop (target: pipeline / bare >= 0.9).
+- ``--backend vllm``: the pipeline's ``VllmSampler`` vs a bare ``LLM.generate`` on the same engine
+  object (one engine: the same weights, settings and memory on both sides), with the prompts
+  rendered by the model's chat template and one ``SamplingParams(n, seed)`` per prompt, seeded as
+  the pipeline seeds it (target: pipeline / bare >= 0.95). Without ``--model`` and without CUDA:
+  the bundled model, converted for vLLM's CPU build (``difficulty models prepare``).
 
-Prints tokens per second of each side and their ratio (target: pipeline / bare >= 0.9).
+    python bench/sampling.py [--backend llamacpp|vllm] [--model M] [--prompts 8] [--n 4]
+                             [--max-tokens 64] [--threads N] [--rounds 3]
+
+Prints tokens per second of each side, whether the completions are identical, and their ratio.
 """
 
 from __future__ import annotations
@@ -52,8 +61,100 @@ def bare_loop(llm, problems, template, params: SamplingParams) -> tuple[int, lis
     return tokens, texts
 
 
+def bare_generate(llm, problems, template, params: SamplingParams) -> tuple[int, list[str]]:
+    """The vLLM baseline: the chat template applied by hand, then one bare `LLM.generate` call."""
+    import vllm
+    from vllm.inputs import TokensPrompt
+
+    tokenizer = llm.get_tokenizer()
+    prompts = []
+    for p in problems:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": render_prompt(template, p["problem"])}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        # The template writes the special tokens itself, as LLM.chat tokenizes it.
+        prompts.append(TokensPrompt(prompt_token_ids=tokenizer(text, add_special_tokens=False)["input_ids"]))
+    sampling = [
+        vllm.SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            seed=derive_seed(params.seed, p["prompt_id"], params.first_idx),
+        )
+        for p in problems
+    ]
+    outputs = llm.generate(prompts, sampling, use_tqdm=False)
+    tokens, texts = 0, []
+    for out in outputs:
+        for comp in sorted(out.outputs, key=lambda c: c.index):
+            tokens += len(comp.token_ids)
+            texts.append(comp.text)
+    return tokens, texts
+
+
+def run_rounds(args, sample_pipeline, sample_bare) -> tuple[float, float, bool, int]:
+    """Alternate the two sides for ``args.rounds`` rounds; best tokens/s of each, identical texts."""
+    best_pipe = best_bare = 0.0
+    same = True
+    pipe_tokens = 0
+    for r in range(args.rounds):
+        t0 = time.perf_counter()
+        table = sample_pipeline()
+        t_pipe = time.perf_counter() - t0
+        pipe_tokens = sum(table.column("n_tokens").to_pylist())
+
+        t0 = time.perf_counter()
+        bare_tokens, bare_texts = sample_bare()
+        t_bare = time.perf_counter() - t0
+
+        same = same and table.column("completion").to_pylist() == bare_texts and pipe_tokens == bare_tokens
+        tps_pipe, tps_bare = pipe_tokens / t_pipe, bare_tokens / t_bare
+        best_pipe, best_bare = max(best_pipe, tps_pipe), max(best_bare, tps_bare)
+        print(
+            f"round {r + 1}: pipeline {pipe_tokens} tok in {t_pipe:.2f}s = {tps_pipe:.1f} tok/s; "
+            f"bare {bare_tokens} tok in {t_bare:.2f}s = {tps_bare:.1f} tok/s",
+            flush=True,
+        )
+    return best_pipe, best_bare, same, pipe_tokens
+
+
+def main_vllm(args) -> None:
+    params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens, seed=1)
+    problems = arithmetic_problems(args.prompts)
+    template = template_for("arithmetic")
+    t0 = time.perf_counter()
+    sampler = make_sampler("vllm", args.model)
+    print(f"engine: {sampler.model_name} on {sampler.device}, started in {time.perf_counter() - t0:.1f}s")
+    print(f"engine settings: {sampler.options.llm_args(sampler.device)}")
+    llm = sampler.llm
+    # Warm-up: the first step of a fresh engine allocates its buffers; both sides share the engine.
+    sampler.sample(problems[:1], SamplingParams(n=1, max_tokens=8), template=template)
+    bare_generate(llm, problems[:1], template, SamplingParams(n=1, max_tokens=8))
+
+    best_pipe, best_bare, same, pipe_tokens = run_rounds(
+        args,
+        lambda: sampler.sample(problems, params, template=template),
+        lambda: bare_generate(llm, problems, template, params),
+    )
+    samples = args.prompts * args.n
+    print(
+        f"settings: {args.prompts} prompts x n={args.n}, max_tokens={args.max_tokens}, "
+        f"temperature={args.temperature}, one engine shared by both sides"
+    )
+    print(f"identical completions on both sides: {same}")
+    print(f"pipeline: {best_pipe:.1f} tok/s  bare LLM.generate: {best_bare:.1f} tok/s")
+    print(f"mean tokens per sample: {pipe_tokens / samples:.1f}")
+    print(f"ratio pipeline/bare: {best_pipe / best_bare:.3f} (target >= 0.95)")
+    sampler.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=("llamacpp", "vllm"), default="llamacpp")
+    ap.add_argument("--model", default=None, help="vllm: a model name or folder (default: the bundled model on CPU)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -62,6 +163,9 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.backend == "vllm":
+        main_vllm(args)
+        return
 
     from llama_cpp import Llama
 

@@ -10,6 +10,16 @@ that keeps the analysis of Big-Math near the cost of reading its counts.
 Definitions (``docs/estimators.md``): weights and update masses are at the point estimate
 ``p = c/n``; zero-signal rates are unbiased (hypergeometric) for ``n >= G`` and the Beta posterior
 mean for ``n < G``; plug-in values appear only in columns and metrics named ``*_plugin``.
+
+An adaptive run (``shared/spec/adaptive.md``) stops each prompt when its samples decided it, so
+its ``n`` depends on the data: ``c/n``, the hypergeometric zero-signal rate and the unbiased
+pass@k are biased there, while posterior expectations stay valid. ``AnalyzeConfig(posterior=True)``
+with the run's prior gives them: ``E[p^G + q^G]`` from the Beta moments (§3), ``E[w(p, G)]`` and
+``E[w p q]`` by quadrature over the posterior (exact for the leave-one-out weights of §1), pass@k
+as ``1 - E[q^k]``, and the posterior mean as ``p`` (summary, bands, the ``weights`` table's ``p``).
+The ``pass_rate`` column stays the observed share ``c/n``; ``post_mean`` holds the posterior mean.
+The adaptive decision columns of ``prompt_stats`` (``stop_round``, ``decided_band``, ...) come in
+with the counts table (``run.finish_run`` computes them) and are copied through.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from pipeline.store import Store
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ADAPTIVE_COLUMNS",
     "DEFAULT_BANDS",
     "Analysis",
     "AnalyzeConfig",
@@ -74,10 +85,12 @@ class AnalyzeConfig:
         group_sizes: the G values to evaluate (each >= 1).
         estimators: estimator specs (``name[:param=value,...]``).
         level: interval coverage in (0, 1).
-        prior_a: Beta prior ``a`` for zero-signal rates when n < G.
+        prior_a: Beta prior ``a`` for zero-signal rates when n < G (every estimate with ``posterior``).
         prior_b: Beta prior ``b``.
         bands: difficulty bands of the gradient-share summary.
         pass_at_k: compute per-prompt pass@k lists and the mean curve.
+        posterior: every per-prompt estimate is its expectation under the posterior
+            ``Beta(prior_a + c, prior_b + n - c)`` (an adaptive run; see the module docstring).
     """
 
     group_sizes: tuple[int, ...] = (4, 8, 16, 32, 64)
@@ -87,6 +100,7 @@ class AnalyzeConfig:
     prior_b: float = 0.5
     bands: tuple[Band, ...] = DEFAULT_BANDS
     pass_at_k: bool = True
+    posterior: bool = False
     _stats: stats.StatsConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -259,6 +273,10 @@ def _answer_histogram(counts: pa.Table):
     )
 
 
+# Columns of ``prompt_stats`` an adaptive run's counts table carries (copied through as they are).
+ADAPTIVE_COLUMNS = ("stop_round", "decided_band", "band_prob", "post_lo", "post_hi", "undecided")
+
+
 # --- per-pair computations ----------------------------------------------------------------------
 
 
@@ -269,34 +287,52 @@ class _Pairs:
         self.config = config
         self.n_u, self.c_u, self.inv = stats.unique_pairs(n, c)
         self.mult = np.bincount(self.inv, minlength=len(self.n_u))
-        self.p_u = stats.pass_rate(self.n_u, self.c_u)
+        self.observed = stats.pass_rate(self.n_u, self.c_u)  # c / n
         a, b = config.prior_a, config.prior_b
+        posterior = config.posterior
+        # the p of the summary, the bands and the weights table: c / n, or the posterior mean
+        self.p_u = np.where(self.n_u > 0, (a + self.c_u) / (a + b + self.n_u), np.nan) if posterior else self.observed
         Gs = config.group_sizes
         self.plus = np.empty((len(self.n_u), len(Gs)))
         self.minus = np.empty_like(self.plus)
         self.plugin = np.empty_like(self.plus)
         for j, G in enumerate(Gs):
-            self.plus[:, j], self.minus[:, j] = stats.silent_rates(self.n_u, self.c_u, G, a, b)
+            self.plus[:, j], self.minus[:, j] = stats.silent_rates(self.n_u, self.c_u, G, a, b, posterior=posterior)
             self.plugin[:, j] = stats.zero_signal_plugin(self.n_u, self.c_u, G)
         self.zero = self.plus + self.minus
         self.estimators = [est.get(s) for s in config.estimators]
         self.labels = [e.spec for e in self.estimators]
         if len(set(self.labels)) != len(self.labels):
             raise ConfigError(f"estimator list has duplicates: {self.labels}")
-        known = ~np.isnan(self.p_u)
-        pk = np.where(known, self.p_u, 0.5)
-        # weight[e, u, j] and mass at the point estimate; NaN where n = 0
+        known = self.n_u > 0
+        # weight[e, u, j] and mass (at the point estimate, or their posterior means); NaN where n = 0
         self.weight = np.full((len(self.estimators), len(self.n_u), len(Gs)), np.nan)
-        for i, e in enumerate(self.estimators):
-            for j, G in enumerate(Gs):
-                self.weight[i, :, j] = np.where(known, e.weight(pk, G), np.nan)
-        self.mass = self.weight * (self.p_u * (1 - self.p_u))[None, :, None]
+        if posterior:
+            self.mass = np.full_like(self.weight, np.nan)
+            nodes, W = stats.beta_quadrature(self.n_u, self.c_u, a, b, degree=max(Gs) + 1)
+            pq = nodes * (1 - nodes)
+            for i, e in enumerate(self.estimators):
+                for j, G in enumerate(Gs):
+                    w = e.weight(nodes, G)
+                    self.weight[i, :, j] = np.where(known, W @ w, np.nan)
+                    self.mass[i, :, j] = np.where(known, W @ (w * pq), np.nan)
+        else:
+            pk = np.where(known, self.p_u, 0.5)
+            for i, e in enumerate(self.estimators):
+                for j, G in enumerate(Gs):
+                    self.weight[i, :, j] = np.where(known, e.weight(pk, G), np.nan)
+            self.mass = self.weight * (self.p_u * (1 - self.p_u))[None, :, None]
         self._curves = None
 
     @property
     def curves(self) -> list[np.ndarray]:
         if self._curves is None:
-            self._curves = stats.pass_at_k_curves(self.n_u, self.c_u)
+            cfg = self.config
+            self._curves = (
+                stats.posterior_pass_at_k_curves(self.n_u, self.c_u, cfg.prior_a, cfg.prior_b)
+                if cfg.posterior
+                else stats.pass_at_k_curves(self.n_u, self.c_u)
+            )
         return self._curves
 
 
@@ -367,7 +403,7 @@ def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa
         "prompt_id": ids,
         "n": pa.array(n.astype(np.int32)),
         "c": pa.array(c.astype(np.int32)),
-        "pass_rate": _float_col(pairs.p_u[inv]),
+        "pass_rate": _float_col(pairs.observed[inv]),
         "interval_level": pa.array(np.full(N, cfg.level)),
         "wilson_lo": pa.array(wl[inv]),
         "wilson_hi": pa.array(wh[inv]),
@@ -387,10 +423,7 @@ def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa
     cols["silent_all_wrong"] = _per_g_lists(pairs.minus, inv)
     cols["zero_signal_plugin"] = _per_g_lists(pairs.plugin, inv)
     hist = _answer_histogram(counts)
-    if hist is None:
-        for name in schema.PROMPT_STATS.names[len(cols) :]:
-            cols[name] = pa.nulls(N, schema.PROMPT_STATS.field(name).type)
-    else:
+    if hist is not None:
         parent, cnt, cc = hist
         a = stats.answer_stats_from_histogram(N, parent, cnt, cc)
         cols["n_answered"] = _int_col(a["n_answered"], True)
@@ -398,7 +431,15 @@ def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa
         cols["n_distinct_correct"] = _int_col(a["n_distinct_correct"], cc is not None)
         for name in ("modal_share", "answer_entropy", "modal_correct_share_grpo", "modal_correct_share_reco"):
             cols[name] = _float_col(a[name])
-    return pa.Table.from_arrays(list(cols.values()), schema=schema.PROMPT_STATS)
+    if cfg.posterior:
+        cols["post_mean"] = _float_col(pairs.p_u[inv])
+    for name in ADAPTIVE_COLUMNS:  # an adaptive run's decisions, computed by the run
+        if name in counts.column_names:
+            cols[name] = counts.column(name).combine_chunks().cast(schema.PROMPT_STATS.field(name).type)
+    for name in schema.PROMPT_STATS.names:
+        if name not in cols:
+            cols[name] = pa.nulls(N, schema.PROMPT_STATS.field(name).type)
+    return pa.Table.from_arrays([cols[name] for name in schema.PROMPT_STATS.names], schema=schema.PROMPT_STATS)
 
 
 def _weights(ids, pairs: _Pairs, run_id: str) -> pa.Table:

@@ -3,10 +3,18 @@
 Sources are the Hugging Face hub (by name, at a pinned revision), local files (Parquet, JSON Lines
 or CSV; a single file or the hub layout ``data/<split>-*.parquet``) and the bundled ``arithmetic``
 generator, the default that needs no data at all.
+
+Trainer formats are read as they are: verl's RL parquet (``prompt`` as chat messages,
+``reward_model.ground_truth``, ``data_source``, ``extra_info``), MATH (``problem``, ``solution``,
+``answer``, ``level``, ``subject``) and TRL / open-r1 (``problem`` with ``answer`` or ``solution``).
+A row loaded from a local file keeps its original fields, as JSON, in ``problems.original``, so
+``pipeline.export`` can write it back unchanged (``original_json`` / ``original_row``).
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
 import gzip
 import hashlib
 import json
@@ -45,6 +53,9 @@ class Adapter:
     split: str = "train"
     columns: tuple[str, ...] = ()  # source columns needed (only these are read)
     convert: Callable[[pa.Table], dict[str, pa.Array | list]] | None = None
+    # Columns a file must have (default: ``columns`` less ``difficulty`` and ``source``); a
+    # converter checks alternatives itself (MATH: ``answer`` or ``solution``).
+    required: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -152,10 +163,221 @@ def _convert_deepmath(table: pa.Table) -> dict:
 
 
 def _convert_generic(table: pa.Table) -> dict:
-    out = {"problem": _col(table, "problem"), "answer": _col(table, "answer")}
+    return {"problem": _col(table, "problem"), "answer": _col(table, "answer"), **_convert_generic_optional(table)}
+
+
+def _missing_value(value: Any) -> bool:
+    """A cell that holds no answer: null, NaN, or blank text."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, str) and not value.strip()
+
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*([{ ])")
+
+
+def last_boxed(text: str | None) -> str | None:
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``) of a solution.
+
+    Braces are matched, so ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; an unclosed box gives None.
+    MATH's gold answer is this box of its worked solution when the row has no ``answer``.
+    """
+    if not isinstance(text, str):
+        return None
+    matches = list(_BOXED.finditer(text))
+    for match in reversed(matches):
+        start = match.end()
+        if match[1] == " ":  # \boxed 5: up to the next space, $ or end of line
+            rest = re.match(r"\s*([^\s$]+)", text[start:])
+            if rest:
+                return rest[1]
+            continue
+        depth = 1
+        for i in range(start, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i].strip()
+    return None
+
+
+def _answer_or_boxed(table: pa.Table) -> list:
+    """Each row's ``answer``, or the last box of its ``solution`` when the answer is missing."""
+    n = table.num_rows
+    answers = _col(table, "answer") if "answer" in table.column_names else [None] * n
+    solutions = _col(table, "solution") if "solution" in table.column_names else [None] * n
+    return [last_boxed(s) if _missing_value(a) else a for a, s in zip(answers, solutions, strict=True)]
+
+
+def _need_answer(table: pa.Table, adapter: str) -> None:
+    if "answer" not in table.column_names and "solution" not in table.column_names:
+        raise DatasetError(
+            f"adapter {adapter!r} needs column 'answer' or 'solution' (whose last \\boxed{{}} is the answer); "
+            f"columns found: {table.column_names}"
+        )
+
+
+_TRAILING_NUMBER = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*$")
+
+
+def label_number(value: Any) -> float | None:
+    """A difficulty label as a number: ``5``, ``"5"``, ``"Level 5"`` give 5.0; None when it has none.
+
+    MATH writes its level as ``"Level 5"`` (and ``"Level ?"`` for a few rows), MATH-500 as 5,
+    verl's copy of MATH-500 as ``"5"``.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | Decimal):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, str):
+        match = _TRAILING_NUMBER.search(value.strip())
+        return float(match[1]) if match else None
+    return None
+
+
+def _convert_math(table: pa.Table) -> dict:
+    _need_answer(table, "math")
+    out = {"problem": _col(table, "problem"), "answer": _answer_or_boxed(table)}
+    if "level" in table.column_names:
+        out["difficulty"] = [label_number(v) for v in _col(table, "level")]
+    for topic in ("subject", "type"):  # MATH-500 says subject, the original MATH type
+        if topic in table.column_names:
+            out["topic"] = _col(table, topic)
+            break
+    for optional in ("source", "domain", "split"):
+        if optional in table.column_names:
+            out[optional] = _col(table, optional)
+    return out
+
+
+def _convert_trl(table: pa.Table) -> dict:
+    _need_answer(table, "trl")
+    out = _convert_generic_optional(table)
+    out.update({"problem": _col(table, "problem"), "answer": _answer_or_boxed(table)})
+    return out
+
+
+def _convert_generic_optional(table: pa.Table) -> dict:
+    out = {}
     for optional in ("source", "domain", "topic", "difficulty", "prior_n", "prior_c", "split"):
         if optional in table.column_names:
             out[optional] = _col(table, optional)
+    return out
+
+
+# --- verl's RL format ---------------------------------------------------------------------------
+
+VERL_PREFIX = "verl-"  # dataset names of files read with the verl adapter: their rows bring their own messages
+
+
+def sends_own_messages(dataset: str | None) -> bool:
+    """Whether a dataset's rows are sent as their own chat messages (verl's ``prompt``), not
+    through a template (``sample.templates.template_for``)."""
+    return bool(dataset) and dataset.startswith(VERL_PREFIX)
+
+
+def _message_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a multimodal content list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
+
+
+def verl_messages(value: Any, *, origin: str = "verl prompt", row: int | None = None) -> list[dict]:
+    """verl's ``prompt`` cell as a list of chat messages (``role``, ``content``).
+
+    A list of mappings is the format; a JSON string of one is read; a plain string is one user
+    message. Anything else is a ``DatasetError`` naming the row and the value.
+    """
+    where = f"{origin}: column 'prompt'" + (f" row {row}" if row is not None else "")
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                return [{"role": "user", "content": value}]
+        else:
+            return [{"role": "user", "content": value}]
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple) or not all(isinstance(m, dict) and "content" in m for m in value):
+        raise DatasetError(
+            f"{where} is {str(value)[:200]!r}, not chat messages; verl's prompt is a list of "
+            "{'role': ..., 'content': ...} (tokenizer.apply_chat_template's input)"
+        )
+    return [dict(m) for m in value]
+
+
+def user_text(messages: list[dict]) -> str:
+    """The user-visible problem of a conversation: the last user message's text (its
+    instruction included), or the last message's when none says ``user``."""
+    users = [m for m in messages if m.get("role") == "user"] or messages[-1:]
+    return _message_text(users[-1].get("content")) if users else ""
+
+
+def _struct_cells(table: pa.Table, name: str, origin: str) -> list[dict | None]:
+    """A mapping column (a struct, or JSON text of objects) as dicts; None where null."""
+    values = _col(table, name)
+    out: list[dict | None] = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(
+                    f"{origin}: column {name!r} row {i} is text that is not a JSON object: {v[:200]!r}"
+                ) from exc
+        if v is not None and not isinstance(v, dict):
+            raise DatasetError(f"{origin}: column {name!r} row {i} holds {str(v)[:200]!r}, not a mapping")
+        out.append(v)
+    return out
+
+
+def _convert_verl(table: pa.Table) -> dict:
+    origin = "verl file"
+    reward = table.schema.field("reward_model").type
+    if pa.types.is_struct(reward) and "ground_truth" not in [reward.field(i).name for i in range(reward.num_fields)]:
+        names = [reward.field(i).name for i in range(reward.num_fields)]
+        raise DatasetError(
+            f"column 'reward_model' has no field 'ground_truth' (fields: {names}); verl's reward "
+            "functions read reward_model['ground_truth'], the gold answer"
+        )
+    rewards = _struct_cells(table, "reward_model", origin)
+    if not any(r is not None and "ground_truth" in r for r in rewards):
+        raise DatasetError(
+            "no row's 'reward_model' has a 'ground_truth'; verl's reward functions read "
+            "reward_model['ground_truth'], the gold answer"
+        )
+    prompts = _col(table, "prompt")
+    messages = [verl_messages(v, origin=origin, row=i) for i, v in enumerate(prompts)]
+    out: dict[str, list] = {
+        "problem": [user_text(m) for m in messages],
+        "answer": [None if r is None else r.get("ground_truth") for r in rewards],
+    }
+    if "data_source" in table.column_names:
+        out["source"] = _col(table, "data_source")
+    if "ability" in table.column_names:
+        out["domain"] = _col(table, "ability")
+    if "extra_info" in table.column_names:
+        extra = [e or {} for e in _struct_cells(table, "extra_info", origin)]
+        topics = [e.get("subject", e.get("topic")) for e in extra]
+        levels = [label_number(e.get("level", e.get("difficulty"))) for e in extra]
+        if any(t is not None for t in topics):
+            out["topic"] = [None if t is None else str(t) for t in topics]
+        if any(v is not None for v in levels):
+            out["difficulty"] = levels
+        splits = [e.get("split") for e in extra]
+        if all(isinstance(v, str) for v in splits):
+            out["split"] = splits
     return out
 
 
@@ -179,6 +401,7 @@ ADAPTERS: dict[str, Adapter] = {
             revision="main",
             columns=("problem", "answer", "source", "domain", "llama8b_solve_rate"),
             convert=_convert_bigmath,
+            required=("problem", "answer", "llama8b_solve_rate"),
         ),
         Adapter(
             "deepmath",
@@ -195,6 +418,28 @@ ADAPTERS: dict[str, Adapter] = {
             convert=_convert_generic,
         ),
         Adapter(
+            "verl",
+            "verl's RL parquet: 'prompt' (chat messages, sent as they are), 'reward_model.ground_truth', "
+            "'data_source', 'extra_info'.",
+            columns=("prompt", "reward_model", "data_source", "ability", "extra_info"),
+            convert=_convert_verl,
+            required=("prompt", "reward_model"),
+        ),
+        Adapter(
+            "math",
+            "MATH: 'problem', 'solution', 'answer' (else the last \\boxed{} of the solution), 'level', 'subject'.",
+            columns=("problem", "solution", "answer", "level", "subject"),
+            convert=_convert_math,
+            required=("problem",),
+        ),
+        Adapter(
+            "trl",
+            "TRL / open-r1: 'problem' with 'answer' or 'solution' (its last \\boxed{} is the answer).",
+            columns=("problem", "answer", "solution"),
+            convert=_convert_trl,
+            required=("problem",),
+        ),
+        Adapter(
             "local",
             "Any local file with 'problem' and 'answer' columns (or a --columns mapping).",
             columns=("problem", "answer"),
@@ -203,14 +448,31 @@ ADAPTERS: dict[str, Adapter] = {
     )
 }
 
+# Adapters of local files whose datasets are named after the file (``local-<stem>``): a file
+# loaded as ``local`` before the MATH and TRL adapters existed keeps its name and prompt ids.
+FILE_NAMED = ("local", "math", "trl")
+
 
 def detect_adapter(columns: list[str]) -> str:
-    """Pick an adapter from the columns a local file has."""
+    """Pick an adapter from the columns a local file has, first match wins:
+
+    ``prompt`` and ``reward_model``: verl; ``problem``, ``answer`` and ``llama8b_solve_rate``:
+    bigmath; ``question`` and ``final_answer``: deepmath; ``problem``, ``solution`` and ``level``:
+    math; ``problem`` with ``answer`` or ``solution``: trl; ``question`` and ``answer``: gsm8k;
+    anything else: local (which names the columns it lacks). A file with both ``problem`` and
+    ``question`` (AIME 2024) is read by its ``problem``.
+    """
     cols = set(columns)
+    if {"prompt", "reward_model"} <= cols:
+        return "verl"
     if {"problem", "answer", "llama8b_solve_rate"} <= cols:
         return "bigmath"
     if {"question", "final_answer"} <= cols:
         return "deepmath"
+    if {"problem", "solution", "level"} <= cols:
+        return "math"
+    if "problem" in cols and cols & {"answer", "solution"}:
+        return "trl"
     if {"question", "answer"} <= cols:
         return "gsm8k"
     return "local"
@@ -511,7 +773,7 @@ def parse_column_map(spec: str | None) -> dict[str, str]:
     mapping = {}
     for item in spec.split(","):
         target, sep, source = item.partition("=")
-        if not sep or target.strip() not in schema.PROBLEMS.names:
+        if not sep or target.strip() not in schema.PROBLEMS.names or target.strip() == "original":
             raise DatasetError(f"bad column mapping {item!r}: use TARGET=SOURCE with TARGET in {schema.PROBLEMS.names}")
         mapping[target.strip()] = source.strip()
     return mapping
@@ -526,18 +788,28 @@ def _check_columns(table: pa.Table, needed: tuple[str, ...], adapter: str, origi
 
 
 def to_problems(
-    raw: pa.Table, adapter: Adapter, dataset: str, split: str | None, *, origin: str | None = None
+    raw: pa.Table,
+    adapter: Adapter,
+    dataset: str,
+    split: str | None,
+    *,
+    origin: str | None = None,
+    limit: int | None = None,
+    original: Callable[[list[int]], list[str | None]] | None = None,
 ) -> LoadResult:
     """Convert source rows to the ``problems`` table: ids, statuses, duplicates collapsed.
 
-    ``origin`` (the file or hub name; default the dataset) is what an error names.
+    ``origin`` (the file or hub name; default the dataset) is what an error names. ``limit``
+    keeps the first problems after duplicates are collapsed; ``original`` gives the JSON text of
+    source rows by index (the ``original`` column), asked only for the rows kept.
     """
     origin = origin or dataset
-    required = tuple(c for c in adapter.columns if c not in ("difficulty", "source"))
-    if adapter.name == "bigmath":
-        required = ("problem", "answer", "llama8b_solve_rate")
+    required = adapter.required or tuple(c for c in adapter.columns if c not in ("difficulty", "source"))
     _check_columns(raw, required, adapter.name, dataset)
-    converted = adapter.convert(raw)
+    try:
+        converted = adapter.convert(raw)
+    except DatasetError as exc:
+        raise DatasetError(f"{origin}: {exc}") from exc
     n = raw.num_rows
     rows: dict[str, list] = {name: [None] * n for name in schema.PROBLEMS.names}
     for key, values in converted.items():
@@ -563,8 +835,102 @@ def to_problems(
     if duplicates:
         log.info("%s: collapsed %d duplicate problems", dataset, duplicates)
         table = table.take(first)
+    if limit is not None and table.num_rows > limit:
+        table, first = table.slice(0, limit), first[:limit]
+    if original is not None:
+        at = table.schema.get_field_index("original")
+        table = table.set_column(at, schema.PROBLEMS.field("original"), pa.array(original(first), pa.string()))
     counts = pc.value_counts(table.column("status")).to_pylist()
     return LoadResult(table, n, duplicates, {c["values"]: c["counts"] for c in counts})
+
+
+# --- original rows ------------------------------------------------------------------------------
+# A row read from a local file is kept as the JSON text of its object (``problems.original``):
+# from a JSON Lines file, its line as written; from Parquet or CSV, ``json.dumps`` of the row, with
+# the values JSON has no type for tagged ({"$bytes": base64}, {"$datetime": iso}, ...) so they come
+# back as they were. Integers, floats, strings, booleans, lists and mappings round-trip exactly.
+
+_TAGS = ("$bytes", "$datetime", "$date", "$time", "$decimal", "$timedelta_us")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, datetime.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, datetime.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, datetime.timedelta):
+        return {"$timedelta_us": value // datetime.timedelta(microseconds=1)}
+    if isinstance(value, Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    raise TypeError(f"{type(value).__name__} {value!r} has no JSON form")
+
+
+def _json_hook(obj: dict) -> Any:
+    if len(obj) != 1:
+        return obj
+    ((key, value),) = obj.items()
+    if key not in _TAGS or not isinstance(value, str | int):
+        return obj
+    if key == "$bytes":
+        return base64.b64decode(value)
+    if key == "$datetime":
+        return datetime.datetime.fromisoformat(value)
+    if key == "$date":
+        return datetime.date.fromisoformat(value)
+    if key == "$time":
+        return datetime.time.fromisoformat(value)
+    if key == "$timedelta_us":
+        return datetime.timedelta(microseconds=int(value))
+    return Decimal(value)
+
+
+def original_json(row: dict[str, Any]) -> str:
+    """The JSON text of one source row (see the section comment for the types it keeps)."""
+    return json.dumps(row, ensure_ascii=False, default=_json_default)
+
+
+def original_row(text: str | None) -> dict[str, Any] | None:
+    """One source row back from ``problems.original`` (None when the problem has none)."""
+    if text is None:
+        return None
+    return json.loads(text, object_hook=_json_hook)
+
+
+def chat_messages_of(original: str | None) -> list[dict] | None:
+    """The chat messages of a verl row (its ``prompt``) from ``problems.original``; None when the
+    problem has no original row or the row no ``prompt``."""
+    row = original_row(original)
+    if not row or row.get("prompt") is None:
+        return None
+    return verl_messages(row["prompt"])
+
+
+def _json_lines_text(path: Path) -> list[str] | None:
+    """The non-blank lines of a JSON Lines file as they are written (None for other files)."""
+    suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
+    if path.is_dir() or suffix not in (".jsonl", ".json", ".ndjson", ".jsonl.gz"):
+        return None
+    with _open_binary(path) as fh:
+        return [line for line in (raw.decode("utf-8").strip() for raw in fh) if line]
+
+
+def _originals(path: Path, raw: pa.Table) -> Callable[[list[int]], list[str | None]]:
+    """Source rows by index as JSON text: a JSON Lines file's own lines, else each row dumped."""
+    lines = _json_lines_text(path)
+    if lines is not None and len(lines) != raw.num_rows:
+        log.warning(
+            "%s: %d lines but %d rows read; original rows are dumped from the rows", path, len(lines), raw.num_rows
+        )
+        lines = None
+    if lines is not None:
+        return lambda rows: [lines[i] for i in rows]
+    return lambda rows: [original_json(r) for r in raw.take(pa.array(rows, pa.int64())).to_pylist()]
 
 
 def _unique_first(ids: list[str]) -> tuple[set, list[int]]:
@@ -600,8 +966,10 @@ def load(
     """Load a dataset by adapter name, from a local file, or both (name picks the adapter).
 
     Args:
-        name: adapter name (``gsm8k``, ``bigmath``, ``deepmath``, ``arithmetic``, ``local``);
-            with ``data_file`` and no name the adapter is chosen from the columns present.
+        name: adapter name (``gsm8k``, ``bigmath``, ``deepmath``, ``arithmetic``, ``verl``,
+            ``math``, ``trl``, ``local``); with ``data_file`` and no name the adapter is chosen
+            from the columns present (``detect_adapter``). A file read as ``verl`` is the dataset
+            ``verl-<stem>``; as ``math``, ``trl`` or ``local``, ``local-<stem>``.
         data_file: a local Parquet / JSON Lines / CSV file or a hub-layout folder.
         split: split to read (hub) or to select (hub-layout folder).
         limit: keep the first ``limit`` problems (after duplicates are collapsed).
@@ -616,6 +984,7 @@ def load(
     mapping = parse_column_map(columns) if isinstance(columns, str) else dict(columns or {})
     if data_file is not None:
         raw = read_local(data_file, split if Path(data_file).is_dir() else None)
+        original = _originals(Path(data_file), raw)  # the rows as read, before any renaming
         if mapping:
             missing = [src for src in mapping.values() if src not in raw.column_names]
             if missing:
@@ -625,11 +994,14 @@ def load(
             renamed = {src: dst for dst, src in mapping.items()}
             raw = raw.rename_columns([renamed.get(c, c) for c in raw.column_names])
         adapter = ADAPTERS[name or detect_adapter(raw.column_names)]
-        dataset = adapter.name if adapter.name != "local" else local_name(data_file)
+        dataset = local_name(data_file) if adapter.name in FILE_NAMED else adapter.name
+        if adapter.name == "verl":
+            dataset = local_name(data_file, VERL_PREFIX)
         if adapter.name == "arithmetic":
             adapter = ADAPTERS["local"]
             dataset = "arithmetic"
     else:
+        original = None  # hub rows are read with the needed columns only: nothing whole to keep
         adapter = ADAPTERS[name or "arithmetic"]
         dataset = adapter.name
         if adapter.name == "arithmetic":
@@ -639,12 +1011,7 @@ def load(
         else:
             raw = read_hub(adapter, split, revision)
     origin = repr(str(data_file)) if data_file is not None else (adapter.hub or adapter.name)
-    result = to_problems(raw, adapter, dataset, split or adapter.split, origin=origin)
-    if limit is not None and result.problems.num_rows > limit:
-        table = result.problems.slice(0, limit)
-        counts = pc.value_counts(table.column("status")).to_pylist()
-        result = LoadResult(table, result.rows_read, result.duplicates, {c["values"]: c["counts"] for c in counts})
-    return result
+    return to_problems(raw, adapter, dataset, split or adapter.split, origin=origin, limit=limit, original=original)
 
 
 def local_name(path: str | os.PathLike, prefix: str = "local-") -> str:

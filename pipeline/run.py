@@ -10,6 +10,14 @@ or the Ray actor pool of ``pipeline.flows.ray_exec``; both have ``model_name`` a
 
 Every result goes through the ``Store``, so a retried shard, a rerun or a rerun after ``kill -9``
 skips the shards already written and never duplicates a sample.
+
+An adaptive run (``ProfileConfig.adaptive``, ``shared/spec/adaptive.md``) is the same shards in
+rounds: round 0's shards give every prompt ``n_min`` samples; once a round's shards are all
+written, ``plan_next_round`` reads the stored counts, fits the prior to round 0 and appends the
+next round's shards to the stored plan (each entry a prompt's next sample indices), until every
+prompt is decided or at ``n_max``. The round is a function of the stored samples, so a rerun after
+a kill re-derives the same plan and resumes at the first unfinished shard. ``finish_run`` then
+records each prompt's decision and analyses with posterior means under the prior.
 """
 
 from __future__ import annotations
@@ -21,15 +29,16 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Protocol, Self
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import allocate, analyze, datasets, grade, report, schema
+from pipeline import adaptive, allocate, analyze, datasets, grade, report, schema
 from pipeline.errors import ConfigError, DatasetError, PipelineError
 from pipeline.sample import SamplingParams, make_sampler, template_for
 from pipeline.store import Store
@@ -61,6 +70,8 @@ GENERIC_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "max_tokens": 1024, "lim
 
 ExecutorName = Literal["local", "ray"]
 EXECUTORS: tuple[ExecutorName, ...] = ("local", "ray")
+# The adaptive defaults live in ``adaptive.AdaptiveConfig``; ProfileConfig's fields read them here.
+_ADAPTIVE = adaptive.AdaptiveConfig()
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,13 @@ class ProfileConfig:
         executor: ``local`` (shards in this process) or ``ray`` (shards on Ray actors).
         ray_address: the Ray cluster to join (default: this process's Ray, or a new local one).
         replicas: Ray actors, one engine each.
+        adaptive: None (every prompt gets ``n`` samples) or the adaptive target,
+            ``band[:lo=0.1,hi=0.9,delta=0.05]`` or ``width[:h=0.1,delta=0.05]``: sample in rounds
+            and stop each prompt once it is decided (``shared/spec/adaptive.md``); ``n`` is then
+            not used.
+        n_min, n_max: an adaptive run's round-0 samples per prompt and its most per prompt.
+        round_rule: an adaptive run's round rule, ``step[:k=4]`` or ``greedy[:k=1,budget=8]``.
+        adaptive_prior: ``fit`` (empirical Bayes on round 0) or ``jeffreys``.
     """
 
     dataset: str | None = "arithmetic"
@@ -110,6 +128,11 @@ class ProfileConfig:
     executor: ExecutorName = "local"
     ray_address: str | None = None
     replicas: int = 1
+    adaptive: str | None = None
+    n_min: int = _ADAPTIVE.n_min
+    n_max: int = _ADAPTIVE.n_max
+    round_rule: str = _ADAPTIVE.rule.spec
+    adaptive_prior: str = _ADAPTIVE.prior
 
     def __post_init__(self) -> None:
         defaults = BUNDLED_DEFAULTS if self.is_bundled() else GENERIC_DEFAULTS
@@ -129,6 +152,15 @@ class ProfileConfig:
         if not 0 < self.grade_timeout_s <= 3600:
             raise ConfigError(f"grade_timeout_s={self.grade_timeout_s} is out of range: allowed (0, 3600] seconds")
         self.sampling()  # validates n, temperature, top_p, max_tokens, seed
+        self.adaptive_config()  # validates the adaptive target, n_min, n_max, round rule and prior
+
+    def adaptive_config(self) -> adaptive.AdaptiveConfig | None:
+        """The adaptive settings, or None for a fixed-n run (``ConfigError`` names a bad one)."""
+        if self.adaptive is None:
+            return None
+        return adaptive.AdaptiveConfig.from_specs(
+            self.adaptive, self.n_min, self.n_max, self.round_rule, self.adaptive_prior
+        )
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -177,16 +209,21 @@ class RunPlan:
     skipped: dict[str, int]  # problem status -> count not sampled
     entries: list[ShardEntries] = field(default_factory=list)
     digests: list[str] = field(default_factory=list)
+    # Adaptive runs: the round of each shard (round r's shards follow round r - 1's); empty otherwise.
+    rounds: list[int] = field(default_factory=list)
 
     @classmethod
     def build(cls, run_id: str, entries: list[ShardEntries], **fields: Any) -> RunPlan:
         digests = [shard_digest(run_id, s, e) for s, e in enumerate(entries)]
         return cls(run_id=run_id, entries=entries, digests=digests, **fields)
 
+    def shard_round(self, shard: int) -> int | None:
+        return self.rounds[shard] if self.rounds else None
+
     def table(self) -> pa.Table:
         """The plan as rows of the ``plans`` table."""
         rows = [
-            (self.run_id, s, pid, first, count, self.digests[s])
+            (self.run_id, s, pid, first, count, self.digests[s], self.shard_round(s))
             for s, entries in enumerate(self.entries)
             for pid, first, count in entries
         ]
@@ -196,6 +233,14 @@ class RunPlan:
             else [pa.array([], f.type) for f in schema.PLANS],
             schema=schema.PLANS,
         )
+
+
+def rounds_from_plan_table(table: pa.Table) -> list[int]:
+    """The round of each shard of a stored plan (empty when the plan has no rounds: a fixed-n run)."""
+    by_shard = dict(zip(table.column("shard").to_pylist(), table.column("round").to_pylist(), strict=True))
+    if not by_shard or all(r is None for r in by_shard.values()):
+        return []
+    return [by_shard[s] if by_shard[s] is not None else 0 for s in range(len(by_shard))]
 
 
 def entries_from_plan_table(table: pa.Table) -> list[ShardEntries]:
@@ -266,14 +311,16 @@ def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, r
     """
     params = config.sampling()
     sampler = sampler or get_sampler(config.backend, config.model, config.backend_options)
-    total = problems.num_rows * params.n
+    batches = _sample_batches(problems, params)
+    total = sum(sub.num_rows * p.n for sub, p in batches)
     done = [0]
 
     def sampled(k: int) -> None:
         done[0] += k
         _progress("sample", done[0], total)
 
-    samples = sampler.sample(problems, params, sampled, template=template)
+    parts = [sampler.sample(sub, p, sampled, template=template) for sub, p in batches]
+    samples = pa.concat_tables(parts) if len(parts) != 1 else parts[0]
     gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), strict=True))
     items = samples.append_column(
         "gold", pa.array([gold[p] for p in samples.column("prompt_id").to_pylist()], pa.string())
@@ -285,6 +332,29 @@ def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, r
         progress=lambda k: _progress("grade", k, len(items)),
     )
     return graded.drop_columns(["gold"]).append_column("run_id", pa.array([run_id] * graded.num_rows, pa.string()))
+
+
+# Columns ``run_shard`` adds to a shard's problems: which sample indices each prompt gets
+# (``first_idx .. first_idx + n_samples - 1``). They travel with the problems, so every executor
+# (this process, a Ray actor) samples exactly the plan's indices without a second signature.
+FIRST_IDX, N_SAMPLES = "first_idx", "n_samples"
+
+
+def _sample_batches(problems: pa.Table, params: SamplingParams) -> list[tuple[pa.Table, SamplingParams]]:
+    """The problems split by their (first sample index, count), in order of first appearance, each
+    with its sampling parameters; without the plan columns every prompt gets ``params.n`` from 0."""
+    if FIRST_IDX not in problems.column_names:
+        return [(problems, params)]
+    firsts = problems.column(FIRST_IDX).to_pylist()
+    counts = problems.column(N_SAMPLES).to_pylist()
+    rows: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(zip(firsts, counts, strict=True)):
+        rows.setdefault(key, []).append(i)
+    bare = problems.drop_columns([FIRST_IDX, N_SAMPLES])
+    if len(rows) == 1:
+        [(first, count)] = rows
+        return [(bare, replace(params, n=count, first_idx=first))]
+    return [(bare.take(idx), replace(params, n=count, first_idx=first)) for (first, count), idx in rows.items()]
 
 
 class LocalExecutor:
@@ -361,7 +431,12 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
     store.write_table("problems", problems, {"dataset": dataset})
     gradable = problems.filter(pc.equal(problems.column("status"), schema.PROBLEM_OK))
     skipped = {k: v for k, v in result.status_counts.items() if k != schema.PROBLEM_OK}
+    acfg = config.adaptive_config()
     params = config.sampling().to_dict()
+    if acfg is not None:
+        # An adaptive run samples by its settings, not by n: they take n's place in its id, so
+        # it never shares an id with a fixed-n run (whose id is unchanged).
+        params = {k: v for k, v in params.items() if k != "n"} | {"adaptive": acfg.to_dict()}
     prompt_ids = gradable.column("prompt_id").to_pylist()
     run_id = compute_run_id(dataset, model_name, config.backend, params, template, prompt_ids)
     store.register_run(
@@ -377,25 +452,31 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
             "versions": _versions(),
             "n_prompts": gradable.num_rows,
             "status": "sampling",
+            "adaptive": json.dumps(acfg.to_dict(), sort_keys=True) if acfg is not None else None,
         }
     )
     row_of = {pid: i for i, pid in enumerate(prompt_ids)}
+    n0 = acfg.n_min if acfg is not None else config.n  # an adaptive run's round 0: n_min each
     fresh = [
-        [(pid, 0, config.n) for pid in prompt_ids[start : start + config.shard_size]]
+        [(pid, 0, n0) for pid in prompt_ids[start : start + config.shard_size]]
         for start in range(0, len(prompt_ids), config.shard_size)
     ]
+    rounds = [0] * len(fresh) if acfg is not None else []
     stored = store.read_table("plans", {"run_id": run_id})
     if stored.num_rows:
         # The run was started before: its stored plan wins, so the finished shards are reused
         # exactly whatever --shard-size this rerun was given.
         entries = entries_from_plan_table(stored)
         planned = {pid for shard in entries for pid, _, _ in shard}
-        if planned != set(prompt_ids) or any(c != config.n or f != 0 for e in entries for _, f, c in e):
+        if acfg is not None:
+            rounds = rounds_from_plan_table(stored)
+            _check_adaptive_plan(run_id, entries, rounds, prompt_ids, acfg)
+        elif planned != set(prompt_ids) or any(c != config.n or f != 0 for e in entries for _, f, c in e):
             raise PipelineError(
                 f"run {run_id}: the stored plan does not cover this run's {len(prompt_ids)} prompts x "
                 f"{config.n} samples; move plans/run_id={run_id} aside to start the run again"
             )
-        if entries != fresh:
+        if entries[: len(fresh)] != fresh:
             log.warning(
                 "run %s was planned with %d prompts per shard; resuming with that plan (--shard-size %d ignored)",
                 run_id,
@@ -414,10 +495,43 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
         problems=gradable,
         shards=shards,
         skipped=skipped,
+        rounds=rounds,
     )
     if not stored.num_rows:
         store.replace_partition("plans", plan.table(), {"run_id": run_id})
     return plan
+
+
+def _check_adaptive_plan(
+    run_id: str, entries: list[ShardEntries], rounds: list[int], prompt_ids: list[str], acfg: adaptive.AdaptiveConfig
+) -> None:
+    """A stored adaptive plan is this run's: round 0 gives every prompt samples ``0 .. n_min - 1``,
+    rounds only grow, and each later entry continues its prompt where the earlier ones stopped,
+    never past ``n_max``."""
+    bad = None
+    if len(rounds) != len(entries) or rounds != sorted(rounds) or (rounds and rounds[0] != 0):
+        bad = "its shards' rounds are missing or out of order"
+    else:
+        zero = [e for shard, r in zip(entries, rounds, strict=True) if r == 0 for e in shard]
+        if sorted(pid for pid, _, _ in zero) != sorted(prompt_ids) or any(
+            (f, c) != (0, acfg.n_min) for _, f, c in zero
+        ):
+            bad = f"its round 0 is not every prompt x {acfg.n_min} samples"
+        else:
+            have = dict.fromkeys(prompt_ids, acfg.n_min)
+            for shard, r in zip(entries, rounds, strict=True):
+                for pid, first, count in shard if r > 0 else ():
+                    if have.get(pid) != first or first + count > acfg.n_max:
+                        bad = f"prompt {pid} in round {r} does not continue at sample {have.get(pid)}"
+                        break
+                    have[pid] = first + count
+                if bad:
+                    break
+    if bad:
+        raise PipelineError(
+            f"run {run_id}: the stored plan is not this adaptive run's ({bad}); move plans/run_id={run_id} "
+            "aside to start the run again"
+        )
 
 
 def finished_shards(store: Store, plan: RunPlan) -> set[int]:
@@ -449,7 +563,11 @@ def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> in
     if store.shard_digest(plan.run_id, shard) == plan.digests[shard]:
         log.info("run %s shard %d already done", plan.run_id, shard)
         return 0
-    graded = executor.sample_and_grade(plan.problems.take(plan.shards[shard]), plan.template, plan.run_id)
+    problems = plan.problems.take(plan.shards[shard])
+    entries = plan.entries[shard]
+    problems = problems.append_column(FIRST_IDX, pa.array([first for _, first, _ in entries], pa.int64()))
+    problems = problems.append_column(N_SAMPLES, pa.array([count for _, _, count in entries], pa.int64()))
+    graded = executor.sample_and_grade(problems, plan.template, plan.run_id)
     _check_shard(plan, shard, graded)
     store.write_shard(plan.run_id, shard, graded, digest=plan.digests[shard])
     return graded.num_rows
@@ -500,7 +618,14 @@ def finish_run(config: ProfileConfig, store: Store, plan: RunPlan) -> dict[str, 
     with failed_on_error(store, plan.run_id):
         counts = analyze.counts_from_samples(store, plan.run_id)
         _check_counts(plan, counts)
-        analyze.write_analysis(store, plan.run_id, analyze.analyze(counts, plan.run_id))
+        acfg = run_adaptive_config(store, plan.run_id)
+        settings = None
+        if acfg is not None:
+            # Adaptive: the decisions per prompt, and every estimate a posterior expectation
+            # under the run's prior (shared/spec/adaptive.md, "Estimates under adaptive stopping").
+            counts, prior = _with_decisions(store, plan, acfg, counts)
+            settings = analyze.AnalyzeConfig(prior_a=prior.a, prior_b=prior.b, posterior=True)
+        analyze.write_analysis(store, plan.run_id, analyze.analyze(counts, plan.run_id, settings))
         table, alloc_config = allocate.default_allocation(plan.run_id, counts, config.allocation_budget_factor)
         allocate.write_allocation(store, plan.run_id, table, alloc_config)
     store.set_run_status(plan.run_id, "done")
@@ -508,6 +633,182 @@ def finish_run(config: ProfileConfig, store: Store, plan: RunPlan) -> dict[str, 
     if config.report:
         report_path = report.render_report(store, plan.run_id, store.report_path(plan.run_id))
     return {"run_id": plan.run_id, "report": str(report_path) if report_path else None}
+
+
+# --- adaptive rounds (shared/spec/adaptive.md) -----------------------------------------------------
+
+
+def run_adaptive_config(store: Store, run_id: str) -> adaptive.AdaptiveConfig | None:
+    """The adaptive settings a run was registered with (None for a fixed-n run). Read from the
+    registry, so a run regraded from an adaptive one (which keeps its registry columns) is
+    analysed as adaptive too."""
+    text = (store.get_run(run_id, missing_ok=True) or {}).get("adaptive")
+    if not text:
+        return None
+    try:
+        return adaptive.AdaptiveConfig.from_specs(**json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise PipelineError(f"run {run_id}: its registered adaptive settings {text!r} are unreadable: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class AdaptiveState:
+    """Where an adaptive run stands after its complete rounds: per prompt (in prompt-id order)
+    its samples ``n`` and correct ``c``, and the prior fitted to round 0 (or Jeffreys')."""
+
+    prompt_ids: list[str]
+    n: np.ndarray
+    c: np.ndarray
+    prior: adaptive.Prior
+
+
+def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -> AdaptiveState:
+    """Read the state from the stored samples (``sql/adaptive_counts.sql``): a function of the
+    samples alone, so a rerun after a kill finds the same state, fits the same prior and plans the
+    same next round."""
+    files = [str(f) for _, f in sorted(store.shard_files(plan.run_id).items())]
+    if not files:
+        raise PipelineError(f"run {plan.run_id} has no finished shards")
+    counts = store.named_query("adaptive_counts", {"files": files, "n_min": acfg.n_min})
+    _check_counts(plan, counts)
+    n0, c0 = counts.column("n0").to_numpy(), counts.column("c0").to_numpy()
+    prior = adaptive.fit_prior(n0, c0) if acfg.prior == "fit" else adaptive.jeffreys_prior()
+    return AdaptiveState(
+        counts.column("prompt_id").to_pylist(),
+        counts.column("n").to_numpy().astype(np.int64),
+        counts.column("c").to_numpy().astype(np.int64),
+        prior,
+    )
+
+
+def _rounds_summary(plan: RunPlan, open_now: set[str]) -> list[dict[str, int]]:
+    """Per round: prompts sampled, rollouts, shards, and prompts still open after it (those that
+    get samples in a later round, or are open now: a prompt stops only when decided or at n_max,
+    so one left out of a greedy round is still open)."""
+    later: set[str] = set(open_now)
+    out: list[dict[str, int]] = []
+    for r in sorted(set(plan.rounds), reverse=True):
+        shards = [s for s, rr in enumerate(plan.rounds) if rr == r]
+        entries = [e for s in shards for e in plan.entries[s]]
+        out.append(
+            {
+                "round": r,
+                "prompts": len({pid for pid, _, _ in entries}),
+                "rollouts": sum(count for _, _, count in entries),
+                "shards": len(shards),
+                "open_after": len(later),
+            }
+        )
+        later |= {pid for pid, _, _ in entries}
+    return out[::-1]
+
+
+def _record_rounds(store: Store, plan: RunPlan, prior: adaptive.Prior, open_now: set[str]) -> None:
+    """The prior and the rounds so far into the run's registry row (a plan without rounds, a
+    regrade's, keeps the rounds its source recorded)."""
+    row: dict[str, Any] = {
+        "run_id": plan.run_id,
+        "prior_a": prior.a,
+        "prior_b": prior.b,
+        "prior": json.dumps(prior.to_dict(), sort_keys=True),
+    }
+    if plan.rounds:
+        row["rounds"] = json.dumps(_rounds_summary(plan, open_now))
+    store.register_run(row)
+
+
+def plan_next_round(config: ProfileConfig, store: Store, plan: RunPlan) -> RunPlan | None:
+    """After every shard of ``plan`` is finished: the plan with the next round's shards appended
+    (and stored), or None when every prompt has stopped (and always for a fixed-n run).
+
+    The round is a deterministic function of the stored samples (``adaptive.next_round`` on
+    ``adaptive_state``), so a rerun after a kill between rounds re-derives exactly this round.
+    Its shards hold ``shard_size`` of the continuing prompts each, every prompt with its own first
+    sample index and count; shard numbers go on from the last round's.
+    """
+    acfg = config.adaptive_config()
+    if acfg is None:
+        return None
+    missing = set(range(len(plan.digests))) - finished_shards(store, plan)
+    if missing:
+        raise PipelineError(f"run {plan.run_id}: shards {sorted(missing)} are not finished; the next round waits")
+    state = adaptive_state(store, plan, acfg)
+    extra = adaptive.next_round(state.n, state.c, state.prior, acfg)
+    still_open = ~adaptive.decide(state.n, state.c, state.prior, acfg.target).decided & (state.n < acfg.n_max)
+    _record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
+    if not extra.any():
+        return None
+    # Sorted by (first index, count, prompt id): a shard's prompts with the same indices are one
+    # sampler call (``_sample_batches``), and a round has as few shards as its prompts need.
+    todo = sorted(
+        (n, k, pid) for pid, n, k in zip(state.prompt_ids, state.n.tolist(), extra.tolist(), strict=True) if k > 0
+    )
+    new: list[ShardEntries] = [
+        [(pid, n, k) for n, k, pid in todo[start : start + config.shard_size]]
+        for start in range(0, len(todo), config.shard_size)
+    ]
+    row_of = {pid: i for i, pid in enumerate(plan.problems.column("prompt_id").to_pylist())}
+    entries = plan.entries + new
+    round_ = (plan.rounds[-1] if plan.rounds else 0) + 1
+    nxt = RunPlan.build(
+        plan.run_id,
+        entries,
+        dataset=plan.dataset,
+        model=plan.model,
+        template=plan.template,
+        problems=plan.problems,
+        shards=plan.shards + [[row_of[pid] for pid, _, _ in shard] for shard in new],
+        skipped=plan.skipped,
+        rounds=plan.rounds + [round_] * len(new),
+    )
+    store.replace_partition("plans", nxt.table(), {"run_id": plan.run_id})
+    log.info(
+        "run %s round %d: %d prompts, %d rollouts, %d shards",
+        plan.run_id,
+        round_,
+        int((extra > 0).sum()),
+        int(extra.sum()),
+        len(new),
+    )
+    return nxt
+
+
+def _with_decisions(
+    store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig, counts: pa.Table
+) -> tuple[pa.Table, adaptive.Prior]:
+    """The counts with the adaptive columns of ``prompt_stats`` (``analyze.ADAPTIVE_COLUMNS``):
+    the round each prompt stopped in, its reported band and that band's posterior probability,
+    its central ``1 - delta`` credible interval, and whether it stopped undecided; the run's
+    prior and rounds go to the registry."""
+    state = adaptive_state(store, plan, acfg)
+    at = {pid: i for i, pid in enumerate(state.prompt_ids)}
+    order = np.array([at[pid] for pid in counts.column("prompt_id").to_pylist()], dtype=np.int64)
+    n, c = state.n[order], state.c[order]
+    d = adaptive.decide(n, c, state.prior, acfg.target)
+    stop: dict[str, int] = {}
+    for shard, entries in enumerate(plan.entries):
+        r = plan.shard_round(shard)
+        if r is not None:
+            for pid, _, _ in entries:
+                stop[pid] = max(stop.get(pid, 0), r)
+    ids = counts.column("prompt_id").to_pylist()
+    band = (
+        pa.array([adaptive.BANDS[b] for b in d.band.tolist()], pa.string())
+        if acfg.target.kind == "band"
+        else pa.nulls(len(ids), pa.string())
+    )
+    extra = {
+        "stop_round": pa.array([stop.get(pid) for pid in ids], pa.int32()),
+        "decided_band": band,
+        "band_prob": pa.array(d.prob, pa.float64(), from_pandas=True),
+        "post_lo": pa.array(d.lo, pa.float64()),
+        "post_hi": pa.array(d.hi, pa.float64()),
+        "undecided": pa.array(~d.decided, pa.bool_()),
+    }
+    for name, column in extra.items():
+        counts = counts.append_column(name, column)
+    _record_rounds(store, plan, state.prior, set())
+    return counts, state.prior
 
 
 def _check_counts(plan: RunPlan, counts: pa.Table) -> None:
@@ -527,10 +828,14 @@ def _check_counts(plan: RunPlan, counts: pa.Table) -> None:
 
 
 def profile(config: ProfileConfig, store: Store, executor: Executor) -> dict[str, Any]:
-    """The whole profile in this process: prepare, every pending shard, finish."""
+    """The whole profile in this process: prepare, every pending shard (round after round for an
+    adaptive run), finish."""
     plan = prepare_run(config, store, executor.model_name)
     with working_on(store, plan.run_id):
         run_pending_shards(store, plan, executor)
+        while (nxt := plan_next_round(config, store, plan)) is not None:
+            plan = nxt
+            run_pending_shards(store, plan, executor)
         return finish_run(config, store, plan)
 
 

@@ -52,6 +52,9 @@ PROBLEMS = pa.schema(
         pa.field("prior_n", pa.int32()),
         pa.field("prior_c", pa.int32()),
         pa.field("status", pa.string(), nullable=False),
+        # The source row as loaded from a local file, as JSON text (datasets.original_row reads it):
+        # what `difficulty export` writes back. Null for hub and bundled rows.
+        pa.field("original", pa.string()),
     ]
 )
 
@@ -70,6 +73,14 @@ RUNS = pa.schema(
         pa.field("created_at", pa.timestamp("us", tz="UTC")),
         pa.field("updated_at", pa.timestamp("us", tz="UTC")),
         pa.field("status", pa.string()),  # created, sampling, done, failed
+        # Adaptive runs only (null otherwise; shared/spec/adaptive.md): the settings as JSON (target,
+        # n_min, n_max, round rule, prior choice), the prior the posteriors use, and the rounds as
+        # JSON (per round: prompts sampled, rollouts, shards, prompts still open after it).
+        pa.field("adaptive", pa.string()),
+        pa.field("prior_a", pa.float64()),
+        pa.field("prior_b", pa.float64()),
+        pa.field("prior", pa.string()),  # JSON: how the prior was obtained (fit or jeffreys, start, loglik)
+        pa.field("rounds", pa.string()),
     ]
 )
 
@@ -100,6 +111,7 @@ PLANS = pa.schema(
         pa.field("first_idx", pa.int32(), nullable=False),  # sample indices first_idx ..
         pa.field("count", pa.int32(), nullable=False),  # .. first_idx + count - 1
         pa.field("digest", pa.string(), nullable=False),  # of the whole shard (same on its rows)
+        pa.field("round", pa.int32()),  # adaptive runs: the round the shard belongs to (null otherwise)
     ]
 )
 
@@ -139,6 +151,15 @@ PROMPT_STATS = pa.schema(
         pa.field("answer_entropy", pa.float64()),  # nats
         pa.field("modal_correct_share_grpo", pa.float64()),
         pa.field("modal_correct_share_reco", pa.float64()),
+        # Adaptive runs only (null otherwise; shared/spec/adaptive.md). The posterior is
+        # Beta(prior_a + c, prior_b + n - c) with the run's prior (runs.prior_a, runs.prior_b).
+        pa.field("stop_round", pa.int32()),  # the round of the prompt's last samples
+        pa.field("decided_band", pa.string()),  # silent_hard, informative, silent_easy (band target)
+        pa.field("band_prob", pa.float64()),  # posterior probability of decided_band
+        pa.field("post_mean", pa.float64()),  # posterior mean of p
+        pa.field("post_lo", pa.float64()),  # central 1 - delta credible interval of p
+        pa.field("post_hi", pa.float64()),
+        pa.field("undecided", pa.bool_()),  # stopped at n_max without a decision
     ]
 )
 

@@ -19,10 +19,12 @@ from pipeline.errors import ConfigError
 __all__ = [
     "StatsConfig",
     "answer_stats_from_histogram",
+    "beta_quadrature",
     "jeffreys_interval",
     "pass_at_k",
     "pass_at_k_curves",
     "pass_rate",
+    "posterior_pass_at_k_curves",
     "silent_rates",
     "unbiased_expect_k",
     "unique_pairs",
@@ -149,19 +151,26 @@ def _falling_ratio(top: np.ndarray, bottom: np.ndarray, G: int) -> np.ndarray:
 
 
 def silent_rates(
-    n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prior_b: float = 0.5
+    n: np.ndarray,
+    c: np.ndarray,
+    G: int,
+    prior_a: float = 0.5,
+    prior_b: float = 0.5,
+    posterior: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Probability that a group of G is all correct, and all wrong (docs/estimators.md §3).
 
     For ``n >= G`` the unbiased estimates ``C(c, G)/C(n, G)`` and ``C(n-c, G)/C(n, G)``
     (hypergeometric); for ``n < G`` the Beta(a + c, b + n - c) posterior means
-    ``prod_{j<G} (a + c + j)/(a + b + n + j)`` and the mirror term.
+    ``prod_{j<G} (a + c + j)/(a + b + n + j)`` and the mirror term. With ``posterior`` the
+    posterior means for every n: what an adaptive run needs, whose data-dependent n leaves the
+    hypergeometric ratio biased while the posterior stays valid (shared/spec/adaptive.md).
     """
     if int(G) != G or G < 1:
         raise ConfigError(f"group size G={G!r} must be an integer >= 1")
     n = np.asarray(n, dtype=float)
     c = np.asarray(c, dtype=float)
-    exact = n >= G
+    exact = (n >= G) & (not posterior)
     nn = np.where(exact, n, float(G))  # placeholder where not exact, avoids 0/0
     ub_plus = _falling_ratio(np.where(exact, c, 0.0), nn, G)
     ub_minus = _falling_ratio(np.where(exact, n - c, 0.0), nn, G)
@@ -178,6 +187,44 @@ def zero_signal(n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prio
     """Zero-signal rate ``z_G``: unbiased for n >= G, Beta posterior mean for n < G."""
     plus, minus = silent_rates(n, c, G, prior_a, prior_b)
     return plus + minus
+
+
+def posterior_pass_at_k_curves(n_u: np.ndarray, c_u: np.ndarray, prior_a: float, prior_b: float) -> list[np.ndarray]:
+    """Posterior pass@k ``1 - E[q^k]`` for k = 1..n of each pair under ``Beta(a + c, b + n - c)``,
+    ``E[q^k] = prod_{j<k} (b + n - c + j)/(a + b + n + j)`` (the Beta moments of docs/estimators.md
+    §3): the estimate of an adaptive run, where the unbiased ``1 - C(n-c, k)/C(n, k)`` is not."""
+    n_u = np.asarray(n_u, dtype=np.int64)
+    c_u = np.asarray(c_u, dtype=np.int64)
+    out: list[np.ndarray] = []
+    for n, c in zip(n_u.tolist(), c_u.tolist(), strict=True):
+        j = np.arange(n)
+        out.append(1.0 - np.cumprod((prior_b + n - c + j) / (prior_a + prior_b + n + j)))
+    return out
+
+
+def beta_quadrature(n, c, a: float, b: float, degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``p_k`` and per-prompt weights ``W[i, k]`` with ``E[f(p)] = W[i] @ f(p_k)`` under each
+    posterior ``Beta(a + c_i, b + n_i - c_i)``, exact when ``f`` is a polynomial of degree at most
+    ``degree`` (and accurate for smooth ``f``).
+
+    Gauss-Jacobi quadrature for the prior's weight ``p^(a-1) q^(b-1)`` (one set of nodes for all
+    prompts, which handles a prior's singular density at 0 or 1 exactly) times each prompt's
+    likelihood ``p^c q^(n-c)``, normalised: ``m`` nodes are exact for ``f`` times the likelihood
+    up to degree ``2m - 1``. Every implied weight of the leave-one-out form (docs/estimators.md
+    §1) is a polynomial of degree ``G - 1`` in p, so ``E[w(p, G)]`` under the posterior is exact.
+    """
+    from scipy.special import roots_jacobi
+
+    n = np.asarray(n, float)
+    c = np.asarray(c, float)
+    m = int(math.ceil((degree + float(n.max(initial=0)) + 2) / 2)) + 2
+    x, w = roots_jacobi(m, b - 1.0, a - 1.0)  # weight (1 - x)^(b-1) (1 + x)^(a-1) on [-1, 1]
+    p = (1.0 + x) / 2.0
+    logw = np.log(w)[None, :] + c[:, None] * np.log(p)[None, :] + (n - c)[:, None] * np.log1p(-p)[None, :]
+    logw -= logw.max(axis=1, keepdims=True)
+    weights = np.exp(logw)
+    weights /= weights.sum(axis=1, keepdims=True)
+    return p, weights
 
 
 def zero_signal_plugin(n: np.ndarray, c: np.ndarray, G: int) -> np.ndarray:

@@ -22,7 +22,7 @@ from pipeline.report.sections import allocation_parts
 from pipeline.store import Store
 
 REPORT_PACKAGE = Path(report.__file__).parent
-N_SECTIONS = 10
+N_SECTIONS = 11  # ten, and the calibration of the dataset's difficulty labels
 
 
 def _plotly_banner() -> str:
@@ -307,7 +307,7 @@ def test_comparison_needs_two_distinct_runs(runs, tmp_path):
 
 
 # The report's modules, each importing only those before it in this order.
-REPORT_MODULES = ("load", "charts", "sections", "compare", "render")
+REPORT_MODULES = ("load", "charts", "rounds", "calibration", "sections", "compare", "render")
 
 
 def _pipeline_imports(path: Path) -> set[str]:
@@ -333,6 +333,8 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.estimators",
         "pipeline.analyze",
         "pipeline.allocate",
+        "pipeline.adaptive",
+        "pipeline.calibrate",
     }
     files = sorted(REPORT_PACKAGE.glob("*.py"))
     assert {f.stem for f in files} == {"__init__", *REPORT_MODULES}

@@ -8,7 +8,10 @@
 ``report_cmd``     report
 ``regrade_cmd``    regrade
 ``doctor_cmd``     doctor
+``models_cmd``     models (the converted-model cache of vLLM on the CPU)
 ``analysis_cmds``  analyze, allocate
+``export_cmd``     export (a run's dataset in its own format, with its measurements)
+``calibrate_cmd``  calibrate (difficulty labels against pass rates)
 ``orchestration``  schedule, checkpoints, drift
 ``calculators``    weights, groupsize, tries
 =================  ==========================================================================
@@ -25,7 +28,18 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli import analysis_cmds, calculators, doctor_cmd, orchestration, pipeline_cmds, regrade_cmd, report_cmd
+from pipeline.cli import (
+    analysis_cmds,
+    calculators,
+    calibrate_cmd,
+    doctor_cmd,
+    export_cmd,
+    models_cmd,
+    orchestration,
+    pipeline_cmds,
+    regrade_cmd,
+    report_cmd,
+)
 from pipeline.cli.errors import exit_on_error
 
 __all__ = ["app"]
@@ -64,8 +78,11 @@ COMMANDS = [
     ("report", report_cmd.report_cmd, PIPELINE),
     ("regrade", regrade_cmd.regrade_cmd, PIPELINE),
     ("doctor", doctor_cmd.doctor_cmd, PIPELINE),
+    ("models", models_cmd.models_cmd, PIPELINE),
+    ("export", export_cmd.export_cmd, PIPELINE),
     ("analyze", analysis_cmds.analyze_cmd, ANALYSIS),
     ("allocate", analysis_cmds.allocate_cmd, ANALYSIS),
+    ("calibrate", calibrate_cmd.calibrate_cmd, ANALYSIS),
     ("schedule", orchestration.schedule_cmd, ORCHESTRATION),
     ("checkpoints", orchestration.checkpoints_cmd, ORCHESTRATION),
     ("drift", orchestration.drift_cmd, ORCHESTRATION),

@@ -7,12 +7,14 @@ here, in ``ProfileOptions``, and one method turns them into a ``ProfileConfig``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from pipeline.adaptive import PRIORS as ADAPTIVE_PRIORS
+from pipeline.adaptive import AdaptiveConfig
 from pipeline.cli.errors import config_errors
 from pipeline.errors import ConfigError
 from pipeline.estimators import DEFAULT_ESTIMATORS as DEFAULT_ESTIMATOR_SPECS
@@ -88,8 +90,10 @@ def split_estimators(text: str) -> list[str]:
 
 _DATA = "Dataset"
 _SAMPLING = "Sampling"
+_ADAPTIVE = "Adaptive sampling"
 _BACKEND = "Backend"
 _EXECUTION = "Execution"
+_ADAPTIVE_DEFAULTS = AdaptiveConfig()  # the adaptive defaults live there
 
 Model = Annotated[str | None, typer.Option("--model", help="GGUF path, vLLM model or served model id.")]
 Prefect = Annotated[bool, typer.Option("--prefect/--no-prefect", help="Run as a Prefect flow (default) or in-process.")]
@@ -171,6 +175,47 @@ MaxTokens = Annotated[
     typer.Option("--max-tokens", help="Default 24 on the bundled set, 1024 otherwise.", rich_help_panel=_SAMPLING),
 ]
 Seed = Annotated[int, typer.Option("--seed", rich_help_panel=_SAMPLING)]
+Adaptive = Annotated[
+    str | None,
+    typer.Option(
+        "--adaptive",
+        metavar="TARGET",
+        help=(
+            "Sample in rounds and stop each prompt once decided: band[:lo=0.1,hi=0.9,delta=0.05] (which side "
+            "of lo < p < hi, at posterior probability >= 1 - delta) or width[:h=0.1,delta=0.05] (central "
+            "1 - delta interval at most 2h wide). --n is then not used."
+        ),
+        show_default=False,
+        rich_help_panel=_ADAPTIVE,
+    ),
+]
+NMin = Annotated[int, typer.Option("--n-min", help="Adaptive: round-0 samples per prompt.", rich_help_panel=_ADAPTIVE)]
+NMax = Annotated[
+    int,
+    typer.Option(
+        "--n-max", help="Adaptive: most samples per prompt; there it stops undecided.", rich_help_panel=_ADAPTIVE
+    ),
+]
+RoundRuleOption = Annotated[
+    str,
+    typer.Option(
+        "--round-rule",
+        help=(
+            "Adaptive: step[:k=4] (every open prompt gets k more per round) or greedy[:k=1,budget=8] "
+            "(a round spends budget x open prompts rollouts, in batches of k, where they most raise the "
+            "expected number of prompts decided)."
+        ),
+        rich_help_panel=_ADAPTIVE,
+    ),
+]
+AdaptivePrior = Annotated[
+    str,
+    typer.Option(
+        "--adaptive-prior",
+        help=f"Adaptive: {' or '.join(ADAPTIVE_PRIORS)} (Beta prior fitted to round 0, or Jeffreys' (1/2, 1/2)).",
+        rich_help_panel=_ADAPTIVE,
+    ),
+]
 ShardSize = Annotated[
     int,
     typer.Option("--shard-size", help="Prompts per shard (unit of retry and resume).", rich_help_panel=_EXECUTION),
@@ -314,3 +359,49 @@ class ProfileOptions:
 
 
 PROFILE = ProfileOptions()
+
+
+# The flags of AdaptiveOptions' fields, for messages.
+_ADAPTIVE_FLAGS = {
+    "n_min": "--n-min",
+    "n_max": "--n-max",
+    "round_rule": "--round-rule",
+    "adaptive_prior": "--adaptive-prior",
+}
+
+
+@dataclass(frozen=True)
+class AdaptiveOptions:
+    """The adaptive-sampling options of ``profile`` (``shared/spec/adaptive.md``), with their
+    defaults (``ADAPTIVE``, read from ``adaptive.AdaptiveConfig``); ``apply`` puts them on a
+    ``ProfileConfig``. Apart from ``ProfileOptions`` because only ``profile`` takes them."""
+
+    adaptive: str | None = None
+    n_min: int = _ADAPTIVE_DEFAULTS.n_min
+    n_max: int = _ADAPTIVE_DEFAULTS.n_max
+    round_rule: str = _ADAPTIVE_DEFAULTS.rule.spec
+    adaptive_prior: str = _ADAPTIVE_DEFAULTS.prior
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> AdaptiveOptions:
+        return cls(**{f.name: params[f.name] for f in fields(cls)})
+
+    def apply(self, config: ProfileConfig) -> ProfileConfig:
+        """``config`` with these options (``ConfigError`` names a bad value, or an adaptive option
+        given without ``--adaptive``)."""
+        if self.adaptive is None:
+            given = [flag for name, flag in _ADAPTIVE_FLAGS.items() if getattr(self, name) != getattr(ADAPTIVE, name)]
+            if given:
+                raise ConfigError(f"{', '.join(given)}: only with --adaptive (e.g. --adaptive band)")
+            return config
+        return replace(
+            config,
+            adaptive=self.adaptive,
+            n_min=self.n_min,
+            n_max=self.n_max,
+            round_rule=self.round_rule,
+            adaptive_prior=self.adaptive_prior,
+        )
+
+
+ADAPTIVE = AdaptiveOptions()

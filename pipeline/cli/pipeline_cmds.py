@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pipeline.cli import options as opt
-from pipeline.cli.options import PROFILE, DataDir, Format, open_store
+from pipeline.cli.options import ADAPTIVE, PROFILE, DataDir, Format, open_store
 from pipeline.cli.output import SQL_FORMATS, check_format, emit, err_console, print_table, say
 from pipeline.errors import ConfigError
 
@@ -26,6 +26,28 @@ def print_run_summary(store: Store, run_id: str) -> None:
     print_table(silent, title="zero-signal (silent group) rate by group size G")
     shares = store.named_query("gradient_shares", {"run_id": run_id, "G": 8})
     print_table(shares, title="gradient share by difficulty band at G = 8")
+
+
+def print_adaptive_summary(store: Store, run_id: str) -> None:
+    """An adaptive run's rounds, rollouts and prior in one line (nothing for a fixed-n run)."""
+    import json
+
+    import pyarrow.compute as pc
+
+    run = store.get_run(run_id)
+    if not run.get("adaptive"):
+        return
+    settings = json.loads(run["adaptive"])
+    rounds = json.loads(run.get("rounds") or "[]")
+    stats = store.read_table("prompt_stats", {"run_id": run_id})
+    total = int(pc.sum(stats.column("n")).as_py() or 0)
+    undecided = int(pc.sum(stats.column("undecided").cast("int64")).as_py() or 0)
+    say(
+        f"adaptive {settings['target']} (n {settings['n_min']}..{settings['n_max']}, {settings['rule']}): "
+        f"{len(rounds)} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
+        f"{undecided} prompts stopped undecided at n_max; prior Beta({run['prior_a']:.3g}, {run['prior_b']:.3g}) "
+        f"({settings['prior']}); the analysis uses posterior means under it"
+    )
 
 
 @contextmanager
@@ -120,6 +142,11 @@ def profile_cmd(
     top_p: opt.TopP = PROFILE.top_p,
     max_tokens: opt.MaxTokens = PROFILE.max_tokens,
     seed: opt.Seed = PROFILE.seed,
+    adaptive: opt.Adaptive = ADAPTIVE.adaptive,
+    n_min: opt.NMin = ADAPTIVE.n_min,
+    n_max: opt.NMax = ADAPTIVE.n_max,
+    round_rule: opt.RoundRuleOption = ADAPTIVE.round_rule,
+    adaptive_prior: opt.AdaptivePrior = ADAPTIVE.adaptive_prior,
     shard_size: opt.ShardSize = PROFILE.shard_size,
     grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
     grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
@@ -129,8 +156,12 @@ def profile_cmd(
     report: opt.Report = PROFILE.report,
     data_dir: DataDir = None,
 ) -> None:
-    """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model)."""
-    config = opt.ProfileOptions.from_params(locals()).config(model)  # before any local import
+    """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model).
+
+    With --adaptive, sample in rounds and stop each prompt once its band (or pass rate to +-h) is decided.
+    """
+    params = locals()  # before any local import could shadow a parameter (``report``)
+    config = opt.AdaptiveOptions.from_params(params).apply(opt.ProfileOptions.from_params(params).config(model))
     from pipeline.run import close_engines
 
     store = open_store(data_dir)
@@ -147,6 +178,7 @@ def profile_cmd(
         finally:
             close_engines()
     print_run_summary(store, result["run_id"])
+    print_adaptive_summary(store, result["run_id"])
     say(f"run {result['run_id']} done; tables under {store.root}")
     if result.get("report"):
         say(f"report: {result['report']}")

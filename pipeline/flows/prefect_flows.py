@@ -2,7 +2,8 @@
 
 Importing this module imports Prefect (seconds), so the CLI imports it only in the commands that
 run a flow. Tasks are coarse on purpose: one load task, one task per shard of prompts (retried),
-one finishing task. The stage code lives in ``pipeline.run`` and ``pipeline.history``; this module
+one finishing task; an adaptive run adds one planning task per round, and its rounds' shards are
+shard tasks like any other. The stage code lives in ``pipeline.run`` and ``pipeline.history``; this module
 only wires it into Prefect.
 
 Flows:
@@ -62,6 +63,9 @@ shard_task = task(
     **_TASK,
 )
 finish_task = task(run.finish_run, name="analyze-allocate-report", **_TASK)
+# Adaptive runs: after a round's shards, decide the next round from the stored samples (cheap, and
+# deterministic, so a retry or a rerun plans the same round).
+round_task = task(run.plan_next_round, name="plan-round", **_TASK)
 record_history_task = task(history.record_history, name="append-history", **_TASK)
 
 
@@ -112,16 +116,26 @@ def profile(config: dict[str, Any], store: dict[str, Any] | Store) -> dict[str, 
         plan = load_task(cfg, data, executor.model_name)
         rename_flow_run(run.run_label(cfg, plan.run_id))
         with run.working_on(data, plan.run_id):
-            pending = run.pending_shards(data, plan)
-            if executor.concurrency <= 1:
-                for shard in pending:
-                    shard_task(data, quote(plan), shard, quote(executor))
-            else:
-                futures = [shard_task.submit(data, quote(plan), s, quote(executor)) for s in pending]
-                wait(futures)  # every shard gets its chance before a failure stops the flow
-                for future in futures:
-                    future.result()
+            _run_shards(data, plan, executor)
+            # An adaptive run: round after round, each one task per shard; a fixed-n run has none.
+            while cfg.adaptive is not None and (nxt := round_task(cfg, data, quote(plan))) is not None:
+                plan = nxt
+                _run_shards(data, plan, executor)
             return finish_task(cfg, data, quote(plan))
+
+
+def _run_shards(data: Store, plan: run.RunPlan, executor) -> None:
+    """One retried task per pending shard of the plan: in the flow's thread for a local executor,
+    submitted to the thread pool (one thread per Ray actor) otherwise."""
+    pending = run.pending_shards(data, plan)
+    if executor.concurrency <= 1:
+        for shard in pending:
+            shard_task(data, quote(plan), shard, quote(executor))
+    else:
+        futures = [shard_task.submit(data, quote(plan), s, quote(executor)) for s in pending]
+        wait(futures)  # every shard gets its chance before a failure stops the flow
+        for future in futures:
+            future.result()
 
 
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)

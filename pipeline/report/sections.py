@@ -17,6 +17,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from pipeline import estimators as est
+from pipeline.report.calibration import calibration_section
 from pipeline.report.charts import (
     Charts,
     Section,
@@ -32,6 +33,7 @@ from pipeline.report.charts import (
     short,
 )
 from pipeline.report.load import ReportConfig, RunData, summary_rows
+from pipeline.report.rounds import adaptive_section, posterior_note
 
 __all__ = ["ALLOCATION_KEY", "BREAKDOWN_COLUMNS", "allocation_label", "allocation_parts", "build_sections"]
 
@@ -92,6 +94,8 @@ def _run_card(data: RunData) -> Section:
     if data.computed:
         sec.notes.append("Not stored for this run, computed for this report: " + ", ".join(data.computed) + ".")
     sec.notes += data.notes
+    if note := posterior_note(data):
+        sec.notes.append(note)
     return sec
 
 
@@ -365,7 +369,9 @@ def _zero_signal(data: RunData, charts: Charts) -> Section:
         )
     )
     post = series("share_posterior")
-    if any(v for v in post if v):
+    if note := posterior_note(data, short=True):
+        sec.notes.append(note)
+    elif any(v for v in post if v):
         first = next(G for G, v in zip(Gs, post, strict=True) if v)
         sec.notes.append(
             f"From G = {first} on, some prompts have fewer than G samples; their rates "
@@ -541,6 +547,8 @@ def _pass_at_k(data: RunData, charts: Charts) -> Section:
     if not df.height:
         sec.notes.append("The summary has no pass@k rows.")
         return sec
+    if note := posterior_note(data, short=True):
+        sec.notes.append(note)
     fig = figure()
     fig.add_scatter(
         x=df["k"].to_numpy(),
@@ -833,17 +841,20 @@ def _prompt_tables(data: RunData, cfg: ReportConfig) -> Section:
 
 
 def build_sections(data: RunData, cfg: ReportConfig, prefix: str = "r") -> list[Section]:
-    """All ten sections of a run report."""
+    """All ten sections of a run report, and an adaptive run's rounds section after the pass rates."""
     charts = Charts(prefix)
-    return [
-        _run_card(data),
-        _pass_rates(data, charts, cfg),
+    sections = [_run_card(data), _pass_rates(data, charts, cfg)]
+    rounds = adaptive_section(data, charts)
+    if rounds is not None:
+        sections.append(rounds)
+    return sections + [
         _weights_section(data, charts),
         _gradient_share(data, charts),
         _zero_signal(data, charts),
         _allocation_section(data, charts, cfg),
         _pass_at_k(data, charts),
         _breakdown(data, charts, cfg),
+        calibration_section(data, charts),
         _answers(data, charts, cfg),
         _prompt_tables(data, cfg),
     ]

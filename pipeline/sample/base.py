@@ -16,8 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from pipeline.datasets import chat_messages_of
 from pipeline.errors import ConfigError
-from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt
+from pipeline.sample.templates import CHAT_MESSAGES, DEFAULT_TEMPLATE, render_prompt
 
 # One row per sample; the `samples` table adds run_id and the grading columns.
 SAMPLE_ROWS = pa.schema(
@@ -34,6 +35,7 @@ SAMPLE_ROWS = pa.schema(
 Progress = Callable[[int], None]
 
 _SEED_MAX = 2**31 - 1  # fits every backend: llama.cpp (uint32), vLLM and OpenAI servers (int)
+_SAMPLE_IDX_MAX = 2**31 - 1  # sample_idx is an int32 column
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class SamplingParams:
         max_tokens: generated tokens per sample, 1 to 1048576; always sent explicitly (vLLM's
             default is 16).
         seed: run seed, 0 to 2**63 - 1; per-sample seeds are derived from it with `derive_seed`.
+        first_idx: the first sample index: a call samples indices ``first_idx .. first_idx + n - 1``
+            (a later round of an adaptive profile continues where the earlier rounds stopped). Not
+            part of `to_dict`, which a run id hashes: where a batch starts is the plan's business,
+            not the run's, so a fixed-n run keeps its id.
     """
 
     n: int = 8
@@ -54,18 +60,26 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 256
     seed: int = 0
+    first_idx: int = 0
 
     def __post_init__(self) -> None:
         _check_int("n", self.n, 1, 100_000)
         _check_int("max_tokens", self.max_tokens, 1, 1 << 20)
         _check_int("seed", self.seed, 0, 2**63 - 1)
+        _check_int("first_idx", self.first_idx, 0, _SAMPLE_IDX_MAX - self.n)
         _check_float("temperature", self.temperature, 0.0, 10.0, "[0, 10]")
         _check_float("top_p", self.top_p, 0.0, 1.0, "(0, 1]")
         if self.top_p <= 0.0:
             raise ConfigError(f"top_p={self.top_p!r} is out of range: allowed (0, 1]")
 
+    @property
+    def sample_indices(self) -> range:
+        """The sample indices this call samples: ``first_idx .. first_idx + n - 1``."""
+        return range(self.first_idx, self.first_idx + self.n)
+
     def to_dict(self) -> dict[str, Any]:
-        """The parameters as a plain dict (for the run registry)."""
+        """The parameters as a plain dict (for the run registry and the run id; without
+        ``first_idx``)."""
         return {
             "n": self.n,
             "temperature": self.temperature,
@@ -107,6 +121,34 @@ class PromptItem:
     prompt: str
 
 
+class ChatPrompt(str):
+    """A prompt that is a dataset's own chat messages (verl's ``prompt``, template ``{messages}``).
+
+    The text is the last user message; ``chat_messages`` sends ``messages`` instead of wrapping
+    the text, so every backend sends a verl row as the trainer would, with no backend change.
+    """
+
+    messages: tuple[dict, ...]
+
+    def __new__(cls, text: str, messages: list[dict]) -> ChatPrompt:
+        obj = super().__new__(cls, text)
+        obj.messages = tuple(dict(m) for m in messages)
+        return obj
+
+    def __reduce__(self):  # pickled to vLLM's worker processes and Ray actors with its messages
+        return (ChatPrompt, (str(self), list(self.messages)))
+
+
+def _own_messages(problems: Any) -> list[list[dict] | None]:
+    """Each problem's chat messages from its ``original`` row (None where it has none)."""
+    if isinstance(problems, pa.Table | pa.RecordBatch):
+        names = problems.schema.names
+        originals = problems.column("original").to_pylist() if "original" in names else [None] * problems.num_rows
+    else:
+        originals = [_field(r, "original") for r in problems]
+    return [chat_messages_of(o) for o in originals]
+
+
 def _field(row: Any, name: str) -> Any:
     if isinstance(row, Mapping):
         return row.get(name)
@@ -133,15 +175,28 @@ def iter_problem_rows(problems: Any) -> Iterable[tuple[str, str]]:
 
 
 def prepare_prompts(problems: Any, template: str | None) -> list[PromptItem]:
-    """Render every problem through the template; duplicate prompt ids are an error."""
+    """Render every problem through the template; duplicate prompt ids are an error.
+
+    With ``CHAT_MESSAGES`` (a verl dataset without a template of the user's) each problem is its
+    own chat messages, read from its ``original`` row, as a ``ChatPrompt``.
+    """
     tpl = DEFAULT_TEMPLATE if template is None else template
+    own = _own_messages(problems) if tpl == CHAT_MESSAGES else None
     items: list[PromptItem] = []
     seen: set[str] = set()
-    for pid, text in iter_problem_rows(problems):
+    for i, (pid, text) in enumerate(iter_problem_rows(problems)):
         if pid in seen:
             raise ConfigError(f"prompt_id {pid!r} appears twice in the problems")
         seen.add(pid)
-        items.append(PromptItem(pid, render_prompt(tpl, text)))
+        if own is None:
+            items.append(PromptItem(pid, render_prompt(tpl, text)))
+        elif not own[i]:
+            raise ConfigError(
+                f"problem {pid}: template {CHAT_MESSAGES} sends each problem's own chat messages, and this one has "
+                "none (no original verl row with a 'prompt'); load it from its verl file or pass --template-file"
+            )
+        else:
+            items.append(PromptItem(pid, ChatPrompt(text, own[i])))
     return items
 
 
@@ -155,7 +210,16 @@ def rows_to_table(rows: list[tuple[str, int, str | None, str | None, int | None]
 
 
 def chat_messages(prompt: str, system: str | None) -> list[dict[str, str]]:
-    """OpenAI-style messages for one prompt (with an optional system message)."""
+    """OpenAI-style messages for one prompt (with an optional system message).
+
+    A ``ChatPrompt`` is its own messages; ``system`` goes in front only when they have none.
+    """
+    own = getattr(prompt, "messages", None)
+    if own is not None:
+        msgs = [dict(m) for m in own]
+        if system and not any(m.get("role") == "system" for m in msgs):
+            msgs.insert(0, {"role": "system", "content": system})
+        return msgs
     msgs = [{"role": "system", "content": system}] if system else []
     msgs.append({"role": "user", "content": prompt})
     return msgs
@@ -191,7 +255,8 @@ class Sampler(Protocol):
 
         Returns:
             A table with schema `SAMPLE_ROWS`: n rows per problem, in input order, sample_idx
-            0..n-1 within each problem.
+            ``params.first_idx .. params.first_idx + n - 1`` within each problem, each sampled
+            with the seed ``derive_seed(params.seed, prompt_id, sample_idx)``.
         """
         ...
 

@@ -195,7 +195,7 @@ class LlamaCppSampler:
             # changes the batch split and with it the logits' last bits, so the samples would
             # depend on which prompt came before (i.e. on the shard).
             self.llm.reset()
-            for idx in range(params.n):
+            for idx in params.sample_indices:
                 try:
                     out = self.llm.create_chat_completion(
                         messages=msgs,

@@ -275,7 +275,7 @@ class OpenAISampler:
                 rows.append(
                     (
                         item.prompt_id,
-                        len(rows),
+                        params.first_idx + len(rows),
                         text,
                         c.get("finish_reason"),
                         int(n_tok) if isinstance(n_tok, int) else None,
@@ -286,8 +286,8 @@ class OpenAISampler:
                 progress(taken)
             return taken
 
-        def seed_of(i: int) -> int:
-            return derive_seed(params.seed, item.prompt_id, i)
+        def seed_of(i: int) -> int:  # i counts from the call's first sample index
+            return derive_seed(params.seed, item.prompt_id, params.first_idx + i)
 
         while len(rows) < params.n:
             start = len(rows)

@@ -20,7 +20,7 @@ True pass rates:
       prompt's rate never depends on the other prompts it is sampled with.
 
 Outcomes:
-    Sample ``i`` of prompt ``pid`` is correct when ``s / (2**31 - 1) < p``, where
+    Sample ``i`` of prompt ``pid`` (``i`` from ``params.first_idx``) is correct when ``s / (2**31 - 1) < p``, where
     ``s = derive_seed(seed, pid, i)`` is the per-sample seed every backend uses. Reruns and
     resumed runs therefore give identical tables, and a sample's outcome does not depend on
     shards, batch order or the other prompts; ``p = 0`` is never right and ``p = 1`` always.
@@ -378,7 +378,8 @@ class SimulateSampler:
         *,
         template: str | None = None,
     ) -> pa.Table:
-        """Simulate `params.n` completions per problem (see `Sampler.sample`)."""
+        """Simulate `params.n` completions per problem, sample indices from `params.first_idx`
+        (see `Sampler.sample`)."""
         items = _problems(problems, template)
         for item in items:
             if item.prompt_id in self._fail_once:
@@ -388,7 +389,7 @@ class SimulateSampler:
         rows: list[tuple[str, int, str | None, str | None, int | None]] = []
         for item, rate in zip(items, rates, strict=True):
             gold = _unwrap(item.answer)
-            for idx in range(params.n):
+            for idx in params.sample_indices:
                 s = derive_seed(params.seed, item.prompt_id, idx)
                 answer = gold if s / _SEED_RANGE < rate else wrong_answer(gold, s)
                 text, finish, n_tokens = _completion(f"The answer is \\boxed{{{answer}}}.", params.max_tokens)

@@ -13,9 +13,13 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
+from pipeline.datasets import sends_own_messages
 from pipeline.errors import ConfigError, MissingFileError
 
 PLACEHOLDER = "{problem}"
+# The run template of a dataset whose rows are sent as their own chat messages (verl's `prompt`,
+# its instruction included) instead of a rendered template; `base.prepare_prompts` reads it.
+CHAT_MESSAGES = "{messages}"
 
 # Datasets with their own bundled template; every other dataset gets `default`.
 _BUNDLED = {"default": "default.txt", "gsm8k": "gsm8k.txt", "arithmetic": "arithmetic.txt"}
@@ -50,8 +54,10 @@ def template_for(dataset: str | None, path: str | Path | None = None) -> str:
     """The prompt template for a dataset, or the one in `path` when given.
 
     Args:
-        dataset: dataset name (`gsm8k`, `arithmetic`, ...); unknown names or None get the default.
-        path: a UTF-8 text file with one `{problem}` placeholder; overrides the bundled template.
+        dataset: dataset name (`gsm8k`, `arithmetic`, ...); unknown names or None get the default;
+            a verl file's dataset (`verl-<stem>`) gets `CHAT_MESSAGES`: its rows' own messages.
+        path: a UTF-8 text file with one `{problem}` placeholder; overrides the bundled template
+            (and a verl dataset's own messages: the problem is then its last user message).
 
     Raises:
         FileNotFoundError: `path` does not exist.
@@ -62,6 +68,8 @@ def template_for(dataset: str | None, path: str | Path | None = None) -> str:
         if not p.is_file():
             raise MissingFileError(f"prompt template file {str(p)!r} does not exist")
         return check_template(p.read_text(encoding="utf-8"), f"prompt template {str(p)!r}")
+    if sends_own_messages(dataset):
+        return CHAT_MESSAGES
     key = (dataset or "default").lower()
     return _bundled(key if key in _BUNDLED else "default")
 

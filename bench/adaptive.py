@@ -1,0 +1,324 @@
+"""Benchmark of adaptive profiling (shared/spec/adaptive.md, "What the benchmark measures").
+
+For each of the spec's four truth distributions of per-prompt pass rates (U-shaped Beta(0.3, 0.4),
+uniform, easy-skewed Beta(4, 1), and a mixture with point masses at 0 and 1), the prompts are
+profiled through the real pipeline with ``--backend simulate`` (each sample is right with the
+prompt's true rate, from its per-sample seed; grading, storage and analysis are real):
+
+1. the adaptive run (``--adaptive band``, the default round rule, n_min 4, n_max 64);
+2. one fixed-n run with n = 64; a fixed-n run with n < 64 draws exactly the first n of those
+   samples (every sample's seed is ``derive_seed(seed, prompt_id, sample_idx)``), so the fixed
+   n in {4, 8, 16, 32} are read from it; a real n = 8 run checks that they are the same counts.
+
+Printed per distribution: rollouts per prompt and band misclassification against the true band
+of the adaptive rule and of each fixed n, the latter twice (the band of c/n, and the fair
+baseline: the most probable band under the same fitted prior), the mean absolute error of the
+reported z_8 = p^8 + q^8, and the saving: 1 - (adaptive rollouts) / n*, where n* is the fixed n
+with the adaptive run's misclassification on the fair baseline, interpolated in log n between
+the grid points around it. A ``--adaptive width`` run per distribution prints the coverage of its
+intervals (should be near 1 - delta; ``--no-width`` skips it).
+
+    python bench/adaptive.py                     # 5,000 prompts per distribution, about 2 minutes
+    python bench/adaptive.py --prompts 1000      # quicker
+    python bench/adaptive.py --round-rule step:k=4 --no-width --json out.json
+
+The fixed-n baseline uses the adaptive run's fitted prior (fitted to the first n_min samples,
+which are the fixed run's first n_min samples too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import adaptive, run, stats  # noqa: E402
+from pipeline.flows import executors  # noqa: E402
+from pipeline.store import Store  # noqa: E402
+
+GRID = (4, 8, 16, 32, 64)
+DISTRIBUTIONS = {
+    "u-shaped": "Beta(0.3, 0.4)",
+    "uniform": "Beta(1, 1)",
+    "easy-skewed": "Beta(4, 1)",
+    "mixture": "30% at 0, 25% at 1, 45% Beta(2, 2)",
+}
+
+
+def true_rates(name: str, N: int, rng: np.random.Generator) -> np.ndarray:
+    if name == "u-shaped":
+        return rng.beta(0.3, 0.4, N)
+    if name == "uniform":
+        return rng.uniform(0.0, 1.0, N)
+    if name == "easy-skewed":
+        return rng.beta(4.0, 1.0, N)
+    u = rng.uniform(size=N)
+    return np.where(u < 0.30, 0.0, np.where(u < 0.55, 1.0, rng.beta(2.0, 2.0, N)))
+
+
+def band_of(p: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    return np.where(p <= lo, 0, np.where(p >= hi, 2, 1))
+
+
+def write_inputs(folder: Path, name: str, p: np.ndarray) -> tuple[Path, Path]:
+    """The problems (JSON Lines) and their true pass rates, keyed by problem text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    problems, rates = folder / f"bench-{name}.jsonl", folder / f"rates-{name}.jsonl"
+    with problems.open("w") as fp, rates.open("w") as fr:
+        for i, rate in enumerate(p):
+            text = f"Bench {name} problem {i}: what is {i} + 17?"
+            fp.write(json.dumps({"problem": text, "answer": str(i + 17)}) + "\n")
+            fr.write(json.dumps({"problem": text, "pass_rate": float(rate)}) + "\n")
+    return problems, rates
+
+
+def profile(store: Store, base: dict, prefect: bool, **over) -> str:
+    cfg = run.ProfileConfig(**base, **over)
+    if prefect:
+        from pipeline.flows.prefect_flows import profile_flow
+
+        return profile_flow(cfg, store)["run_id"]
+    return executors.profile_direct(cfg, store)["run_id"]
+
+
+def truth_by_prompt(store: Store, dataset: str, rates: dict[str, float]) -> dict[str, float]:
+    problems = store.read_table("problems", {"dataset": dataset})
+    return {
+        pid: rates[text]
+        for pid, text in zip(
+            problems.column("prompt_id").to_pylist(), problems.column("problem").to_pylist(), strict=True
+        )
+    }
+
+
+def prefix_counts(store: Store, run_id: str, ids: list[str]) -> dict[int, np.ndarray]:
+    """Correct counts among the first n samples of each prompt, for every n of the grid."""
+    s = store.read_table("samples", {"run_id": run_id}).select(["prompt_id", "sample_idx", "correct"])
+    at = {pid: i for i, pid in enumerate(ids)}
+    rows = np.array([at[p] for p in s.column("prompt_id").to_pylist()])
+    idx = s.column("sample_idx").to_numpy()
+    ok = s.column("correct").fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
+    return {n: np.bincount(rows[idx < n], weights=ok[idx < n], minlength=len(ids)).astype(np.int64) for n in GRID}
+
+
+def one_distribution(name: str, args, work: Path) -> dict:
+    rng = np.random.default_rng(args.seed + sum(map(ord, name)))
+    p_true = true_rates(name, args.prompts, rng)
+    data_file, rates_file = write_inputs(work / "inputs", name, p_true)
+    rates = {json.loads(line)["problem"]: json.loads(line)["pass_rate"] for line in rates_file.open()}
+    store = Store.open(work / f"data-{name}")
+    base = {
+        "dataset": "local",
+        "data_file": str(data_file),
+        "backend": "simulate",
+        "backend_options": {"pass_rates": str(rates_file)},
+        "limit": None,
+        "shard_size": args.shard_size,
+        "grade_workers": 1,
+        "report": args.report,
+        "seed": args.seed,
+    }
+    acfg = adaptive.AdaptiveConfig.from_specs("band", args.n_min, args.n_max, args.round_rule)
+    t0 = time.perf_counter()
+    rid_a = profile(
+        store, base, args.prefect, adaptive="band", n_min=args.n_min, n_max=args.n_max, round_rule=args.round_rule
+    )
+    t_adaptive = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rid_f = profile(store, base, args.prefect, n=max(GRID))
+    t_fixed = time.perf_counter() - t0
+    rid_8 = profile(store, base, args.prefect, n=8)
+
+    ps = store.read_table("prompt_stats", {"run_id": rid_a})
+    ids = ps.column("prompt_id").to_pylist()
+    dataset = store.get_run(rid_a)["dataset"]
+    truth = truth_by_prompt(store, dataset, rates)
+    p = np.array([truth[pid] for pid in ids])
+    tgt = acfg.target
+    true_band = band_of(p, tgt.lo, tgt.hi)
+    run_row = store.get_run(rid_a)
+    prior = adaptive.Prior(run_row["prior_a"], run_row["prior_b"])
+    n_a = ps.column("n").to_numpy()
+    band_a = np.array([adaptive.BANDS.index(b) for b in ps.column("decided_band").to_pylist()])
+    G = 8
+    z_true = p**G + (1 - p) ** G
+    j = list(ps.column("group_sizes")[0].as_py()).index(G)
+    z_a = np.array([z[j] for z in ps.column("zero_signal").to_pylist()])
+    rounds = json.loads(run_row["rounds"])
+    out = {
+        "distribution": name,
+        "truth": DISTRIBUTIONS[name],
+        "prompts": len(ids),
+        "prior": [prior.a, prior.b],
+        "adaptive": {
+            "rule": acfg.rule.spec,
+            "rounds": len(rounds),
+            "rollouts_per_prompt": float(n_a.mean()),
+            "misclassification": float((band_a != true_band).mean()),
+            "undecided": float(ps.column("undecided").to_numpy(zero_copy_only=False).mean()),
+            "z8_mae": float(np.abs(z_a - z_true).mean()),
+            "seconds": t_adaptive,
+        },
+        "fixed": [],
+        "fixed_64_seconds": t_fixed,
+    }
+    counts = prefix_counts(store, rid_f, ids)
+    # The prefix of the n = 64 run is what a fixed n = 8 run samples: check it on a real n = 8 run.
+    c8 = store.read_table("prompt_stats", {"run_id": rid_8})
+    c8 = dict(zip(c8.column("prompt_id").to_pylist(), c8.column("c").to_pylist(), strict=True))
+    if [c8[pid] for pid in ids] != counts[8].tolist():
+        raise SystemExit(f"{name}: the fixed n = 8 run's counts differ from the first 8 samples of the n = 64 run")
+    for n in GRID:
+        c = counts[n]
+        nn = np.full(len(ids), n)
+        fair = adaptive.decide(nn, c, prior, tgt).band
+        plain = band_of(c / n, tgt.lo, tgt.hi)
+        z = stats.zero_signal(nn, c, G)  # what a fixed-n run reports (unbiased for n >= G)
+        out["fixed"].append(
+            {
+                "n": n,
+                "misclassification_plain": float((plain != true_band).mean()),
+                "misclassification_fair": float((fair != true_band).mean()),
+                "z8_mae": float(np.abs(z - z_true).mean()),
+            }
+        )
+    mis_a = out["adaptive"]["misclassification"]
+    fair_curve = [f["misclassification_fair"] for f in out["fixed"]]
+    n_star, where = adaptive.log_n_crossing(GRID, fair_curve, mis_a)
+    cost = out["adaptive"]["rollouts_per_prompt"]
+    out["n_equivalent"] = n_star
+    out["n_equivalent_where"] = where
+    out["saving"] = (1.0 - cost / n_star) if n_star is not None else None
+    at_least = [f["n"] for f in out["fixed"] if f["misclassification_fair"] <= mis_a]
+    out["grid_n_as_good"] = at_least[0] if at_least else None
+    if args.width:
+        rid_w = profile(
+            store,
+            base,
+            args.prefect,
+            adaptive="width",
+            n_min=args.n_min,
+            n_max=args.n_max,
+            round_rule=args.round_rule,
+        )
+        pw = store.read_table("prompt_stats", {"run_id": rid_w})
+        pw_true = np.array([truth[pid] for pid in pw.column("prompt_id").to_pylist()])
+        lo, hi = pw.column("post_lo").to_numpy(), pw.column("post_hi").to_numpy()
+        und = pw.column("undecided").to_numpy(zero_copy_only=False)
+        inner = (pw_true > 0) & (pw_true < 1)  # p = 0 or 1 lies outside every equal-tailed Beta interval
+        out["width"] = {
+            "rollouts_per_prompt": float(pw.column("n").to_numpy().mean()),
+            "coverage": float(((pw_true >= lo) & (pw_true <= hi)).mean()),
+            "coverage_0_lt_p_lt_1": float(((pw_true >= lo) & (pw_true <= hi))[inner].mean()) if inner.any() else None,
+            "share_p_0_or_1": float((~inner).mean()),
+            "coverage_decided": float(((pw_true >= lo) & (pw_true <= hi))[~und].mean()) if (~und).any() else None,
+            "undecided": float(und.mean()),
+            "nominal": 1 - adaptive.Target.parse("width").delta,
+        }
+    return out
+
+
+def show(r: dict) -> None:
+    a = r["adaptive"]
+    print(f"\n== {r['distribution']}: p ~ {r['truth']}, {r['prompts']:,} prompts ==")
+    print(
+        f"fitted prior Beta({r['prior'][0]:.3f}, {r['prior'][1]:.3f}); adaptive {a['rule']}: {a['rounds']} rounds, "
+        f"{a['undecided']:.1%} stopped undecided at n_max ({a['seconds']:.1f} s; fixed n = 64: "
+        f"{r['fixed_64_seconds']:.1f} s)"
+    )
+    print(f"{'':12s} {'rollouts/prompt':>16s} {'misclass (c/n)':>15s} {'misclass (fair)':>16s} {'z8 MAE':>8s}")
+    print(
+        f"{'adaptive':12s} {a['rollouts_per_prompt']:16.2f} {'':>15s} {a['misclassification']:16.4f} {a['z8_mae']:8.4f}"
+    )
+    for f in r["fixed"]:
+        print(
+            f"{'fixed n=' + str(f['n']):12s} {f['n']:16d} {f['misclassification_plain']:15.4f} "
+            f"{f['misclassification_fair']:16.4f} {f['z8_mae']:8.4f}"
+        )
+    if r["n_equivalent_where"] == "inside":
+        print(
+            f"fixed n with the adaptive misclassification (fair, log-n interpolation): {r['n_equivalent']:.1f}; "
+            f"saving {r['saving']:.1%}"
+        )
+    elif r["n_equivalent_where"] == "above":
+        print(f"no fixed n up to {max(GRID)} is as good: saving > {1 - a['rollouts_per_prompt'] / max(GRID):.1%}")
+    else:
+        print(f"fixed n = {GRID[0]} is already as good: saving <= {1 - a['rollouts_per_prompt'] / GRID[0]:.1%}")
+    if r["grid_n_as_good"]:
+        g = r["grid_n_as_good"]
+        print(f"cheapest grid n at least as good (fair): {g}; saving against it {1 - a['rollouts_per_prompt'] / g:.1%}")
+    if "width" in r:
+        w = r["width"]
+        print(
+            f"width target (h = 0.1): {w['rollouts_per_prompt']:.2f} rollouts/prompt, coverage {w['coverage']:.3f} "
+            f"(nominal {w['nominal']:.2f}; decided prompts {w['coverage_decided']:.3f}), "
+            f"{w['undecided']:.1%} undecided at n_max"
+        )
+        if w["share_p_0_or_1"] > 0:
+            print(
+                f"  {w['share_p_0_or_1']:.0%} of the true rates are exactly 0 or 1, outside every equal-tailed Beta "
+                f"interval; coverage of the others {w['coverage_0_lt_p_lt_1']:.3f}"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=5000, help="prompts per distribution (default 5000)")
+    ap.add_argument("--distributions", default=",".join(DISTRIBUTIONS), help="comma-separated subset")
+    ap.add_argument("--round-rule", default=adaptive.RoundRule().spec)
+    ap.add_argument("--n-min", type=int, default=adaptive.AdaptiveConfig().n_min)
+    ap.add_argument("--n-max", type=int, default=adaptive.AdaptiveConfig().n_max)
+    ap.add_argument("--shard-size", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--width",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the width target and print its coverage (default: on)",
+    )
+    ap.add_argument("--prefect", action="store_true", help="run the profiles as Prefect flows (slower start)")
+    ap.add_argument("--report", action="store_true", help="also render the HTML reports")
+    ap.add_argument("--json", type=Path, help="write the results as JSON here")
+    ap.add_argument("--keep", type=Path, help="keep the data directories under this folder")
+    args = ap.parse_args()
+    names = [d.strip() for d in args.distributions.split(",") if d.strip()]
+    unknown = sorted(set(names) - set(DISTRIBUTIONS))
+    if unknown:
+        raise SystemExit(f"unknown distributions {unknown}; known: {', '.join(DISTRIBUTIONS)}")
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-adaptive-"))
+    start = time.perf_counter()
+    results = []
+    try:
+        for name in names:
+            results.append(one_distribution(name, args, work))
+            show(results[-1])
+    finally:
+        run.close_engines()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print("\nsavings (target >= 40% on u-shaped, uniform, easy-skewed): ", end="")
+    print(
+        ", ".join(
+            f"{r['distribution']} {r['saving']:.1%}" if r["saving"] is not None else r["distribution"] + " n/a"
+            for r in results
+        )
+    )
+    print(f"total {time.perf_counter() - start:.0f} s")
+    if args.json:
+        args.json.write_text(
+            json.dumps(results, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,564 @@
+"""Adaptive profiling: the prior fit, the posterior decisions, the stopping rule and the round rules.
+
+The math is ``shared/spec/adaptive.md``. A prompt's pass rate has the posterior
+``Beta(a0 + c, b0 + n - c)``; the prior ``(a0, b0)`` is fitted to the round-0 counts of the whole
+dataset (empirical Bayes: the beta-binomial marginal likelihood, floored at ``PRIOR_FLOOR``) or is
+Jeffreys' ``(1/2, 1/2)``. A prompt is *decided* when
+
+- ``band``: one of the bands ``p <= lo`` (silent-hard), ``lo < p < hi`` (informative),
+  ``p >= hi`` (silent-easy) has posterior probability ``>= 1 - delta``;
+- ``width``: the central ``1 - delta`` credible interval is at most ``2 h`` wide;
+
+and *stops* when it is decided or has ``n_max`` samples (then it stops undecided). Round 0 gives
+every prompt ``n_min`` samples; after each round every open prompt may get more, by one of two
+rules, both deterministic functions of the counts (so a rerun re-derives the same rounds):
+
+- ``step:k=K``: every open prompt gets ``K`` more (fewer at ``n_max``);
+- ``greedy:k=K,budget=B``: a round spends ``ceil(B x open prompts)`` rollouts, in batches of
+  ``K``, where they most raise the expected number of prompts decided at the end of the round
+  (the beta-binomial predictive of each prompt, greedily by gain per rollout on each prompt's
+  upper concave hull, so a prompt that needs 12 more samples to have any chance gets 12 at once).
+
+Everything here is a pure numpy/scipy function of counts; the rounds loop lives in ``run.py``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+
+__all__ = [
+    "BANDS",
+    "PRIORS",
+    "PRIOR_FLOOR",
+    "ROUND_RULES",
+    "TARGETS",
+    "AdaptiveConfig",
+    "Decision",
+    "Prior",
+    "RoundRule",
+    "Target",
+    "band_probabilities",
+    "credible_interval",
+    "decide",
+    "decided_grid",
+    "fit_prior",
+    "jeffreys_prior",
+    "next_round",
+    "predictive_decided",
+]
+
+TARGETS = ("band", "width")
+ROUND_RULES = ("step", "greedy")
+PRIORS = ("fit", "jeffreys")
+# Band codes of ``Decision.band``: index into BANDS (-1: no band, for the width target).
+BANDS = ("silent_hard", "informative", "silent_easy")
+# Neither prior parameter goes below this: a prior that piles almost all its mass at 0 or 1 would
+# decide a prompt before its samples have said much (spec: "floored at a small value").
+PRIOR_FLOOR = 0.05
+# Nor above this: counts that look binomial (no spread beyond sampling noise) push a + b to infinity.
+PRIOR_CEIL = 1e4
+
+
+def _spec_params(spec: str, what: str, allowed: dict[str, type]) -> tuple[str, dict[str, Any]]:
+    """``name[:key=value,...]`` -> (name, typed values); ``ConfigError`` names the bad part."""
+    name, _, rest = spec.strip().partition(":")
+    name = name.strip()
+    params: dict[str, Any] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in allowed:
+            raise ConfigError(
+                f"{what} {spec!r}: bad parameter {item!r}; {name} takes {', '.join(allowed) or 'none'} "
+                f"(as {name}:key=value,...)"
+            )
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"{what} {spec!r}: {key}={value.strip()!r} is not a number") from None
+        if allowed[key] is int:
+            if not number.is_integer():
+                raise ConfigError(f"{what} {spec!r}: {key}={value.strip()!r} must be a whole number")
+            number = int(number)
+        params[key] = number
+    return name, params
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a profile must decide per prompt (spec: "The question a profile answers").
+
+    Attributes:
+        kind: ``band`` (which of the three bands) or ``width`` (a pass rate to +-h).
+        lo, hi: the band edges, ``0 < lo < hi < 1`` (band only).
+        delta: a band is decided at posterior probability ``>= 1 - delta``; the width target's
+            interval is the central ``1 - delta`` one. In (0, 1).
+        h: half the widest interval that counts as decided, in (0, 0.5] (width only).
+    """
+
+    kind: str = "band"
+    lo: float = 0.1
+    hi: float = 0.9
+    delta: float = 0.05
+    h: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.kind not in TARGETS:
+            raise ConfigError(f"adaptive target {self.kind!r} is unknown: allowed {', '.join(TARGETS)}")
+        for name in ("lo", "hi", "delta", "h"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(f"adaptive {name}={value!r} must be a finite number")
+            object.__setattr__(self, name, float(value))
+        if not 0 < self.delta < 1:
+            raise ConfigError(f"adaptive delta={self.delta!r} is out of range: allowed (0, 1)")
+        if self.lo >= self.hi:
+            raise ConfigError(f"adaptive band lo={self.lo!r} must be below hi={self.hi!r}")
+        if not (0 < self.lo and self.hi < 1):
+            raise ConfigError(f"adaptive band lo={self.lo!r}, hi={self.hi!r}: allowed 0 < lo < hi < 1")
+        if not 0 < self.h <= 0.5:
+            raise ConfigError(f"adaptive width h={self.h!r} is out of range: allowed (0, 0.5]")
+
+    @classmethod
+    def parse(cls, spec: str) -> Target:
+        """``band[:lo=0.1,hi=0.9,delta=0.05]`` or ``width[:h=0.1,delta=0.05]``."""
+        kind = spec.strip().partition(":")[0].strip()
+        if kind not in TARGETS:
+            raise ConfigError(f"adaptive target {kind!r} is unknown: allowed {', '.join(TARGETS)} (from {spec!r})")
+        allowed = {"lo": float, "hi": float, "delta": float} if kind == "band" else {"h": float, "delta": float}
+        _, params = _spec_params(spec, "adaptive target", allowed)
+        return cls(kind=kind, **params)
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec string (every parameter spelled out)."""
+        if self.kind == "band":
+            return f"band:lo={self.lo:g},hi={self.hi:g},delta={self.delta:g}"
+        return f"width:h={self.h:g},delta={self.delta:g}"
+
+
+@dataclass(frozen=True)
+class RoundRule:
+    """How many more samples each open prompt gets after a round (see the module docstring).
+
+    Attributes:
+        kind: ``step`` or ``greedy``.
+        k: samples per batch (>= 1): the step, or the greedy rule's unit.
+        budget: greedy only: the round's rollouts per open prompt (> 0).
+    """
+
+    kind: str = "greedy"
+    k: int = 1
+    budget: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROUND_RULES:
+            raise ConfigError(f"round rule {self.kind!r} is unknown: allowed {', '.join(ROUND_RULES)}")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ConfigError(f"round rule k={self.k!r} must be an integer >= 1")
+        if not (isinstance(self.budget, int | float) and math.isfinite(self.budget) and self.budget > 0):
+            raise ConfigError(f"round rule budget={self.budget!r} must be a number > 0")
+        object.__setattr__(self, "budget", float(self.budget))
+
+    @classmethod
+    def parse(cls, spec: str) -> RoundRule:
+        """``step[:k=4]`` or ``greedy[:k=1,budget=8]``."""
+        kind = spec.strip().partition(":")[0].strip()
+        if kind not in ROUND_RULES:
+            raise ConfigError(f"round rule {kind!r} is unknown: allowed {', '.join(ROUND_RULES)} (from {spec!r})")
+        allowed: dict[str, type] = {"k": int} if kind == "step" else {"k": int, "budget": float}
+        _, params = _spec_params(spec, "round rule", allowed)
+        if kind == "step":
+            params.setdefault("k", 4)
+        return cls(kind=kind, **params)
+
+    @property
+    def spec(self) -> str:
+        return f"step:k={self.k}" if self.kind == "step" else f"greedy:k={self.k},budget={self.budget:g}"
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """Everything that defines an adaptive profile's sampling (part of its run id).
+
+    Attributes:
+        target: what is decided per prompt.
+        n_min: samples of round 0, for every prompt (>= 1).
+        n_max: most samples of a prompt (>= n_min); a prompt there stops undecided.
+        rule: the round rule.
+        prior: ``fit`` (empirical Bayes on round 0) or ``jeffreys``.
+    """
+
+    target: Target = field(default_factory=Target)
+    n_min: int = 4
+    n_max: int = 64
+    rule: RoundRule = field(default_factory=RoundRule)
+    prior: str = "fit"
+
+    def __post_init__(self) -> None:
+        for name in ("n_min", "n_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+        if self.n_min > self.n_max:
+            raise ConfigError(f"n_min={self.n_min!r} must be at most n_max={self.n_max!r}")
+        if self.n_max > 100_000:
+            raise ConfigError(f"n_max={self.n_max!r} is out of range: allowed at most 100000")
+        if self.prior not in PRIORS:
+            raise ConfigError(f"adaptive prior {self.prior!r} is unknown: allowed {', '.join(PRIORS)}")
+        if self.prior == "fit" and self.n_min < 2:
+            # One sample per prompt tells the mean pass rate and nothing of its spread: the
+            # beta-binomial likelihood is flat along a + b.
+            raise ConfigError(
+                f"n_min={self.n_min} cannot fit a prior (its spread needs at least 2 samples per prompt): "
+                "use n_min >= 2, or the jeffreys prior"
+            )
+
+    @classmethod
+    def from_specs(
+        cls, target: str, n_min: int = 4, n_max: int = 64, rule: str = "greedy", prior: str = "fit"
+    ) -> AdaptiveConfig:
+        """From the command line's strings: a target spec, bounds, a round-rule spec and a prior."""
+        return cls(target=Target.parse(target), n_min=n_min, n_max=n_max, rule=RoundRule.parse(rule), prior=prior)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain values (run id, run registry)."""
+        return {
+            "target": self.target.spec,
+            "n_min": self.n_min,
+            "n_max": self.n_max,
+            "rule": self.rule.spec,
+            "prior": self.prior,
+        }
+
+
+# --- the prior ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A Beta prior over the dataset's pass rates and where it came from.
+
+    Attributes:
+        a, b: the Beta parameters.
+        method: ``fit`` (beta-binomial maximum likelihood), ``jeffreys``.
+        n_prompts: prompts the fit used (0 for Jeffreys).
+        loglik: the beta-binomial log-likelihood at (a, b) (without the binomial coefficients).
+        start: the method-of-moments start point of the fit.
+    """
+
+    a: float
+    b: float
+    method: str = "fit"
+    n_prompts: int = 0
+    loglik: float | None = None
+    start: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["start"] = list(self.start) if self.start is not None else None
+        return out
+
+
+def jeffreys_prior() -> Prior:
+    return Prior(0.5, 0.5, method="jeffreys")
+
+
+def _moments_start(n: np.ndarray, c: np.ndarray, floor: float) -> tuple[float, float]:
+    """Method of moments with the binomial-variance correction: for ``p ~ Beta(a, b)`` and
+    ``c ~ Bin(n, p)``, ``Var(c/n) = m(1-m) [1/n + (1 - 1/n) rho]`` with ``rho = 1/(a + b + 1)``."""
+    ph = c / n
+    m = float(ph.mean())
+    if m <= 0 or m >= 1:
+        return (floor, 1.0) if m <= 0 else (1.0, floor)
+    inv_n = float((1.0 / n).mean())
+    rho = (float(ph.var()) / (m * (1 - m)) - inv_n) / max(1 - inv_n, 1e-12)
+    rho = min(max(rho, 1.0 / (PRIOR_CEIL + 1)), 0.999)
+    s = 1.0 / rho - 1.0
+    return (min(max(m * s, floor), PRIOR_CEIL), min(max((1 - m) * s, floor), PRIOR_CEIL))
+
+
+def fit_prior(n: np.ndarray, c: np.ndarray, floor: float = PRIOR_FLOOR) -> Prior:
+    """Empirical-Bayes prior: maximise the beta-binomial marginal likelihood of the counts.
+
+    ``sum_i log B(a + c_i, b + n_i - c_i) - log B(a, b)`` over ``floor <= a, b <= PRIOR_CEIL``
+    (L-BFGS-B in log space with the analytic gradient, started at the method of moments).
+    Deterministic for given counts, so a resumed run fits the same prior.
+
+    Raises:
+        ConfigError: no prompt with samples.
+    """
+    from scipy.optimize import minimize
+    from scipy.special import betaln, digamma
+
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    keep = n > 0
+    n, c = n[keep], c[keep]
+    if not len(n):
+        raise ConfigError("the prior fit needs at least one prompt with samples")
+    key = n * (int(n.max()) + 1) + c
+    uniq, mult = np.unique(key, return_counts=True)
+    base = int(n.max()) + 1
+    n_u, c_u = (uniq // base).astype(float), (uniq % base).astype(float)
+    w = mult.astype(float)
+
+    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        a, b = np.exp(theta)
+        ll = float(w @ (betaln(a + c_u, b + n_u - c_u) - betaln(a, b)))
+        dab = digamma(a + b) - digamma(a + b + n_u)
+        ga = float(w @ (digamma(a + c_u) - digamma(a) + dab))
+        gb = float(w @ (digamma(b + n_u - c_u) - digamma(b) + dab))
+        return -ll, -np.array([ga * a, gb * b])
+
+    start = _moments_start(n.astype(float), c.astype(float), floor)
+    bounds = [(math.log(floor), math.log(PRIOR_CEIL))] * 2
+    res = minimize(nll, np.log(start), jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": 500})
+    a, b = (float(v) for v in np.exp(res.x))
+    a, b = min(max(a, floor), PRIOR_CEIL), min(max(b, floor), PRIOR_CEIL)
+    return Prior(a, b, method="fit", n_prompts=int(len(n)), loglik=-float(res.fun), start=start)
+
+
+# --- the posterior ------------------------------------------------------------------------------
+
+
+def band_probabilities(alpha, beta, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``P(p <= lo)``, ``P(lo < p < hi)``, ``P(p >= hi)`` under ``Beta(alpha, beta)`` (CDF differences;
+    the upper tail as ``I_{1-hi}(beta, alpha)``, exact where ``1 - I_hi`` would cancel)."""
+    from scipy.special import betainc
+
+    alpha = np.asarray(alpha, float)
+    beta = np.asarray(beta, float)
+    hard = betainc(alpha, beta, lo)
+    easy = betainc(beta, alpha, 1.0 - hi)
+    mid = np.clip(1.0 - hard - easy, 0.0, 1.0)
+    return hard, mid, easy
+
+
+def credible_interval(alpha, beta, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The central (equal-tailed) ``level`` interval of ``Beta(alpha, beta)`` (quantiles)."""
+    from scipy.special import betaincinv
+
+    tail = (1.0 - level) / 2.0
+    return betaincinv(alpha, beta, tail), betaincinv(alpha, beta, 1.0 - tail)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Per prompt: decided or not, the reported band (index into ``BANDS``; -1 for the width
+    target), that band's posterior probability (NaN for width), and the central ``1 - delta``
+    credible interval."""
+
+    decided: np.ndarray
+    band: np.ndarray
+    prob: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def decide(n, c, prior: Prior, target: Target) -> Decision:
+    """The posterior decision of every prompt (spec: "The question a profile answers").
+
+    ``band``: the most probable band, decided when its probability is ``>= 1 - delta``;
+    ``width``: decided when the interval is at most ``2 h`` wide. A prompt with no samples is
+    never decided.
+    """
+    n = np.asarray(n, float)
+    c = np.asarray(c, float)
+    alpha, beta = prior.a + c, prior.b + n - c
+    lo, hi = credible_interval(alpha, beta, 1.0 - target.delta)
+    if target.kind == "band":
+        probs = np.stack(band_probabilities(alpha, beta, target.lo, target.hi))
+        band = np.argmax(probs, axis=0)
+        prob = np.take_along_axis(probs, band[None], axis=0)[0]
+        decided = prob >= 1.0 - target.delta
+    else:
+        band = np.full(n.shape, -1)
+        prob = np.full(n.shape, np.nan)
+        decided = (hi - lo) <= 2.0 * target.h
+    return Decision(decided & (n > 0), band, prob, lo, hi)
+
+
+def decided_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
+    """``D[n, c]``: whether a prompt with ``c`` of ``n`` correct is decided, for ``0 <= c <= n <= n_max``
+    (False above the diagonal)."""
+    n = np.repeat(np.arange(n_max + 1), n_max + 1).reshape(n_max + 1, n_max + 1)
+    c = np.tile(np.arange(n_max + 1), (n_max + 1, 1))
+    valid = c <= n
+    d = decide(np.where(valid, n, 1), np.where(valid, c, 0), prior, target).decided
+    return d & valid
+
+
+def predictive_decided(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """``P(decided after k more samples)`` for each prompt (rows) and each ``k`` in ``extra``
+    (columns), under the beta-binomial predictive ``P(x of k) = C(k, x) B(a + x, b + k - x)/B(a, b)``
+    of the prompt's posterior. ``grid`` is ``decided_grid``; ``n + k`` beyond it counts as undecided."""
+    from scipy.special import betaln, gammaln
+
+    n = np.asarray(n, np.int64)
+    c = np.asarray(c, np.int64)
+    extra = np.asarray(extra, np.int64)
+    alpha, beta = prior.a + c, prior.b + n - c
+    out = np.zeros((len(n), len(extra)))
+    top = grid.shape[0] - 1
+    for j, k in enumerate(extra):
+        x = np.arange(k + 1)
+        logc = gammaln(k + 1) - gammaln(x + 1) - gammaln(k - x + 1)
+        logp = logc + betaln(alpha[:, None] + x, beta[:, None] + k - x) - betaln(alpha, beta)[:, None]
+        rows = n + k
+        ok = rows <= top
+        dec = np.zeros((len(n), k + 1), bool)
+        dec[ok] = grid[rows[ok][:, None], c[ok][:, None] + x]
+        out[:, j] = (np.exp(logp) * dec).sum(axis=1)
+    return out
+
+
+# --- round rules --------------------------------------------------------------------------------
+
+
+def next_round(n, c, prior: Prior, config: AdaptiveConfig) -> np.ndarray:
+    """How many more samples each prompt gets in the next round (0: it has stopped, or the
+    greedy rule gave it nothing this time). All zeros when every prompt has stopped.
+
+    Prompts are taken in the order given (ties of gain go to the earlier one), so the caller
+    passes them in a stable order (prompt id).
+    """
+    n = np.asarray(n, np.int64)
+    c = np.asarray(c, np.int64)
+    room = np.maximum(config.n_max - n, 0)
+    open_ = ~decide(n, c, prior, config.target).decided & (room > 0)
+    extra = np.zeros(len(n), np.int64)
+    if not open_.any():
+        return extra
+    if config.rule.kind == "step":
+        extra[open_] = np.minimum(config.rule.k, room[open_])
+        return extra
+    return _greedy(n, c, prior, config, open_, room)
+
+
+def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """The greedy round (module docstring): per open prompt, the options ``k, 2k, ...`` up to its
+    room, each with ``P(decided)`` from the predictive; hand out the round's budget jump by jump,
+    always to the jump with the largest gain per rollout (from the prompt's current allocation to
+    any larger option: its upper concave hull, so a gain that only comes after several batches is
+    seen). A jump larger than what is left of the budget is cut to the largest option that fits."""
+    k = config.rule.k
+    idx = np.flatnonzero(open_)
+    budget = max(k, math.ceil(config.rule.budget * len(idx)))
+    grid = decided_grid(prior, config.target, config.n_max)
+    # Every distinct (n, c) of the open prompts once.
+    n_o, c_o = n[idx], c[idx]
+    key = n_o * (config.n_max + 1) + c_o
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    max_room = int(room[idx].max())
+    steps = np.unique(np.r_[np.arange(k, max_room + 1, k), room[idx]])
+    table = predictive_decided(n_o[first], c_o[first], prior, grid, steps)
+    extra = np.zeros(len(n), np.int64)
+    options: list[np.ndarray] = []
+    gains: list[np.ndarray] = []
+    heap: list[tuple[float, int, int]] = []
+    for j, i in enumerate(idx):
+        r = int(room[i])
+        sel = (steps <= r) & ((steps % k == 0) | (steps == r))
+        opt = np.r_[0, steps[sel]]
+        val = np.r_[0.0, table[inv[j], sel]]
+        options.append(opt)
+        gains.append(val)
+        best = _best_jump(opt, val, 0)
+        if best is not None:
+            heapq.heappush(heap, (-best[1], j, best[0]))
+    pos = [0] * len(idx)  # index into options[j] of prompt j's current allocation
+    left = budget
+    while heap and left > 0:
+        _, j, to = heapq.heappop(heap)
+        opt = options[j]
+        cur = pos[j]
+        if opt[to] - opt[cur] > left:
+            fits = np.flatnonzero(opt[cur + 1 :] - opt[cur] <= left)
+            if not len(fits):
+                continue
+            to = cur + 1 + int(fits[-1])
+        left -= int(opt[to] - opt[cur])
+        pos[j] = to
+        nxt = _best_jump(opt, gains[j], to)
+        if nxt is not None:
+            heapq.heappush(heap, (-nxt[1], j, nxt[0]))
+    for j, i in enumerate(idx):
+        extra[i] = options[j][pos[j]]
+    return extra
+
+
+def _best_jump(opt: np.ndarray, val: np.ndarray, cur: int) -> tuple[int, float] | None:
+    """From option ``cur``, the option with the largest gain per rollout (the last one on ties, so
+    a flat stretch is crossed in one jump), or None at the end."""
+    if cur + 1 >= len(opt):
+        return None
+    ratio = (val[cur + 1 :] - val[cur]) / (opt[cur + 1 :] - opt[cur])
+    best = float(ratio.max())
+    to = cur + 1 + int(np.flatnonzero(ratio >= best - 1e-15)[-1 if best <= 0 else 0])
+    return to, best
+
+
+# --- what a fixed n would have given (report, bench) --------------------------------------------
+
+
+def betabinom_pmf(n: int, a: float, b: float) -> np.ndarray:
+    """``P(c)`` for ``c = 0..n`` when ``p ~ Beta(a, b)`` and ``c ~ Bin(n, p)``."""
+    from scipy.special import betaln, gammaln
+
+    c = np.arange(n + 1)
+    return np.exp(gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1) + betaln(a + c, b + n - c) - betaln(a, b))
+
+
+def fixed_n_expected(n: int, prior: Prior, target: Target) -> tuple[float, float]:
+    """What a fixed-``n`` profile is expected to give under the prior: the band misclassification
+    when each prompt gets its most probable band (``E[1 - max band probability]``; NaN for the
+    width target), and the share of prompts decided."""
+    pmf = betabinom_pmf(n, prior.a, prior.b)
+    c = np.arange(n + 1)
+    d = decide(np.full(n + 1, n), c, prior, target)
+    mis = float(pmf @ (1.0 - d.prob)) if target.kind == "band" else math.nan
+    return mis, float(pmf @ d.decided)
+
+
+def log_n_crossing(grid, values, level: float) -> tuple[float | None, str]:
+    """Where a curve ``values`` over increasing ``grid`` values of n first comes down to ``level``,
+    interpolated linearly in ``log n`` between the two grid points around the crossing.
+
+    Returns ``(n, where)``: ``where`` is ``inside``; ``below`` when the first grid point is already
+    at or under ``level`` (n is then that point: the crossing is at or below it); ``above`` when no
+    grid point comes down to ``level`` (n is None: the crossing is beyond the grid).
+    """
+    grid = [float(g) for g in grid]
+    values = [float(v) for v in values]
+    for i, v in enumerate(values):
+        if v <= level:
+            if i == 0:
+                return grid[0], "below"
+            n1, n2, v1 = grid[i - 1], grid[i], values[i - 1]
+            t = (v1 - level) / (v1 - v) if v1 != v else 1.0
+            return float(math.exp(math.log(n1) + t * (math.log(n2) - math.log(n1)))), "inside"
+    return None, "above"
+
+
+def equivalent_fixed_n(
+    prior: Prior, target: Target, misclassification: float, decided_share: float, n_top: int
+) -> tuple[float | None, str, list[tuple[int, float, float]]]:
+    """The fixed n expected (under the prior) to match an adaptive run: for ``band``, the n whose
+    expected misclassification equals the run's expected one; for ``width``, the n whose expected
+    decided share equals the run's. Returns ``(n, where, curve)`` (see ``log_n_crossing``; the
+    curve is ``(n, misclassification, decided share)`` for ``n = 1..n_top``)."""
+    curve = [(n, *fixed_n_expected(n, prior, target)) for n in range(1, n_top + 1)]
+    grid = [n for n, _, _ in curve]
+    if target.kind == "band":
+        n, where = log_n_crossing(grid, [m for _, m, _ in curve], misclassification)
+    else:
+        n, where = log_n_crossing(grid, [-s for _, _, s in curve], -decided_share)
+    return n, where, curve

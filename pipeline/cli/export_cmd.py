@@ -1,0 +1,107 @@
+"""``export``: a run's dataset written back in its own format with the run's measurements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.options import DataDir, floats, open_store
+from pipeline.cli.output import say
+from pipeline.errors import ConfigError
+
+# Shared with ``calibrate``: a run these commands read (required, unlike analyze's --run).
+Run = Annotated[str, typer.Option("--run", help="Run id (see `difficulty runs`).", show_default=False)]
+ExportFormat = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="verl (Parquet, measurements inside extra_info), parquet or jsonl (one more top-level field). "
+        "Default: verl for a verl dataset, else by the --output suffix.",
+        show_default=False,
+    ),
+]
+Output = Annotated[Path, typer.Option("--output", help="The file to write.", show_default=False)]
+Keep = Annotated[
+    str | None,
+    typer.Option(
+        "--keep",
+        help="informative, easy, hard or all (default all; informative when --band is given).",
+        show_default=False,
+    ),
+]
+Band = Annotated[
+    str | None,
+    typer.Option(
+        "--band",
+        metavar="LO,HI",
+        help="Edges of the informative band of pass rates: hard p <= LO, easy p >= HI (default 0,1).",
+        show_default=False,
+    ),
+]
+GroupSize = Annotated[int, typer.Option("--G", help="The trainer's group size, for the zero-signal rate.")]
+ExcludeList = Annotated[
+    Path | None,
+    typer.Option("--exclude-list", help="Write the prompt ids left out, one per line.", show_default=False),
+]
+
+
+def parse_band(text: str | None) -> tuple[float, float] | None:
+    """``--band LO,HI`` as two numbers (``ConfigError`` names the flag)."""
+    if text is None:
+        return None
+    values = floats(text, "--band")
+    if len(values) != 2:
+        raise ConfigError(f"--band takes two pass rates LO,HI, got {text!r}")
+    return values[0], values[1]
+
+
+def export_cmd(
+    run: Run,
+    output: Output,
+    fmt: ExportFormat = None,
+    keep: Keep = None,
+    band: Band = None,
+    G: GroupSize = 8,
+    exclude_list: ExcludeList = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Write a run's dataset back in its own format, with its measurements on every row.
+
+    Every original field is kept as loaded; the run's measurements (pass rate, n, c, Wilson
+    interval, band, zero-signal rate at G, allocated rollouts) are one more field named
+    `difficulty_<run>` (inside `extra_info` for verl). Counts in and out are printed.
+    """
+    from pipeline.export import ExportConfig, export_run
+
+    config = ExportConfig(format=fmt.lower() if fmt else None, keep=keep, band=parse_band(band), G=G)
+    store = open_store(data_dir)
+    result = export_run(store, run, output, config, exclude_list=exclude_list)
+    meta = result.metadata
+
+    def counts(kind: str) -> str:
+        parts = [f"{band} {c[kind]}" for band, c in sorted(result.by_band.items()) if c[kind]]
+        return ", ".join(parts) or "none"
+
+    total = ", ".join(f"{b} {c['written'] + c['left_out']}" for b, c in sorted(result.by_band.items()))
+    say(
+        f"run {run}: dataset {meta['dataset']} has {result.rows} rows ({total}); "
+        f"--keep {meta['keep']}, band ({meta['band'][0]:g}, {meta['band'][1]:g})"
+    )
+    if meta.get("run_status") != "done":
+        say(f"run {run} is {meta.get('run_status')}: prompts it has not sampled yet count as not_in_run")
+    where = f"extra_info[{result.key!r}]" if result.format == "verl" else f"field {result.key!r}"
+    say(f"wrote {result.written} rows to {result.path} ({result.format}, measurements in {where}): {counts('written')}")
+    say(f"left out {result.left_out} rows: {counts('left_out')}")
+    if result.missing:
+        say(
+            f"{result.missing} prompts of the run have no stored problem row (the dataset was loaded again since) "
+            "and are not in the file"
+        )
+    if meta.get("allocation"):
+        a = meta["allocation"]
+        what = " ".join(str(v) for v in (a["objective"], a["estimator"]) if v)
+        say(f"n_rollouts: the allocation {what}, budget {a['budget']}")
+    if result.exclude_list is not None:
+        say(f"exclude list: {result.exclude_list} ({result.left_out + result.missing} prompt ids)")

@@ -1,0 +1,247 @@
+"""The report section of an adaptive run (``shared/spec/adaptive.md``): rounds, prior, savings.
+
+Shown only for a run registered with adaptive settings: per round, the prompts still open and the
+rollouts spent; the fitted prior over the pass-rate histogram; where the prompts stopped; and the
+rollouts saved against the fixed n that the same prior expects to give the same misclassification
+(``adaptive.equivalent_fixed_n``: exact beta-binomial expectations, no simulation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+
+from pipeline import adaptive
+from pipeline.report.charts import Charts, Section, TableView, figure, floats, fmt, hist, pct
+from pipeline.report.load import RunData
+
+__all__ = ["adaptive_settings", "adaptive_section", "posterior_note"]
+
+
+def adaptive_settings(data: RunData) -> adaptive.AdaptiveConfig | None:
+    """The run's adaptive settings from its registry row (None for a fixed-n run)."""
+    text = data.run.get("adaptive")
+    if not text:
+        return None
+    try:
+        return adaptive.AdaptiveConfig.from_specs(**json.loads(text))
+    except (ValueError, TypeError):
+        return None
+
+
+def _prior(data: RunData) -> adaptive.Prior | None:
+    a, b = data.run.get("prior_a"), data.run.get("prior_b")
+    if a is None or b is None:
+        return None
+    method = (json.loads(data.run.get("prior") or "{}") or {}).get("method", "fit")
+    return adaptive.Prior(float(a), float(b), method=method)
+
+
+def posterior_note(data: RunData, short: bool = False) -> str | None:
+    """What an adaptive run's estimates are, for the sections that show them (None otherwise)."""
+    prior = _prior(data)
+    if adaptive_settings(data) is None or prior is None:
+        return None
+    if short:
+        return (
+            f"Adaptive run: these are posterior means under the fitted prior Beta({prior.a:.3g}, {prior.b:.3g}), "
+            "not the unbiased estimates (see the adaptive-profiling section)."
+        )
+    return (
+        f"This run is adaptive: each prompt stopped when its samples decided it, so c/n and the unbiased "
+        f"estimators are biased here. Its estimates (zero-signal rates, weights and mass, pass@k, the mean "
+        f"pass rate of the summary) are posterior means under the fitted prior Beta({prior.a:.3g}, "
+        f"{prior.b:.3g}) (shared/spec/adaptive.md, 'Estimates under adaptive stopping')."
+    )
+
+
+def _rounds(data: RunData) -> list[dict]:
+    try:
+        rounds = json.loads(data.run.get("rounds") or "[]")
+    except ValueError:
+        return []
+    return rounds if isinstance(rounds, list) else []
+
+
+def adaptive_section(data: RunData, charts: Charts) -> Section | None:
+    """The adaptive-profiling section, or None for a fixed-n run."""
+    acfg = adaptive_settings(data)
+    if acfg is None:
+        return None
+    t = acfg.target
+    question = (
+        f"it was decided which side of {t.lo:g} < p < {t.hi:g} each prompt is on (posterior probability "
+        f">= {1 - t.delta:g})"
+        if t.kind == "band"
+        else f"each pass rate was known to +-{t.h:g} (central {1 - t.delta:g} credible interval)"
+    )
+    sec = Section(
+        "adaptive",
+        "Adaptive profiling",
+        f"Sampled in rounds until {question}: {acfg.n_min} samples per prompt in round 0, at most "
+        f"{acfg.n_max}, round rule {acfg.rule.spec}, prior {acfg.prior}.",
+    )
+    prior = _prior(data)
+    note = posterior_note(data)
+    if note:
+        sec.notes.append(note)
+    s = data.stats.filter(pl.col("n") > 0)
+    rounds = _rounds(data)
+    total = int(s["n"].sum()) if s.height else 0
+    undecided = int(s["undecided"].fill_null(False).sum()) if "undecided" in s.columns and s.height else 0
+    sec.items = [
+        ("Target", t.spec),
+        ("Prior", f"Beta({prior.a:.4g}, {prior.b:.4g}), {prior.method}" if prior else "not recorded"),
+        ("Rounds", str(len(rounds))),
+        ("Rollouts", f"{total:,} ({total / s.height:.2f} per prompt)" if s.height else ""),
+        ("Stopped undecided at n_max", f"{undecided:,} ({pct(undecided / s.height)})" if s.height else ""),
+    ]
+    if rounds:
+        _rounds_chart(sec, charts, rounds)
+    if prior is not None and s.height:
+        _prior_chart(sec, charts, s, prior)
+        _savings(sec, s, acfg, prior)
+    return sec
+
+
+def _rounds_chart(sec: Section, charts: Charts, rounds: list[dict]) -> None:
+    r = [int(x["round"]) for x in rounds]
+    sampled = [int(x["prompts"]) for x in rounds]
+    spent = [int(x["rollouts"]) for x in rounds]
+    fig = figure()
+    fig.add_bar(x=r, y=sampled, name="prompts sampled in the round", marker_color="#3366cc")
+    fig.add_scatter(
+        x=r, y=spent, name="rollouts spent (right axis)", mode="lines+markers", yaxis="y2", line={"color": "#dc3912"}
+    )
+    fig.update_layout(
+        yaxis2={"overlaying": "y", "side": "right", "title": {"text": "rollouts"}, "rangemode": "tozero"},
+        bargap=0.2,
+    )
+    fig.update_xaxes(dtick=1)
+    sec.charts.append(
+        charts.make(
+            fig,
+            "Prompts still open and rollouts spent, per round",
+            "round",
+            "prompts",
+            "Round 0 samples every prompt; each later round samples only the prompts still open "
+            "(undecided and below n_max). Most prompts of a U-shaped dataset are decided in the first rounds.",
+        )
+    )
+    cum = np.cumsum(spent)
+    sec.tables.append(
+        TableView(
+            "Rounds",
+            ["round", "prompts sampled", "rollouts", "cumulative rollouts", "shards", "open after the round"],
+            [
+                [
+                    str(x["round"]),
+                    fmt(int(x["prompts"])),
+                    fmt(int(x["rollouts"])),
+                    fmt(int(c)),
+                    fmt(x.get("shards")),
+                    fmt(x.get("open_after")),
+                ]
+                for x, c in zip(rounds, cum, strict=True)
+            ],
+        )
+    )
+
+
+def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.Prior) -> None:
+    from scipy.stats import beta
+
+    edges = np.linspace(0, 1, 21)
+    centres, width = (edges[:-1] + edges[1:]) / 2, 0.05
+    fig = figure()
+    fig.add_bar(
+        x=centres,
+        y=hist(floats(s, "pass_rate"), edges) / width,
+        width=width * 0.9,
+        name="c / n",
+        marker_color="rgba(120,120,120,0.45)",
+    )
+    if "post_mean" in s.columns:
+        fig.add_bar(
+            x=centres,
+            y=hist(floats(s, "post_mean"), edges) / width,
+            width=width * 0.9,
+            name="posterior mean",
+            marker_color="rgba(51,102,204,0.45)",
+        )
+    x = np.linspace(0.002, 0.998, 300)
+    density = beta.pdf(x, prior.a, prior.b)
+    cap = max(8.0, float(np.nanmax(hist(floats(s, "pass_rate"), edges) / width)) * 1.2)
+    fig.add_scatter(
+        x=x,
+        y=np.minimum(density, cap),
+        mode="lines",
+        name=f"fitted prior Beta({prior.a:.3g}, {prior.b:.3g})",
+        line={"color": "#dc3912", "width": 3},
+    )
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(range=[-0.02, 1.02])
+    sec.charts.append(
+        charts.make(
+            fig,
+            "Fitted prior over the pass-rate histogram",
+            "pass rate",
+            "density",
+            "The prior is fitted to round 0 only (beta-binomial maximum likelihood): it is what the dataset "
+            "looks like to this model, and every posterior of the run starts from it. The histograms are of the "
+            "final per-prompt estimates (densities, so they compare with the curve; the curve is cut at the "
+            "top of the plot where it runs to infinity at 0 or 1).",
+        )
+    )
+
+
+def _savings(sec: Section, s: pl.DataFrame, acfg: adaptive.AdaptiveConfig, prior: adaptive.Prior) -> None:
+    """Rollouts saved against the fixed n expected to give the same misclassification."""
+    t = acfg.target
+    per_prompt = float(s["n"].mean())
+    if t.kind == "band" and "band_prob" in s.columns:
+        mis = float((1.0 - s["band_prob"].cast(pl.Float64)).mean())
+        decided = float((~s["undecided"].fill_null(False)).mean())
+    elif "undecided" in s.columns:
+        mis = math.nan
+        decided = float((~s["undecided"].fill_null(False)).mean())
+    else:
+        return
+    top = max(256, 4 * acfg.n_max)
+    n_eq, where, curve = adaptive.equivalent_fixed_n(prior, t, mis, decided, top)
+    measure = (
+        f"expected band misclassification {pct(mis)} (the mean posterior probability that a prompt's reported "
+        "band is wrong)"
+        if t.kind == "band"
+        else f"expected share of prompts decided {pct(decided)}"
+    )
+    if where == "inside":
+        saved = 1.0 - per_prompt / n_eq
+        verdict = (
+            f"A fixed n of {n_eq:.1f} per prompt is expected to give the same; this run used {per_prompt:.2f} per "
+            f"prompt: {pct(saved)} of the rollouts saved."
+        )
+    elif where == "below":
+        verdict = f"Even the smallest fixed n ({n_eq:.0f}) matches it; this run used {per_prompt:.2f} per prompt."
+    else:
+        verdict = (
+            f"No fixed n up to {top} is expected to match it: more than {pct(1 - per_prompt / top)} of the rollouts "
+            "saved."
+        )
+    sec.notes.append(
+        f"This run: {measure}. {verdict} Both sides are expectations under the fitted prior (the fixed-n side "
+        "gives each prompt its most probable band), so they compare like with like."
+    )
+    grid = [n for n in (4, 8, 16, 32, 64, 128, 256) if n <= top]
+    sec.tables.append(
+        TableView(
+            "Fixed n under the same prior",
+            ["n per prompt", "expected misclassification", "expected share decided"],
+            [[str(n), pct(curve[n - 1][1]), pct(curve[n - 1][2])] for n in grid]
+            + [[f"adaptive ({per_prompt:.2f} on average)", pct(mis), pct(decided)]],
+            "Expected values under the fitted prior: each prompt's pass rate drawn from it, its counts binomial.",
+        )
+    )

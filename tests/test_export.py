@@ -1,0 +1,280 @@
+"""``difficulty export``: a run's dataset back in its own format, original fields intact, with the
+run's measurements; loaded again, the same prompt ids. Real files from ``../shared/data``: 20
+MATH-500 problems and 20 DeepScaleR problems in verl's format with the simulate backend, 5 GSM8K
+problems with the bundled model.
+
+verl's reader (volcengine/verl ``verl/utils/dataset/rl_dataset.py``, ``RLHFDataset``): reads each
+file with ``datasets.load_dataset("parquet", data_files=...)["train"]``, takes ``prompt`` (its
+``prompt_key``) as the chat messages of ``tokenizer.apply_chat_template``, and reads
+``row_dict.get("extra_info", {}).get("index", 0)`` (also ``tools_kwargs``, ``interaction_kwargs``);
+its reward manager (``verl/workers/reward_manager/naive.py``) reads
+``non_tensor_batch["reward_model"]["ground_truth"]``, ``non_tensor_batch["data_source"]`` and
+passes ``extra_info`` to the score function. ``check_verl_row`` asserts exactly these.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets as hf
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import analyze, datasets
+from pipeline.cli import app
+from pipeline.errors import ConfigError
+from pipeline.export import MEASUREMENT, ExportConfig, band_of, export_run, measurement_key, read_metadata
+from pipeline.store import Store
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def shared() -> Path:
+    if not DATA.is_dir():
+        pytest.skip(f"the shared real datasets folder {DATA} is absent; these tests read real files from it")
+    return DATA
+
+
+def _cli(*args: str):
+    out = runner.invoke(app, list(args))
+    assert out.exit_code == 0, out.output + (out.stderr or "")
+    return out
+
+
+def _profile(store: Store, data_file: Path, *extra: str) -> str:
+    """Profile with the simulate backend and return the run id."""
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--data-file", str(data_file)]
+    _cli(*args, "--grade-workers", "1", "--no-report", "--data-dir", str(store.root), *extra)
+    runs = store.list_runs().to_pylist()
+    assert runs[0]["status"] == "done"
+    return runs[0]["run_id"]
+
+
+@pytest.fixture(scope="module")
+def math_run(shared, tmp_path_factory) -> tuple[Store, str]:
+    store = Store.open(tmp_path_factory.mktemp("math") / "data")
+    return store, _profile(store, shared / "math500/test.jsonl", "--limit", "20", "--n", "8")
+
+
+@pytest.fixture(scope="module")
+def verl_run(shared, tmp_path_factory) -> tuple[Store, str]:
+    store = Store.open(tmp_path_factory.mktemp("verl") / "data")
+    return store, _profile(store, shared / "deepscaler/verl_train_sub.parquet", "--limit", "20", "--n", "8")
+
+
+def _stats(store: Store, run_id: str) -> dict[str, dict]:
+    table = analyze.analysis_of_run(store, run_id)[0].prompt_stats
+    return {r["prompt_id"]: r for r in table.to_pylist()}
+
+
+def _check_measure(m: dict, stats: dict, G: int) -> None:
+    assert set(m) == set(MEASUREMENT.names)
+    s = stats[m["prompt_id"]]
+    assert (m["n"], m["c"], m["status"], m["G"]) == (s["n"], s["c"], "ok", G)
+    assert m["pass_rate"] == pytest.approx(s["c"] / s["n"])
+    assert m["interval_lo"] <= m["pass_rate"] <= m["interval_hi"] and m["interval_level"] == 0.95
+    assert m["zero_signal"] == pytest.approx(s["zero_signal"][s["group_sizes"].index(G)])
+    assert m["band"] == band_of(m["pass_rate"], 0.0, 1.0)
+    assert m["n_rollouts"] >= 2  # the profile's default allocation
+
+
+def check_verl_row(row: dict, key: str) -> dict:
+    """What verl's RLHFDataset and reward manager read from a row (see the module docstring)."""
+    messages = row["prompt"]
+    assert isinstance(messages, list) and messages
+    assert all(set(m) >= {"role", "content"} and isinstance(m["content"], str) for m in messages)
+    assert isinstance(row["reward_model"]["ground_truth"], str) and row["reward_model"]["ground_truth"]
+    assert isinstance(row["data_source"], str)
+    extra = row["extra_info"]
+    assert isinstance(extra, dict) and isinstance(extra.get("index", 0), int)
+    assert extra.get("tools_kwargs", {}) in ({}, None)
+    return extra[key]
+
+
+# --- MATH-500 (JSON Lines) ----------------------------------------------------------------------
+
+
+def test_math500_jsonl_export_round_trips(math_run, shared, tmp_path):
+    store, run_id = math_run
+    key = measurement_key(run_id)
+    stats = _stats(store, run_id)
+    out = tmp_path / "out" / "test.jsonl"  # the source's name: loaded again, the same dataset name
+    cli = _cli("export", "--run", run_id, "--output", str(out), "--data-dir", str(store.root))
+    assert "dataset local-test has 20 rows" in cli.stdout and "wrote 20 rows" in cli.stdout
+    assert "left out 0 rows" in cli.stdout
+    source = (shared / "math500/test.jsonl").read_text(encoding="utf-8").splitlines()[:20]
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 20
+    for line, original in zip(lines, source, strict=True):
+        # byte for byte: the original line, then the measurements as the last field
+        assert line.startswith(original.strip()[:-1]) and line.endswith("}}")
+        row = json.loads(line)
+        _check_measure(row.pop(key), stats, 8)
+        assert row == json.loads(original)
+    assert read_metadata(out)["run_id"] == run_id and read_metadata(out)["model"] == "simulate"
+    # loaded again with the same command: the same prompt ids, in the same order
+    again = tmp_path / "again"
+    _cli("load", "--data-file", str(out), "--data-dir", str(again))
+    ids = Store(again).read_table("problems").column("prompt_id").to_pylist()
+    assert ids == store.read_table("problems", {"dataset": "local-test"}).column("prompt_id").to_pylist()
+    assert set(ids) == set(stats)
+    hf_rows = hf.load_dataset("json", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    assert hf_rows.num_rows == 20 and key in hf_rows.column_names
+
+
+def test_filters_partition_the_rows_and_list_what_they_leave_out(math_run, tmp_path):
+    store, run_id = math_run
+    key = measurement_key(run_id)
+    bands = {pid: band_of(s["pass_rate"], 0.0, 1.0) for pid, s in _stats(store, run_id).items()}
+    written: dict[str, set] = {}
+    for keep in ("informative", "easy", "hard"):
+        want = {pid for pid, b in bands.items() if b == keep}
+        out, excl = tmp_path / f"{keep}.parquet", tmp_path / f"{keep}.txt"
+        if not want:  # a filter that keeps nothing is an error, and no file is written
+            args = ["export", "--run", run_id, "--output", str(out), "--keep", keep, "--data-dir", str(store.root)]
+            bad = runner.invoke(app, args)
+            assert bad.exit_code == 1 and "keeps none of the 20 rows" in bad.stderr and not out.exists()
+            written[keep] = set()
+            continue
+        args = ["--keep", keep, "--exclude-list", str(excl), "--data-dir", str(store.root)]
+        cli = _cli("export", "--run", run_id, "--output", str(out), *args)
+        assert f"wrote {len(want)} rows" in cli.stdout and f"left out {20 - len(want)} rows" in cli.stdout
+        table = pq.read_table(out)
+        got = {m["prompt_id"] for m in table.column(key).to_pylist()}
+        assert got == want and {m["band"] for m in table.column(key).to_pylist()} == {keep}
+        assert set(excl.read_text().split()) == set(bands) - want
+        written[keep] = got
+    assert set().union(*written.values()) == set(bands)  # every row in exactly one band
+    # --band alone keeps the informative band between its edges
+    out = tmp_path / "band.parquet"
+    _cli("export", "--run", run_id, "--output", str(out), "--band", "0.2,0.8", "--data-dir", str(store.root))
+    rates = [m["pass_rate"] for m in pq.read_table(out).column(key).to_pylist()]
+    assert rates and all(0.2 < p < 0.8 for p in rates)
+    assert len(rates) == sum(0.2 < s["pass_rate"] < 0.8 for s in _stats(store, run_id).values())
+    # no pass rate c/8 lies strictly between 0.5 and 0.52: nothing kept, counts named
+    bad = runner.invoke(
+        app,
+        ["export", "--run", run_id, "--output", str(tmp_path / "x.jsonl"), "--band", "0.5,0.52"]
+        + ["--data-dir", str(store.root)],
+    )
+    assert bad.exit_code == 1 and not (tmp_path / "x.jsonl").exists()
+    assert "keeps none of the 20 rows of dataset local-test (" in bad.stderr and "nothing written" in bad.stderr
+
+
+def test_math_run_exported_in_verl_format(math_run, tmp_path):
+    store, run_id = math_run
+    key = measurement_key(run_id)
+    out = tmp_path / "math500_verl.parquet"
+    _cli("export", "--run", run_id, "--format", "verl", "--output", str(out), "--data-dir", str(store.root))
+    rows = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    assert rows.num_rows == 20
+    template = store.get_run(run_id)["prompt_template"]
+    problems = store.read_table("problems", {"dataset": "local-test"}).to_pylist()
+    for row, problem in zip(rows, problems, strict=True):
+        measure = check_verl_row(row, key)
+        assert measure["prompt_id"] == problem["prompt_id"]
+        assert row["prompt"][0]["content"] == template.replace("{problem}", problem["problem"].strip()).rstrip()
+        assert row["reward_model"]["ground_truth"] == problem["answer"]
+        original = datasets.original_row(problem["original"])
+        assert {k: row["extra_info"][k] for k in original} == original  # every original field, under extra_info
+    # loaded again, a verl file: its problem is the rendered prompt, so these are new ids (said in README)
+    assert datasets.detect_adapter(pq.read_schema(out).names) == "verl"
+
+
+# --- DeepScaleR in verl's format ------------------------------------------------------------------
+
+
+def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, tmp_path):
+    store, run_id = verl_run
+    run = store.get_run(run_id)
+    assert run["dataset"] == "verl-verl_train_sub" and run["prompt_template"] == "{messages}"
+    key = measurement_key(run_id)
+    stats = _stats(store, run_id)
+    out = tmp_path / "out" / "verl_train_sub.parquet"
+    cli = _cli("export", "--run", run_id, "--output", str(out), "--G", "4", "--data-dir", str(store.root))
+    assert f"(verl, measurements in extra_info['{key}'])" in cli.stdout
+    source = pq.read_table(shared / "deepscaler/verl_train_sub.parquet").slice(0, 20).to_pylist()
+    # pyarrow and datasets (verl's own reader) read the same rows
+    table = pq.read_table(out)
+    rows = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    assert table.num_rows == rows.num_rows == 20
+    assert table.to_pylist() == list(rows)
+    for row, original in zip(rows, source, strict=True):
+        measure = check_verl_row(row, key)
+        _check_measure(measure, stats, 4)
+        extra = dict(row["extra_info"])
+        extra.pop(key)
+        assert extra == original["extra_info"]
+        assert {k: v for k, v in row.items() if k != "extra_info"} == {
+            k: v for k, v in original.items() if k != "extra_info"
+        }
+    meta = read_metadata(out)
+    assert (meta["run_id"], meta["model"], meta["G"], meta["format"]) == (run_id, "simulate", 4, "verl")
+    assert meta["allocation"]["default"] is True and meta["rows"]["written"] == 20
+    # loaded again with the same command: the same ids, the measurements kept in extra_info
+    again = tmp_path / "again"
+    _cli("load", "--data-file", str(out), "--data-dir", str(again))
+    reloaded = Store(again).read_table("problems", {"dataset": "verl-verl_train_sub"})
+    ids = store.read_table("problems", {"dataset": "verl-verl_train_sub"}).column("prompt_id").to_pylist()
+    assert reloaded.column("prompt_id").to_pylist() == ids and set(ids) == set(stats)
+    first = datasets.original_row(reloaded.column("original")[0].as_py())
+    assert first["extra_info"][key]["prompt_id"] == reloaded.column("prompt_id")[0].as_py()
+
+
+def test_verl_filters_and_the_exclude_list(verl_run, tmp_path):
+    store, run_id = verl_run
+    key = measurement_key(run_id)
+    stats = _stats(store, run_id)
+    informative = {p for p, s in stats.items() if 0 < s["c"] < s["n"]}
+    out, excl = tmp_path / "informative.parquet", tmp_path / "left.txt"
+    args = ["--keep", "informative", "--exclude-list", str(excl), "--data-dir", str(store.root)]
+    cli = _cli("export", "--run", run_id, "--output", str(out), *args)
+    kept = [r["extra_info"][key]["prompt_id"] for r in pq.read_table(out).to_pylist()]
+    assert set(kept) == informative and 0 < len(kept) < 20
+    assert set(excl.read_text().split()) == set(stats) - informative
+    assert f"exclude list: {excl} ({20 - len(kept)} prompt ids)" in cli.stdout
+
+
+def test_bad_export_requests_are_named(verl_run, tmp_path):
+    store, run_id = verl_run
+    with pytest.raises(ConfigError, match="verl reads Parquet"):
+        export_run(store, run_id, tmp_path / "x.jsonl", ExportConfig(format="verl"))
+    with pytest.raises(ConfigError, match="keep='some'"):
+        ExportConfig(keep="some")
+    with pytest.raises(ConfigError, match="band"):
+        ExportConfig(band=(0.9, 0.1))
+    args = ["export", "--run", "nope", "--output", str(tmp_path / "y.parquet"), "--data-dir", str(store.root)]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 1 and "unknown run 'nope'" in out.stderr
+
+
+# --- GSM8K with the bundled model -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_gsm8k_with_the_bundled_model_round_trips(shared, tmp_path, close_engines):
+    store = Store.open(tmp_path / "data")
+    args = ["profile", "--dataset", "gsm8k", "--data-file", str(shared / "gsm8k/test.jsonl"), "--limit", "5"]
+    args += ["--n", "2", "--max-tokens", "16", "--grade-workers", "1", "--no-report", "--no-prefect"]
+    _cli(*args, "--data-dir", str(store.root))
+    run_id = store.list_runs().column("run_id")[0].as_py()
+    out = tmp_path / "gsm8k.jsonl"
+    _cli("export", "--run", run_id, "--format", "jsonl", "--output", str(out), "--data-dir", str(store.root))
+    key = measurement_key(run_id)
+    stats = _stats(store, run_id)
+    source = (shared / "gsm8k/test.jsonl").read_text(encoding="utf-8").splitlines()[:5]
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 5
+    for line, original in zip(lines, source, strict=True):
+        assert line.startswith(original.strip()[:-1])
+        row = json.loads(line)
+        _check_measure(row.pop(key), stats, 8)
+        assert row == json.loads(original)
+    again = tmp_path / "again"
+    _cli("load", "gsm8k", "--data-file", str(out), "--data-dir", str(again))
+    ids = store.read_table("problems", {"dataset": "gsm8k"}).column("prompt_id").to_pylist()
+    assert Store(again).read_table("problems").column("prompt_id").to_pylist() == ids and set(ids) == set(stats)
