@@ -96,19 +96,23 @@ def bare_generate(llm, problems, template, params: SamplingParams) -> tuple[int,
 
 
 def run_rounds(args, sample_pipeline, sample_bare) -> tuple[float, float, bool, int]:
-    """Alternate the two sides for ``args.rounds`` rounds; best tokens/s of each, identical texts."""
+    """Alternate the two sides for ``args.rounds`` rounds, the side that goes first alternating too
+    (a drift in the machine's load then favours neither); best tokens/s of each, identical texts."""
     best_pipe = best_bare = 0.0
     same = True
     pipe_tokens = 0
-    for r in range(args.rounds):
-        t0 = time.perf_counter()
-        table = sample_pipeline()
-        t_pipe = time.perf_counter() - t0
-        pipe_tokens = sum(table.column("n_tokens").to_pylist())
 
+    def timed(fn):
         t0 = time.perf_counter()
-        bare_tokens, bare_texts = sample_bare()
-        t_bare = time.perf_counter() - t0
+        out = fn()
+        return out, time.perf_counter() - t0
+
+    for r in range(args.rounds):
+        if r % 2 == 0:
+            (table, t_pipe), ((bare_tokens, bare_texts), t_bare) = timed(sample_pipeline), timed(sample_bare)
+        else:
+            ((bare_tokens, bare_texts), t_bare), (table, t_pipe) = timed(sample_bare), timed(sample_pipeline)
+        pipe_tokens = sum(table.column("n_tokens").to_pylist())
 
         same = same and table.column("completion").to_pylist() == bare_texts and pipe_tokens == bare_tokens
         tps_pipe, tps_bare = pipe_tokens / t_pipe, bare_tokens / t_bare

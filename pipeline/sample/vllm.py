@@ -354,7 +354,8 @@ class VllmSampler:
 
     def _resolve_model(self, model: str | None) -> tuple[str, str]:
         """(what vLLM loads, what the run records)."""
-        if self.device == "cpu" and (not model or (model.endswith(".gguf") and os.path.isfile(model))):
+        gguf = bool(model) and model.endswith(".gguf") and os.path.isfile(os.path.expanduser(model))
+        if self.device == "cpu" and (not model or gguf):
             # vLLM 0.32 cannot run a GGUF on the CPU: a converted float32 folder from the cache.
             cached = models.prepare(model or None)
             return str(cached.path), cached.name
