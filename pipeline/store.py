@@ -495,7 +495,12 @@ class Store:
     def shard_digest(self, run_id: str, shard: int) -> str | None:
         """The plan digest in one shard file's footer (None: no such file, a bad one, or no digest)."""
         path = self.partition_dir("samples", {"run_id": run_id}) / f"{shard_name(shard)}.parquet"
-        if not path.exists() or path not in self.files("samples", {"run_id": run_id}):
+        try:
+            reason = self.check_file("samples", path)  # this file only: run_shard asks once per shard
+        except FileNotFoundError:
+            return None
+        if reason is not None:
+            self._quarantine("samples", path, reason)
             return None
         return _footer_digest(path)
 

@@ -20,6 +20,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"  # real datasets beside the project (see its README)
 
 # Tiny real llama.cpp runs: 4 problems, 2 samples each, a few tokens, 2 prompts per shard.
 TINY = {"limit": 4, "n": 2, "max_tokens": 12, "shard_size": 2, "grade_workers": 1, "report": False}
@@ -43,6 +44,38 @@ def store(data_dir) -> Store:
 def tiny() -> dict:
     """Profile options of a tiny real llama.cpp run."""
     return dict(TINY)
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    """The folder of real datasets beside the project; tests that read it skip, naming it, when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"the shared real datasets folder {SHARED_DATA} is absent; these tests read real files from it")
+    return SHARED_DATA
+
+
+class DiesAfter:
+    """The local executor, failing (as a kill would) once ``shards`` shards were sampled."""
+
+    def __init__(self, config, shards: int) -> None:
+        from pipeline.run import LocalExecutor
+
+        self.inner = LocalExecutor(config)
+        self.model_name, self.concurrency, self.left = self.inner.model_name, 1, shards
+
+    def sample_and_grade(self, problems, template, run_id):
+        from pipeline.errors import SamplingError
+
+        if self.left == 0:
+            raise SamplingError("killed")
+        self.left -= 1
+        return self.inner.sample_and_grade(problems, template, run_id)
+
+
+@pytest.fixture(scope="session")
+def dies_after() -> type[DiesAfter]:
+    """``dies_after(config, k)``: an executor that dies after ``k`` shards (a kill, in-process)."""
+    return DiesAfter
 
 
 _HARNESS: dict = {}

@@ -477,20 +477,6 @@ def test_adaptive_run_end_to_end(store, close_engines):
         assert keyed[(p, i)] == t
 
 
-class DiesAfter:
-    """The local executor, failing (as a kill would) once ``shards`` shards were sampled."""
-
-    def __init__(self, config: run.ProfileConfig, shards: int) -> None:
-        self.inner = run.LocalExecutor(config)
-        self.model_name, self.concurrency, self.left = self.inner.model_name, 1, shards
-
-    def sample_and_grade(self, problems, template, run_id):
-        if self.left == 0:
-            raise SamplingError("killed")
-        self.left -= 1
-        return self.inner.sample_and_grade(problems, template, run_id)
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> tuple[Store, str]:
     store = Store.open(tmp_path_factory.mktemp("adaptive-ref") / "data")
@@ -500,14 +486,16 @@ def uninterrupted(tmp_path_factory) -> tuple[Store, str]:
 
 
 @pytest.mark.parametrize("shards_before_kill", [3, 5, 7, 9])
-def test_killed_between_rounds_resumes_to_the_same_tables(uninterrupted, store, shards_before_kill, close_engines):
+def test_killed_between_rounds_resumes_to_the_same_tables(
+    uninterrupted, store, shards_before_kill, close_engines, dies_after
+):
     """Round 0 has 5 shards: the kill comes inside round 0, right after it (round 1 planned, none
     of its shards written), and inside later rounds; the rerun re-derives the same rounds and ends
     with the same samples, plans, analysis and registry row as an uninterrupted run."""
     ref, rid = uninterrupted
     cfg = run.ProfileConfig(**ADAPTIVE)
     with pytest.raises(SamplingError, match="killed"):
-        run.profile(cfg, store, DiesAfter(cfg, shards_before_kill))
+        run.profile(cfg, store, dies_after(cfg, shards_before_kill))
     assert store.get_run(rid)["status"] == "failed"
     assert len(store.finished_shards(rid)) == shards_before_kill
     executors.profile_direct(cfg, store)

@@ -11,7 +11,6 @@ in and must come back inside its interval.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -26,15 +25,7 @@ from pipeline.cli import app
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.store import Store
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def shared() -> Path:
-    if not DATA.is_dir():
-        pytest.skip(f"the shared real datasets folder {DATA} is absent; these tests read real files from it")
-    return DATA
 
 
 # --- the statistic ------------------------------------------------------------------------------

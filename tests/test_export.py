@@ -28,15 +28,7 @@ from pipeline.errors import ConfigError
 from pipeline.export import MEASUREMENT, ExportConfig, band_of, export_run, measurement_key, read_metadata
 from pipeline.store import Store
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def shared() -> Path:
-    if not DATA.is_dir():
-        pytest.skip(f"the shared real datasets folder {DATA} is absent; these tests read real files from it")
-    return DATA
 
 
 def _cli(*args: str):

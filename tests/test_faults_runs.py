@@ -26,29 +26,15 @@ pytestmark = pytest.mark.faults
 SIM = {"backend": "simulate", "limit": 6, "n": 4, "grade_workers": 1, "report": False}
 
 
-class DiesAfter:
-    """The local executor, dying (as a kill would) once ``shards`` shards were sampled."""
-
-    def __init__(self, config: run.ProfileConfig, shards: int) -> None:
-        self.inner = run.LocalExecutor(config)
-        self.model_name, self.concurrency, self.left = self.inner.model_name, 1, shards
-
-    def sample_and_grade(self, problems, template, run_id):
-        if self.left == 0:
-            raise SamplingError("killed")
-        self.left -= 1
-        return self.inner.sample_and_grade(problems, template, run_id)
-
-
-def _interrupted_then_resumed(store: Store, first: dict, then: dict) -> str:
+def _interrupted_then_resumed(store: Store, first: dict, then: dict, dies_after) -> str:
     with pytest.raises(SamplingError, match="killed"):
-        run.profile(run.ProfileConfig(**SIM, **first), store, DiesAfter(run.ProfileConfig(**SIM, **first), 1))
+        run.profile(run.ProfileConfig(**SIM, **first), store, dies_after(run.ProfileConfig(**SIM, **first), 1))
     return executors.profile_direct(run.ProfileConfig(**SIM, **then), store)["run_id"]
 
 
-def test_resume_with_a_larger_shard_size_loses_nothing(store, check_complete, close_engines):
+def test_resume_with_a_larger_shard_size_loses_nothing(store, check_complete, close_engines, dies_after):
     """Was: `--shard-size 2`, killed after shard 0, rerun without it: done with 8 of 24 samples."""
-    run_id = _interrupted_then_resumed(store, {"shard_size": 2}, {})
+    run_id = _interrupted_then_resumed(store, {"shard_size": 2}, {}, dies_after)
     check_complete(store, run_id, 4, 6)
     assert store.get_run(run_id)["status"] == "done"
 
@@ -65,8 +51,8 @@ def test_resume_with_a_smaller_shard_size_duplicates_nothing(store, check_comple
     assert set(stats.to_pylist()) == {4}
 
 
-def test_an_interrupted_plan_with_other_shards_is_kept(store, check_complete, close_engines):
-    run_id = _interrupted_then_resumed(store, {"shard_size": 4}, {"shard_size": 1})
+def test_an_interrupted_plan_with_other_shards_is_kept(store, check_complete, close_engines, dies_after):
+    run_id = _interrupted_then_resumed(store, {"shard_size": 4}, {"shard_size": 1}, dies_after)
     check_complete(store, run_id, 4, 6)
     assert len(store.shard_files(run_id)) == 2  # the stored plan's two shards, not six
 

@@ -27,15 +27,7 @@ from pipeline.sample import SamplingParams, make_sampler
 from pipeline.sample.base import ChatPrompt, chat_messages, prepare_prompts
 from pipeline.sample.templates import CHAT_MESSAGES, template_for
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def shared() -> Path:
-    if not DATA.is_dir():
-        pytest.skip(f"the shared real datasets folder {DATA} is absent; these tests read real files from it")
-    return DATA
 
 
 MATH_FIRST = r"\left( 3, \frac{\pi}{2} \right)"
