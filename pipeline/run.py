@@ -302,6 +302,9 @@ class Executor(Protocol):
 
     def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table: ...
 
+    # Optional: ``write_shard(store, job: ShardJob) -> int``, for executors whose workers write
+    # their shards to the data directory themselves (see ``run_shard``).
+
 
 def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, run_id: str, sampler=None) -> pa.Table:
     """Sample and grade a batch of problems; returns ``samples`` rows (nothing is written).
@@ -544,33 +547,66 @@ def finished_shards(store: Store, plan: RunPlan) -> set[int]:
     return {s for s in store.finished_shards(plan.run_id) if s < len(plan.digests)}
 
 
-def _check_shard(plan: RunPlan, shard: int, graded: pa.Table) -> None:
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard's work, self-contained: what an executor's worker needs to sample, grade, check
+    and write it where the driver cannot (a Ray actor on another machine)."""
+
+    run_id: str
+    shard: int
+    digest: str  # the plan's digest of this shard, written into the file's footer
+    problems: pa.Table  # the shard's problems with FIRST_IDX and N_SAMPLES columns
+    template: str
+
+    def expected(self) -> list[tuple[str, int]]:
+        ids = self.problems.column("prompt_id").to_pylist()
+        firsts = self.problems.column(FIRST_IDX).to_pylist()
+        counts = self.problems.column(N_SAMPLES).to_pylist()
+        pairs = zip(ids, firsts, counts, strict=True)
+        return sorted((pid, first + k) for pid, first, count in pairs for k in range(count))
+
+
+def check_shard(job: ShardJob, graded: pa.Table) -> None:
     """A shard's samples are exactly its plan's (prompt, index) pairs, once each."""
-    want = sorted((pid, first + k) for pid, first, count in plan.entries[shard] for k in range(count))
+    want = job.expected()
     got = sorted(zip(graded.column("prompt_id").to_pylist(), graded.column("sample_idx").to_pylist(), strict=True))
     if got != want:
         raise PipelineError(
-            f"run {plan.run_id} shard {shard}: the executor returned {len(got)} samples that are not the "
+            f"run {job.run_id} shard {job.shard}: the executor returned {len(got)} samples that are not the "
             f"plan's {len(want)} (prompt, sample index) pairs"
         )
 
 
-def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> int:
-    """Sample and grade one shard through the executor and write it; a shard already written is skipped.
+def write_graded_shard(store: Store, job: ShardJob, graded: pa.Table) -> int:
+    """Check a graded shard against its job and write it (one atomic file); the samples written."""
+    check_shard(job, graded)
+    store.write_shard(job.run_id, job.shard, graded, digest=job.digest)
+    return graded.num_rows
 
-    Returns the number of samples written (0 when the shard was already done).
-    """
-    if store.shard_digest(plan.run_id, shard) == plan.digests[shard]:
-        log.info("run %s shard %d already done", plan.run_id, shard)
-        return 0
+
+def shard_job(plan: RunPlan, shard: int) -> ShardJob:
     problems = plan.problems.take(plan.shards[shard])
     entries = plan.entries[shard]
     problems = problems.append_column(FIRST_IDX, pa.array([first for _, first, _ in entries], pa.int64()))
     problems = problems.append_column(N_SAMPLES, pa.array([count for _, _, count in entries], pa.int64()))
-    graded = executor.sample_and_grade(problems, plan.template, plan.run_id)
-    _check_shard(plan, shard, graded)
-    store.write_shard(plan.run_id, shard, graded, digest=plan.digests[shard])
-    return graded.num_rows
+    return ShardJob(plan.run_id, shard, plan.digests[shard], problems, plan.template)
+
+
+def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> int:
+    """Sample, grade and write one shard through the executor; a shard already written is skipped.
+
+    An executor whose workers write shards themselves (``write_shard``: Ray actors, each writing
+    straight to the data directory) gets the job and returns only the count; otherwise the graded
+    table comes back here and is written by this process. Returns the number of samples written
+    (0 when the shard was already done).
+    """
+    if store.shard_digest(plan.run_id, shard) == plan.digests[shard]:
+        log.info("run %s shard %d already done", plan.run_id, shard)
+        return 0
+    job = shard_job(plan, shard)
+    if hasattr(executor, "write_shard"):
+        return executor.write_shard(store, job)
+    return write_graded_shard(store, job, executor.sample_and_grade(job.problems, job.template, job.run_id))
 
 
 def pending_shards(store: Store, plan: RunPlan) -> list[int]:
@@ -666,10 +702,10 @@ def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -
     """Read the state from the stored samples (``sql/adaptive_counts.sql``): a function of the
     samples alone, so a rerun after a kill finds the same state, fits the same prior and plans the
     same next round."""
-    files = [str(f) for _, f in sorted(store.shard_files(plan.run_id).items())]
+    files = [f for _, f in sorted(store.shard_files(plan.run_id).items())]
     if not files:
         raise PipelineError(f"run {plan.run_id} has no finished shards")
-    counts = store.named_query("adaptive_counts", {"files": files, "n_min": acfg.n_min})
+    counts = store.files_query("adaptive_counts", files, {"n_min": acfg.n_min})
     _check_counts(plan, counts)
     n0, c0 = counts.column("n0").to_numpy(), counts.column("c0").to_numpy()
     prior = adaptive.fit_prior(n0, c0) if acfg.prior == "fit" else adaptive.jeffreys_prior()

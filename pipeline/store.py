@@ -1,26 +1,30 @@
 """Storage: a data directory of hive-partitioned Parquet (the source of truth) and DuckDB views.
 
-Layout under the data directory::
+Layout under the data directory (a local folder or an ``s3://bucket/prefix``)::
 
     problems/dataset=<name>/part-0.parquet
     runs/run_id=<id>/run.parquet
     samples/run_id=<id>/shard-00000.parquet
     prompt_stats|weights|summary|allocation/run_id=<id>/part-0.parquet
 
-Every write goes to a hidden temporary name in the same folder and is renamed into place when
-complete, so an interrupted write never leaves half a file and a finished shard is never redone.
-Partition columns are kept inside the files too (files are self-describing); DuckDB reads them
-with ``hive_partitioning=false`` so numeric-looking partition values are never re-typed.
+A file becomes visible only when complete: on a local disk it is written under a hidden temporary
+name and renamed into place; on object storage it is one PUT of the finished bytes under its final
+key (S3 has no rename, and an object never shows half an upload). So an interrupted write never
+leaves half a file and a finished shard is never redone. Partition columns are kept inside the
+files too (files are self-describing); DuckDB reads them with ``hive_partitioning=false`` so
+numeric-looking partition values are never re-typed.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,19 +40,83 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import schema
-from pipeline.errors import StoreError
+from pipeline.errors import MissingDependencyError, StoreError
 
 log = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "DIFFICULTY_DATA"
 DEFAULT_DATA_DIR = "difficulty-data"
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:+-]+$")
+REMOTE_SCHEMES = ("s3",)  # object stores the data directory may live on (through fsspec)
+
+# A location: a Path in a local data directory, a full URL (s3://bucket/key) in a remote one.
+Location = Path | str
 
 
-def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The data directory's path: the flag, then ``$DIFFICULTY_DATA``, then ``./difficulty-data``."""
+def is_remote(data_dir: str | os.PathLike) -> bool:
+    """Whether ``data_dir`` names an object store (``s3://...``) rather than a local folder."""
+    return isinstance(data_dir, str) and "://" in data_dir and not data_dir.startswith("file://")
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Location:
+    """The data directory: the flag, then ``$DIFFICULTY_DATA``, then ``./difficulty-data``; a local
+    one as an absolute Path, a remote one as its URL without a trailing slash."""
     raw = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR)
+    if is_remote(raw):
+        scheme, _, rest = str(raw).partition("://")
+        if scheme.lower() not in REMOTE_SCHEMES:
+            raise StoreError(
+                f"data directory {raw!r}: scheme {scheme!r} is not supported; use a local folder or "
+                f"{' or '.join(s + '://bucket/prefix' for s in REMOTE_SCHEMES)}"
+            )
+        bucket = rest.strip("/").split("/", 1)[0]
+        if len(bucket) < 3:
+            raise StoreError(f"data directory {raw!r}: {bucket!r} is not a bucket name (3 to 63 characters)")
+        return f"{scheme.lower()}://{rest.strip('/')}"
+    if isinstance(raw, str) and raw.startswith("file://"):
+        raw = raw[len("file://") :]
     return Path(raw).expanduser().resolve()
+
+
+# Object-store requests: short connect timeout and few retries, so an unreachable endpoint or a
+# refused credential fails in seconds with a named error instead of retrying for minutes.
+S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+
+
+def _remote_filesystem(scheme: str):
+    """fsspec's filesystem for an object store. Credentials, region and endpoint come from the
+    standard AWS environment variables and config files (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``~/.aws/...``), never from an argument: no
+    secret is ever part of a Store, a flow parameter or a table."""
+    try:
+        import s3fs
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "an s3:// data directory needs s3fs; install it with: pip install 'difficulty-pipeline[s3]'"
+        ) from exc
+    # No listing cache: another process (a Ray actor) may write a shard at any time.
+    return s3fs.S3FileSystem(config_kwargs=S3_CLIENT_CONFIG, use_listings_cache=False, skip_instance_cache=True)
+
+
+def _remote_error(exc: BaseException, what: str, root: str) -> StoreError:
+    """An object store's failure as a StoreError that names the cause a user can fix."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower():
+        bucket = root.split("://", 1)[1].split("/", 1)[0]
+        return StoreError(f"{what}: bucket {bucket!r} does not exist ({root}); create it or fix --data-dir")
+    if isinstance(exc, PermissionError) or any(
+        k in text for k in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Forbidden", "credentials")
+    ):
+        return StoreError(
+            f"{what}: the object store refused the credentials for {root} ({exc}); check AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the bucket's policy"
+        )
+    if any(k in text for k in ("EndpointConnectionError", "ConnectTimeout", "Could not connect", "ConnectionError")):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the default AWS"
+        return StoreError(
+            f"{what}: cannot reach the object store at {endpoint} endpoint ({exc}); check AWS_ENDPOINT_URL"
+        )
+    return StoreError(f"{what} on {root}: {text}")
 
 
 def conform(data: pa.Table, table: str) -> pa.Table:
@@ -158,69 +226,239 @@ class FileProblem:
 
 
 SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
-
-
-def _footer_digest(path: Path) -> str | None:
-    meta = pq.read_metadata(path).metadata or {}
-    value = meta.get(SHARD_DIGEST_KEY.encode())
-    return value.decode() if value else None
+LEASE_TTL_S = 90.0  # a remote run lease not renewed for this long was left by a dead process
+LEASE_RENEW_S = 20.0
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _parquet_bytes(data: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(data, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
+
+
 @dataclass(frozen=True)
 class Store:
     """A data directory: its layout, atomic writes, the run registry, DuckDB views and every read.
 
-    Everything that touches the files of a data directory goes through one ``Store``, so it is
-    the single seam where another filesystem would plug in. Build one with ``Store.open`` (which
-    resolves the default location and checks the folder is writable) or ``Store(path)``;
-    ``dataclasses.asdict(store)`` is its serialised form (a Prefect flow parameter).
+    Everything that touches the files of a data directory goes through one ``Store``: it is the
+    filesystem seam. ``root`` is a local folder (a Path) or an object store's URL
+    (``s3://bucket/prefix``, read and written through fsspec's ``s3fs``; DuckDB reads it through
+    the same filesystem, registered on each connection). Locations it hands out are Paths in a
+    local store and full URLs in a remote one. Build one with ``Store.open`` (which resolves the
+    default location and checks it is writable) or ``Store(path)``; ``dataclasses.asdict(store)``
+    is its serialised form (a Prefect flow parameter, a Ray actor's argument): the root only,
+    never a credential.
     """
 
-    root: Path
+    root: Location
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
+        root = resolve_data_dir(self.root) if is_remote(str(self.root)) else Path(self.root)
+        object.__setattr__(self, "root", root)
+
+    def __reduce__(self):  # pickled as its root: the filesystem (and its session) is rebuilt where it lands
+        return (type(self), (self.root,))
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.root, str)
+
+    @functools.cached_property
+    def fs(self):
+        """The fsspec filesystem of a remote store (built on first use, from the environment)."""
+        if not self.remote:
+            raise StoreError(f"{self.root} is a local folder: it has no object-store filesystem")
+        return _remote_filesystem(self.root.split("://", 1)[0])
 
     @classmethod
     def open(cls, data_dir: str | os.PathLike | None = None, *, create: bool = True) -> Store:
         """The store at ``data_dir`` (flag, then ``$DIFFICULTY_DATA``, then ``./difficulty-data``).
 
-        With ``create`` the folder is made and probed, so a read-only location fails before any work.
+        With ``create`` the location is probed (a folder made, or an object written and removed),
+        so a read-only location, a missing bucket, refused credentials or an unreachable endpoint
+        fail here, before any work, and leave nothing behind.
         """
-        path = resolve_data_dir(data_dir)
-        if create:
+        root = resolve_data_dir(data_dir)
+        store = cls(root)
+        if create and store.remote:
+            probe = store._key(f".write-probe-{uuid.uuid4().hex}")
             try:
-                path.mkdir(parents=True, exist_ok=True)
-                probe = path / f".write-probe-{uuid.uuid4().hex}"
+                store.fs.pipe(probe, b"")
+                store.fs.rm(probe)
+            except Exception as exc:  # botocore's and s3fs's errors share no base class
+                raise _remote_error(exc, "cannot write to the data directory", root) from exc
+        elif create:
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                probe = root / f".write-probe-{uuid.uuid4().hex}"
                 probe.write_bytes(b"")
                 probe.unlink()
             except OSError as exc:
                 raise StoreError(
-                    f"data directory {str(path)!r} is not writable ({exc.strerror or exc}); "
+                    f"data directory {str(root)!r} is not writable ({exc.strerror or exc}); "
                     f"pass --data-dir or set {DATA_DIR_ENV} to a writable folder"
                 ) from exc
-        return cls(path)
+        return store
+
+    # --- the filesystem seam: every byte read or written goes through these -------------------
+
+    def location(self, *parts: str) -> Location:
+        """``root/parts...``: a Path locally, a URL on an object store."""
+        if self.remote:
+            return "/".join([self.root, *parts]) if parts else self.root
+        return self.root.joinpath(*parts)
+
+    def _child(self, loc: Location, *names: str) -> Location:
+        return "/".join([str(loc), *names]) if self.remote else Path(loc).joinpath(*names)
+
+    def relative(self, loc: Location) -> str:
+        """A location's path below the root, with ``/`` separators."""
+        if self.remote:
+            return str(loc)[len(self.root) + 1 :]
+        return Path(loc).relative_to(self.root).as_posix()
+
+    def _key(self, loc_or_rel: Location) -> str:
+        """fsspec's name of a remote location (no scheme): ``bucket/prefix/...``."""
+        text = str(loc_or_rel)
+        if "://" not in text:
+            text = f"{self.root}/{text}"
+        return text.split("://", 1)[1]
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        """Run an object-store call; its failure becomes a StoreError naming the cause."""
+        try:
+            return fn(*args, **kwargs)
+        except FileNotFoundError as exc:
+            if "bucket" in str(exc).lower():
+                raise _remote_error(exc, what, self.root) from exc
+            raise
+        except Exception as exc:
+            raise _remote_error(exc, what, self.root) from exc
+
+    def _list(self, folder: Location, suffix: str) -> list[tuple[Location, tuple]]:
+        """Files under ``folder`` (recursively) whose name ends in ``suffix`` and is not hidden,
+        sorted, each with a key that changes when the file does (size and modification)."""
+        out = []
+        if self.remote:
+            found = self._call("cannot list the data directory", self.fs.find, self._key(folder), detail=True)
+            for key, info in found.items():
+                name = key.rsplit("/", 1)[-1]
+                if info.get("type") == "file" and name.endswith(suffix) and not name.startswith("."):
+                    stamp = (info.get("size"), str(info.get("ETag") or info.get("LastModified")))
+                    out.append((f"{self.root.split('://')[0]}://{key}", stamp))
+            return sorted(out)
+        folder = Path(folder)
+        if not folder.exists():
+            return []
+        for path in sorted(p for p in folder.rglob(f"*{suffix}") if not p.name.startswith(".")):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                log.info("%s disappeared while it was listed (replaced or moved by another process)", path)
+                continue
+            out.append((path, (st.st_size, st.st_mtime_ns, path.is_dir())))
+        return out
+
+    def exists(self, loc: Location) -> bool:
+        if self.remote:
+            return bool(self._call("cannot read the data directory", self.fs.exists, self._key(loc)))
+        return Path(loc).exists()
+
+    def _put(self, loc: Location, data: bytes) -> None:
+        """Make ``loc`` hold ``data``, all at once: a reader sees the old file, or the new one whole."""
+        if self.remote:
+            # One PUT of finished bytes: S3 shows an object only when its upload is complete.
+            self._call(f"cannot write {self.relative(loc)}", self.fs.pipe, self._key(loc), data)
+            return
+        loc = Path(loc)
+        loc.parent.mkdir(parents=True, exist_ok=True)
+        tmp = loc.parent / f".{loc.stem}.{uuid.uuid4().hex}.tmp"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, loc)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def read_bytes(self, loc: Location) -> bytes:
+        if self.remote:
+            return self._call(f"cannot read {self.relative(loc)}", self.fs.cat_file, self._key(loc))
+        return Path(loc).read_bytes()
+
+    def write_bytes(self, loc: Location, data: bytes) -> Location:
+        """Write a whole file (a report, a plotly.min.js beside it) under the data directory."""
+        self._put(loc, data)
+        return loc
+
+    def _unlink(self, loc: Location) -> None:
+        if self.remote:
+            self._call(f"cannot remove {self.relative(loc)}", self.fs.rm, self._key(loc))
+        else:
+            Path(loc).unlink()
+
+    def _move(self, src: Location, dst: Location) -> None:
+        """Move a file (a rename on a disk; a copy then delete on an object store)."""
+        if self.remote:
+            self._call(f"cannot move {self.relative(src)}", self.fs.mv, self._key(src), self._key(dst))
+            return
+        Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dst)
+
+    def _metadata(self, loc: Location) -> pq.FileMetaData:
+        if self.remote:
+            with self.fs.open(self._key(loc), "rb") as fh:
+                return pq.read_metadata(fh)
+        return pq.read_metadata(loc)
+
+    def _read_parquet(self, loc: Location, columns: list[str] | None = None) -> pa.Table:
+        if self.remote:
+            return self._call(
+                f"cannot read {self.relative(loc)}", pq.read_table, self._key(loc), columns=columns, filesystem=self.fs
+            )
+        return pq.read_table(loc, columns=columns)
+
+    def _footer_digest(self, loc: Location) -> str | None:
+        meta = self._metadata(loc).metadata or {}
+        value = meta.get(SHARD_DIGEST_KEY.encode())
+        return value.decode() if value else None
+
+    def _duckdb(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection that can read this store's files (``s3://`` URLs through
+        the registered fsspec filesystem: DuckDB 2.0's httpfs cannot be installed offline)."""
+        con = duckdb.connect(":memory:")
+        if self.remote:
+            con.register_filesystem(self.fs)
+        return con
 
     # --- layout -----------------------------------------------------------------------------
 
-    def partition_dir(self, table: str, partition: dict[str, str] | None = None) -> Path:
-        folder = self.root / table
+    def partition_dir(self, table: str, partition: dict[str, str] | None = None) -> Location:
+        parts = [table]
         for key, value in (partition or {}).items():
             value = str(value)
             if not _SAFE_VALUE.match(value):
                 raise StoreError(f"partition value {value!r} for {key!r} has characters unsafe in a path")
-            folder = folder / f"{key}={value}"
-        return folder
+            parts.append(f"{key}={value}")
+        return self.location(*parts)
 
-    def report_path(self, name: str) -> Path:
+    def report_path(self, name: str) -> Location:
         """Where a report named ``name`` (a run id, or a comparison's name) is written by default."""
-        return self.root / "reports" / f"{name}.html"
+        return self.location("reports", f"{name}.html")
 
-    def files(self, table: str, where: dict[str, str] | None = None) -> list[Path]:
+    def files(self, table: str, where: dict[str, str] | None = None) -> list[Location]:
         """The complete Parquet files of a table, or of one partition of it (temporary files excluded).
 
         Each file is checked (``check_file``); a bad one is quarantined with a warning and left out,
@@ -229,104 +467,126 @@ class Store:
         """
         return self._scan(table, where)[0]
 
-    def _scan(self, table: str, where: dict[str, str] | None = None) -> tuple[list[Path], list[FileProblem]]:
+    def _scan(self, table: str, where: dict[str, str] | None = None) -> tuple[list[Location], list[FileProblem]]:
         """The good files of a table (or partition), and the bad ones found and quarantined."""
-        folder = self.partition_dir(table, where)
-        if not folder.exists():
-            return [], []
         good, bad = [], []
-        for path in sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith(".")):
+        for loc, stamp in self._list(self.partition_dir(table, where), ".parquet"):
             try:
-                reason = self.check_file(table, path)
+                reason = self._check(table, loc, stamp)
             except FileNotFoundError:
-                log.info("%s disappeared while it was checked (replaced or moved by another process)", path)
+                log.info("%s disappeared while it was checked (replaced or moved by another process)", loc)
                 continue
             if reason is None:
-                good.append(path)
+                good.append(loc)
             else:
-                bad.append(self._quarantine(table, path, reason))
+                bad.append(self._quarantine(table, loc, reason))
         return good, bad
 
-    def check_file(self, table: str, path: Path) -> str | None:
+    def check_file(self, table: str, path: Location) -> str | None:
         """Why ``path`` is not a complete Parquet file of ``table`` (None when it is one).
 
         Cheap: the name, the folders, then only the footer (``pq.read_metadata``) and its schema,
-        never the data; cached per process by (path, size, mtime_ns). A folder between the table
-        and the file must be a partition (``<column>=<value>``); in ``samples`` only
+        never the data; cached per process by (location, size, modification). A folder between
+        the table and the file must be a partition (``<column>=<value>``); in ``samples`` only
         ``shard-NNNNN.parquet`` is a shard.
 
         Raises:
             FileNotFoundError: the file is gone (another process replaced or moved it).
             StoreError: the file cannot be read for a reason that says nothing about it (permissions,
-                too many open files): moving it aside would hide good data.
+                too many open files, an unreachable object store): moving it aside would hide good data.
         """
-        st = path.stat()
-        key = (str(path), st.st_size, st.st_mtime_ns)
+        if self.remote:
+            info = self._call("cannot read the data directory", self.fs.info, self._key(path))
+            return self._check(table, path, (info.get("size"), str(info.get("ETag") or info.get("LastModified"))))
+        st = Path(path).stat()
+        return self._check(table, Path(path), (st.st_size, st.st_mtime_ns, Path(path).is_dir()))
+
+    def _check(self, table: str, loc: Location, stamp: tuple) -> str | None:
+        key = (str(loc), *stamp)
         if key in _CHECKED:
             return _CHECKED[key]
-        reason = self._file_problem(table, path)
+        reason = self._file_problem(table, loc)
         if len(_CHECKED) >= _CHECKED_MAX:
             _CHECKED.clear()
         _CHECKED[key] = reason
         return reason
 
-    def _file_problem(self, table: str, path: Path) -> str | None:
-        if path.is_dir():
+    def _file_problem(self, table: str, loc: Location) -> str | None:
+        if not self.remote and Path(loc).is_dir():
             return "a folder named like a Parquet file"
-        for part in path.relative_to(self.root / table).parts[:-1]:
+        parts = self.relative(loc).split("/")
+        for part in parts[1:-1]:
             match = _PARTITION.match(part)
             if not match or match[1] not in schema.SCHEMAS[table].names or not _SAFE_VALUE.match(match[2]):
                 return f"folder {part!r} is not a partition folder (<column>=<value>) of table {table!r}"
-        if table == "samples" and not _SHARD_FILE.match(path.name):
+        if table == "samples" and not _SHARD_FILE.match(parts[-1]):
             return "not a shard's name (shard-NNNNN.parquet)"
         try:
-            stored = pq.read_metadata(path).schema.to_arrow_schema()
+            stored = self._metadata(loc).schema.to_arrow_schema()
         except pa.ArrowInvalid as exc:
             return f"not a complete Parquet file: {exc}"
         except OSError as exc:
             if exc.errno is not None:  # the file system's error, not the file's content
                 if isinstance(exc, FileNotFoundError):
                     raise
-                raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
+                raise StoreError(f"cannot read {loc}: {exc.strerror or exc}") from exc
+            if self.remote and not isinstance(exc, pa.ArrowException):
+                raise _remote_error(exc, f"cannot read {self.relative(loc)}", self.root) from exc
             return f"not a complete Parquet file: {exc}"  # e.g. a footer that does not deserialize
+        except Exception as exc:
+            if self.remote:  # botocore's errors: the store's fault, never the file's
+                raise _remote_error(exc, f"cannot read {self.relative(loc)}", self.root) from exc
+            raise
         return schema_problem(stored, table)
 
-    def _quarantine(self, table: str, path: Path, reason: str) -> FileProblem:
+    def _quarantine(self, table: str, path: Location, reason: str) -> FileProblem:
         """Move a bad file to ``<root>/quarantine/<UTC time>/<relative path>`` (never deleted) and
         append a line to ``quarantine/log.jsonl``; a file that cannot be moved is only left out."""
-        rel = path.relative_to(self.root)
-        dest = self.root / QUARANTINE_DIR / _now().strftime("%Y%m%dT%H%M%SZ") / rel
-        if dest.exists():
-            dest = dest.with_name(f"{dest.name}.{uuid.uuid4().hex[:8]}")
+        rel = self.relative(path)
+        dest = self.location(QUARANTINE_DIR, _now().strftime("%Y%m%dT%H%M%SZ"), *rel.split("/"))
+        if self.exists(dest):
+            dest = (
+                f"{dest}.{uuid.uuid4().hex[:8]}"
+                if self.remote
+                else dest.with_name(f"{dest.name}.{uuid.uuid4().hex[:8]}")
+            )
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(path, dest)
+            self._move(path, dest)
         except FileNotFoundError:
             log.info("%s (%s) was moved by another process first", rel, reason)
-            return FileProblem(str(rel), table, reason, "already moved by another process")
-        except OSError as exc:
-            log.warning("skipping %s: %s; it cannot be moved to quarantine (%s)", path, reason, exc.strerror or exc)
-            return FileProblem(str(rel), table, reason, f"left in place and skipped: {exc.strerror or exc}")
-        moved = str(dest.relative_to(self.root))
+            return FileProblem(rel, table, reason, "already moved by another process")
+        except (OSError, StoreError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            log.warning("skipping %s: %s; it cannot be moved to quarantine (%s)", path, reason, why)
+            return FileProblem(rel, table, reason, f"left in place and skipped: {why}")
+        moved = self.relative(dest)
         log.warning("quarantined %s: %s; moved to %s", path, reason, dest)
-        entry = {"at": _now().isoformat(), "file": str(rel), "table": table, "reason": reason, "moved_to": moved}
+        entry = {"at": _now().isoformat(), "file": rel, "table": table, "reason": reason, "moved_to": moved}
+        log_loc = self.location(QUARANTINE_DIR, "log.jsonl")
         try:
-            with open(self.root / QUARANTINE_DIR / "log.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(entry) + "\n")
-        except OSError as exc:
-            log.warning("cannot append to %s: %s", self.root / QUARANTINE_DIR / "log.jsonl", exc)
-        return FileProblem(str(rel), table, reason, f"moved to {moved}")
+            if self.remote:  # no append on an object store: rewrite (quarantining is rare)
+                old = self.read_bytes(log_loc) if self.exists(log_loc) else b""
+                self._put(log_loc, old + (json.dumps(entry) + "\n").encode())
+            else:
+                with open(log_loc, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(entry) + "\n")
+        except (OSError, StoreError) as exc:
+            log.warning("cannot append to %s: %s", log_loc, exc)
+        return FileProblem(rel, table, reason, f"moved to {moved}")
 
     def doctor(self, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
         """Check every table's files: bad ones are quarantined, temporary files older than
         ``tmp_max_age_s`` (left by a writer that died before its rename) removed. What was found;
-        empty when the data directory is clean, so a second call finds nothing."""
+        empty when the data directory is clean, so a second call finds nothing. (An object store
+        has no temporary files: a write is one PUT.)"""
         found: list[FileProblem] = []
         now = time.time()
         for table in schema.SCHEMAS:
             found += self._scan(table)[1]
-            folder = self.root / table
-            for tmp in sorted(folder.rglob(".*.tmp")) if folder.exists() else []:
+            folder = self.location(table)
+            if self.remote or not folder.exists():
+                continue
+            for tmp in sorted(folder.rglob(".*.tmp")):
                 try:
                     age = now - tmp.stat().st_mtime
                     if not _TMP_FILE.match(tmp.name) or not tmp.is_file() or age < tmp_max_age_s:
@@ -348,42 +608,46 @@ class Store:
         partition: dict[str, str] | None = None,
         part: str = "part-0",
         metadata: dict[str, str] | None = None,
-    ) -> Path:
+    ) -> Location:
         """Atomically write ``data`` as ``<root>/<table>/<k>=<v>/.../<part>.parquet``
         (``metadata``: key-value pairs for the file's footer)."""
         data = conform(data, table)
         if metadata:
             data = data.replace_schema_metadata(metadata)
-        folder = self.partition_dir(table, partition)
-        folder.mkdir(parents=True, exist_ok=True)
-        final = folder / f"{part}.parquet"
-        tmp = folder / f".{part}.{uuid.uuid4().hex}.tmp"
-        try:
-            pq.write_table(data, tmp, compression="zstd")
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
+        final = self._child(self.partition_dir(table, partition), f"{part}.parquet")
+        if self.remote:
+            self._put(final, _parquet_bytes(data))
+        else:  # streamed to a temporary file, then renamed: no second copy of a big table in memory
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.parent / f".{part}.{uuid.uuid4().hex}.tmp"
+            try:
+                pq.write_table(data, tmp, compression="zstd")
+                os.replace(tmp, final)
+            finally:
+                tmp.unlink(missing_ok=True)
         return final
 
-    def replace_partition(self, table: str, data: pa.Table, partition: dict[str, str], part: str = "part-0") -> Path:
+    def replace_partition(
+        self, table: str, data: pa.Table, partition: dict[str, str], part: str = "part-0"
+    ) -> Location:
         """Write ``data`` as the only file of one partition (a rerun's analysis replaces the last one)."""
         final = self.write_table(table, data, partition, part)
         for file in self.files(table, partition):
-            if file != final:
-                file.unlink()
+            if str(file) != str(final):
+                self._unlink(file)
         return final
 
     def delete_partition(self, table: str, partition: dict[str, str]) -> None:
         """Remove every file of one partition."""
         for file in self.files(table, partition):
-            file.unlink()
+            self._unlink(file)
 
     def read_table(self, table: str, where: dict[str, str] | None = None) -> pa.Table:
         """Read a table (or one partition of it) into memory with its declared schema."""
         files = self.files(table, where)
         if not files:
             return schema.SCHEMAS[table].empty_table()
-        return pa.concat_tables([conform(pq.read_table(f), table) for f in files])
+        return pa.concat_tables([conform(self._read_parquet(f), table) for f in files])
 
     # --- run registry -----------------------------------------------------------------------
 
@@ -437,16 +701,26 @@ class Store:
             runs = runs.set_column(runs.schema.get_field_index("status"), "status", pa.array(status, pa.string()))
         return runs
 
-    def _lock_path(self, run_id: str) -> Path:
-        return self.partition_dir("runs", {"run_id": run_id}) / ".lock"
+    def _lock_path(self, run_id: str) -> Location:
+        return self._child(self.partition_dir("runs", {"run_id": run_id}), ".lock")
 
     @contextmanager
     def lock_run(self, run_id: str) -> Iterator[None]:
-        """Hold a run's lock while a process works on it (released by the kernel if it dies).
+        """Hold a run's lock while a process works on it.
+
+        Locally a ``flock`` (released by the kernel if the process dies). On an object store, which
+        has no locks, a lease object renewed every ``LEASE_RENEW_S`` by a thread: a lease not
+        renewed for ``LEASE_TTL_S``, or whose holder is a dead process of this machine, is taken
+        over. (Two drivers
+        starting the same run within one PUT of each other are not told apart.)
 
         Raises:
             StoreError: another process holds it (the same run is being profiled twice).
         """
+        if self.remote:
+            with self._lease(run_id):
+                yield
+            return
         path = self._lock_path(run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a+") as fh:
@@ -465,8 +739,54 @@ class Store:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def _read_lease(self, run_id: str) -> dict | None:
+        loc = self._lock_path(run_id)
+        try:
+            lease = json.loads(self.read_bytes(loc))
+        except (FileNotFoundError, ValueError):
+            return None
+        if lease.get("host") == socket.gethostname() and not _pid_alive(int(lease.get("pid", 0))):
+            return None  # its holder died on this machine: no need to wait for the lease to age
+        return lease if time.time() - float(lease.get("renewed", 0)) < LEASE_TTL_S else None
+
+    @contextmanager
+    def _lease(self, run_id: str) -> Iterator[None]:
+        held = self._read_lease(run_id)
+        me = f"pid {os.getpid()} on {socket.gethostname()}"
+        token = uuid.uuid4().hex
+        if held is not None:
+            raise StoreError(f"run {run_id} is being worked on by {held.get('holder')}; wait for it or stop it")
+        loc = self._lock_path(run_id)
+
+        def renew() -> None:
+            lease = {"holder": me, "host": socket.gethostname(), "pid": os.getpid(), "token": token}
+            self._put(loc, json.dumps({**lease, "renewed": time.time()}).encode())
+
+        renew()
+        stop = threading.Event()
+
+        def keep() -> None:
+            while not stop.wait(LEASE_RENEW_S):
+                try:
+                    renew()
+                except StoreError as exc:
+                    log.warning("cannot renew the lease of run %s: %s", run_id, exc)
+
+        thread = threading.Thread(target=keep, name=f"lease-{run_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            lease = self._read_lease(run_id)
+            if lease is not None and lease.get("token") == token:
+                self._unlink(loc)
+
     def run_is_live(self, run_id: str) -> bool:
-        """Whether a process holds the run's lock now."""
+        """Whether a process holds the run's lock (or a fresh lease, on an object store) now."""
+        if self.remote:
+            return self._read_lease(run_id) is not None
         path = self._lock_path(run_id)
         if not path.exists():
             return False
@@ -480,7 +800,10 @@ class Store:
 
     # --- shards -----------------------------------------------------------------------------
 
-    def write_shard(self, run_id: str, shard: int, samples: pa.Table, digest: str | None = None) -> Path:
+    def shard_location(self, run_id: str, shard: int) -> Location:
+        return self._child(self.partition_dir("samples", {"run_id": run_id}), f"{shard_name(shard)}.parquet")
+
+    def write_shard(self, run_id: str, shard: int, samples: pa.Table, digest: str | None = None) -> Location:
         """Write one finished shard of samples, with its plan's ``digest`` in the footer."""
         metadata = {SHARD_DIGEST_KEY: digest} if digest else None
         return self.write_table("samples", samples, {"run_id": run_id}, part=shard_name(shard), metadata=metadata)
@@ -490,11 +813,11 @@ class Store:
         path = self.shard_files(run_id).get(shard)
         if path is None:
             raise StoreError(f"run {run_id} has no shard {shard}")
-        return pq.read_table(path, columns=columns)
+        return self._read_parquet(path, columns=columns)
 
     def shard_digest(self, run_id: str, shard: int) -> str | None:
         """The plan digest in one shard file's footer (None: no such file, a bad one, or no digest)."""
-        path = self.partition_dir("samples", {"run_id": run_id}) / f"{shard_name(shard)}.parquet"
+        path = self.shard_location(run_id, shard)
         try:
             reason = self.check_file("samples", path)  # this file only: run_shard asks once per shard
         except FileNotFoundError:
@@ -502,26 +825,26 @@ class Store:
         if reason is not None:
             self._quarantine("samples", path, reason)
             return None
-        return _footer_digest(path)
+        return self._footer_digest(path)
 
-    def shard_digests(self, run_id: str) -> dict[int, tuple[Path, str | None]]:
-        """Every shard file of a run: its path and the plan digest in its footer."""
+    def shard_digests(self, run_id: str) -> dict[int, tuple[Location, str | None]]:
+        """Every shard file of a run: its location and the plan digest in its footer."""
         out = {}
         for path in self.files("samples", {"run_id": run_id}):
-            match = _SHARD_FILE.match(path.name)
+            match = _SHARD_FILE.match(str(path).rsplit("/", 1)[-1])
             if match:
-                out[int(match[1])] = (path, _footer_digest(path))
+                out[int(match[1])] = (path, self._footer_digest(path))
         return out
 
-    def quarantine(self, path: Path, reason: str) -> FileProblem:
+    def quarantine(self, path: Location, reason: str) -> FileProblem:
         """Move one file of this store aside (see ``doctor``), saying why."""
-        return self._quarantine(Path(path).relative_to(self.root).parts[0], Path(path), reason)
+        return self._quarantine(self.relative(path).split("/")[0], path, reason)
 
     def finished_shards(self, run_id: str) -> set[int]:
         """Indices of the shards of a run that are written and hold what the run's plan says."""
         return set(self.shard_files(run_id))
 
-    def shard_files(self, run_id: str) -> dict[int, Path]:
+    def shard_files(self, run_id: str) -> dict[int, Location]:
         """The run's shard files whose footer digest is their shard's in the stored plan.
 
         A file that is not its plan's (a copy under another shard's name, a leftover of another
@@ -553,7 +876,7 @@ class Store:
         limits every file access to the data directory, turns off extension loading and locks
         the configuration.
         """
-        con = duckdb.connect(":memory:")
+        con = self._duckdb()
         try:
             for table, target in schema.SCHEMAS.items():
                 files = self.files(table)
@@ -567,8 +890,13 @@ class Store:
             for view in DERIVED_VIEWS:
                 con.sql(load_sql(view)).create_view(view)
             if confined:
-                roots = sorted({str(self.root.absolute()), str(self.root.resolve())})
-                params = {"allowed_directories": roots, "temp_directory": str(self.root.resolve() / ".duckdb-tmp")}
+                if self.remote:
+                    roots = [self.root + "/"]
+                    spill = Path(os.environ.get("TMPDIR", "/tmp")) / f"difficulty-duckdb-{uuid.uuid4().hex}"
+                else:
+                    roots = sorted({str(self.root.absolute()), str(self.root.resolve())})
+                    spill = self.root.resolve() / ".duckdb-tmp"
+                params = {"allowed_directories": roots, "temp_directory": str(spill)}
                 for statement in duckdb.extract_statements(load_sql("confine_connection")):
                     con.execute(statement.query, {k: params[k] for k in statement.named_parameters})
         except duckdb.Error as exc:
@@ -586,6 +914,17 @@ class Store:
             return rel.to_arrow_table()
         except duckdb.Error as exc:
             raise StoreError(str(exc)) from exc
+        finally:
+            con.close()
+
+    def files_query(self, name: str, files: list[Location], params: dict | None = None) -> pa.Table:
+        """Run ``pipeline/sql/<name>.sql`` over just ``files`` (bound as ``$files``), without the
+        other tables' views (no listing of the whole data directory)."""
+        con = self._duckdb()
+        try:
+            return con.sql(load_sql(name), params={"files": [str(f) for f in files], **(params or {})}).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"{name}: cannot read {len(files)} files under {self.root}: {exc}") from exc
         finally:
             con.close()
 
@@ -643,14 +982,10 @@ class Store:
         Raises:
             StoreError: the run has no samples.
         """
-        files = [str(f) for _, f in sorted(self.shard_files(run_id).items())]
+        files = [f for _, f in sorted(self.shard_files(run_id).items())]
         if not files:
             raise StoreError(f"run {run_id!r} has no samples under {self.root}")
-        con = duckdb.connect(":memory:")
         try:
-            query = load_sql("answer_histogram" if answers else "prompt_counts")
-            return con.sql(query, params={"files": files}).to_arrow_table()
-        except duckdb.Error as exc:
+            return self.files_query("answer_histogram" if answers else "prompt_counts", files)
+        except StoreError as exc:
             raise StoreError(f"cannot read the samples of run {run_id!r}: {exc}") from exc
-        finally:
-            con.close()

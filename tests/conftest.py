@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -130,7 +135,7 @@ def close_engines():
 
 def pytest_configure(config):
     """The suite runs the real CPU components; a missing extra is an error, never a skip."""
-    missing = [m for m in ("llama_cpp", "llama_cpp.server", "ray", "playwright") if _missing(m)]
+    missing = [m for m in ("llama_cpp", "llama_cpp.server", "ray", "playwright", "s3fs", "moto") if _missing(m)]
     if missing:
         raise pytest.UsageError(f"missing {missing}: install the test extras with `make test` (.[cpu,dev,ray])")
     from pipeline.sample import bundled_model_path
@@ -143,3 +148,89 @@ def _missing(module: str) -> bool:
         return importlib.util.find_spec(module) is None
     except ModuleNotFoundError:
         return True
+
+
+# --- a real S3-compatible server on loopback (moto's server mode), started by the tests ---------
+
+# A distinctive secret: tests search every file a run wrote for it.
+S3_SECRET = "difficulty-test-SECRET-" + "9f3a1c7e5b2d4a60"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_s3_server(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``moto_server`` in a child process on a free loopback port; (process, endpoint URL)."""
+    import urllib.request
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
+            return proc, endpoint
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto_server did not start") from None
+            time.sleep(0.2)
+
+
+def stop_s3_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """The endpoint of one S3 server for the session (stopped at its end: nothing left running)."""
+    proc, endpoint = start_s3_server()
+    yield endpoint
+    stop_s3_server(proc)
+
+
+def aws_env(endpoint: str, tmp: Path, key: str = "testing", secret: str = S3_SECRET) -> dict[str, str]:
+    """The standard AWS variables for a loopback endpoint (no ~/.aws file is read)."""
+    return {
+        "AWS_ACCESS_KEY_ID": key,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials"),
+    }
+
+
+@pytest.fixture
+def s3_env(s3_server, tmp_path, monkeypatch) -> dict[str, str]:
+    """The AWS environment of the session's S3 server, set for this test (and its children)."""
+    env = aws_env(s3_server, tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
+def s3_data(s3_env, monkeypatch) -> str:
+    """A fresh bucket on the loopback S3 server; its ``s3://bucket/data`` is $DIFFICULTY_DATA."""
+    import s3fs
+
+    bucket = f"difficulty-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
+    url = f"s3://{bucket}/data"
+    monkeypatch.setenv("DIFFICULTY_DATA", url)
+    return url

@@ -30,5 +30,5 @@ def doctor_cmd(fmt: Format = "table", data_dir: DataDir = None) -> None:
         say(f"{store.root}: every file is a complete Parquet file of its table; nothing to do", fmt)
         return
     emit(table, fmt, title=f"problems found under {store.root}")
-    say(f"{len(found)} problem(s) found; bad files are under {store.root / QUARANTINE_DIR}", fmt)
+    say(f"{len(found)} problem(s) found; bad files are under {store.location(QUARANTINE_DIR)}", fmt)
     raise typer.Exit(1)

@@ -1,10 +1,12 @@
-"""The Ray executor: one engine per actor, results written by the driver through the same store.
+"""The Ray executor: one engine per actor, each writing its own shards straight to the data directory.
 
 Prefect stays the orchestrator (one retried task per shard); Ray only executes. Each actor loads
-the model once and then samples and grades whole shards (``run.sample_and_grade``); the graded
-table comes back to the driver, which writes it in ``run.run_shard``. So the data
-directory need only be reachable from the driver, and a shard is written once, atomically, no
-matter how many times an actor died on it.
+the model once and then samples, grades, checks and writes whole shards (``run.ShardJob`` in,
+``run.write_graded_shard``); the driver receives only the count, so its memory does not grow with
+the samples and no sample crosses the network twice. Every node must therefore reach the data
+directory: an ``s3://`` one (credentials from each node's standard AWS environment), or a folder
+shared by every node. A shard is written once, atomically, whatever number of times an actor died
+on it (a write is a rename, or one PUT).
 
 Resources per actor: vLLM takes ``tensor_parallel_size`` GPUs (one by default), llama.cpp takes as
 many CPUs as it has threads (one by default, so ``--replicas`` actors fill ``--replicas`` cores),
@@ -23,6 +25,7 @@ import pyarrow as pa
 
 from pipeline import run
 from pipeline.errors import ConfigError, MissingDependencyError
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,10 @@ class _Engine:
 
     def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table:
         return run.sample_and_grade(self.config, problems, template, run_id, self.sampler)
+
+    def write_shard(self, store: Store, job: run.ShardJob) -> int:
+        graded = run.sample_and_grade(self.config, job.problems, job.template, job.run_id, self.sampler)
+        return run.write_graded_shard(store, job, graded)
 
 
 class RayExecutor:
@@ -142,11 +149,19 @@ class RayExecutor:
     # --- work -------------------------------------------------------------------------------
 
     def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table:
-        """Run one batch on the next idle actor; a dead actor is replaced before re-raising."""
+        """Run one batch on the next idle actor; the graded table comes back here."""
+        return self._on_actor(lambda actor: actor.sample_and_grade.remote(problems, template, run_id))
+
+    def write_shard(self, store: Store, job: run.ShardJob) -> int:
+        """Sample, grade and write one shard on the next idle actor; only the count comes back."""
+        return self._on_actor(lambda actor: actor.write_shard.remote(store, job))
+
+    def _on_actor(self, call):
+        """``call(actor)`` on the next idle actor; a dead actor is replaced before re-raising."""
         ray = self._ray
         actor = self._idle.get()
         try:
-            result = ray.get(actor.sample_and_grade.remote(problems, template, run_id))
+            result = ray.get(call(actor))
         except ray.exceptions.RayActorError:
             with self._lock:
                 if actor in self._actors:

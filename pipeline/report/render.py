@@ -23,7 +23,7 @@ from pipeline.errors import ReportError
 from pipeline.report.compare import compare_sections
 from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, load_run
 from pipeline.report.sections import build_sections
-from pipeline.store import Store
+from pipeline.store import Location, Store, is_remote
 
 log = logging.getLogger(__name__)
 
@@ -61,26 +61,33 @@ def _atomic_write(path: Path, content: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _plotly_context(output: Path, mode: str) -> dict:
+def _plotly_context(store: Store, output: Location, mode: str) -> dict:
     if mode == "inline":
         return {"plotly_inline": Markup(get_plotlyjs()), "plotly_src": None}
-    write_plotly_js(output.parent)
+    if is_remote(str(output)):
+        store.write_bytes(f"{str(output).rsplit('/', 1)[0]}/{PLOTLY_JS_NAME}", get_plotlyjs().encode())
+    else:
+        write_plotly_js(Path(output).parent)
     return {"plotly_inline": None, "plotly_src": PLOTLY_JS_NAME}
 
 
-def _render(template: str, output: Path, mode: str, **context) -> Path:
-    output = Path(output)
+def _render(store: Store, template: str, output: Location, mode: str, **context) -> Location:
+    """Render ``template`` to ``output``: a local file, or a URL in the store's object storage."""
+    output = str(output) if is_remote(str(output)) else Path(output)
     text = (
         _env()
         .get_template(template)
         .render(
             **context,
-            **_plotly_context(output, mode),
+            **_plotly_context(store, output, mode),
             plotly_version=plotly.__version__,
             generated=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         )
     )
-    _atomic_write(output, text.encode())
+    if isinstance(output, str):
+        store.write_bytes(output, text.encode())  # one PUT: a reader never sees half a report
+    else:
+        _atomic_write(output, text.encode())
     return output
 
 
@@ -92,8 +99,8 @@ def render_report(
     plotly_js: str = "inline",
     G: int = 8,
     config: ReportConfig | None = None,
-) -> Path:
-    """Write the HTML report of one run and return its path.
+) -> Location:
+    """Write the HTML report of one run and return its path (a URL when it is on object storage).
 
     The run's registry row (its status on the run card) is read now, when the report is rendered.
 
@@ -114,8 +121,9 @@ def render_report(
     data = load_run(store, run_id, cfg)
     sections = build_sections(data, cfg)
     path = _render(
+        store,
         "report.html.j2",
-        Path(output),
+        output,
         cfg.plotly_js,
         title=f"Difficulty report: {run_id}",
         subtitle=" · ".join(
@@ -137,7 +145,7 @@ def render_comparison(
     G: int = 8,
     links: dict[str, str] | None = None,
     config: ReportConfig | None = None,
-) -> Path:
+) -> Location:
     """Write one HTML report comparing several runs (two models, or checkpoints of one run).
 
     Args:
@@ -160,8 +168,9 @@ def render_comparison(
     runs = [load_run(store, r, cfg) for r in run_ids]
     sections = compare_sections(runs, cfg)
     return _render(
+        store,
         "compare.html.j2",
-        Path(output),
+        output,
         cfg.plotly_js,
         title="Difficulty comparison: " + " vs ".join(run_ids),
         subtitle=" · ".join(str(d.run.get("model") or "?") for d in runs),
