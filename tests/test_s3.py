@@ -250,3 +250,31 @@ def test_wrong_credentials_fail_fast_and_leave_the_data_as_it_was(auth_s3, tmp_p
     with pytest.raises(StoreError, match="refused the credentials"):
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
         Store(url).list_runs()
+
+
+@pytest.mark.faults
+def test_truncated_object_is_quarantined_on_s3(s3_data):
+    """A half object (written by another tool) is moved aside by doctor, logged, and never read."""
+    store = Store.open(s3_data)
+    table = pa.table({"run_id": ["r1"] * 3, "prompt_id": ["a", "b", "c"], "sample_idx": [0, 0, 0]})
+    good = store.write_shard("r1", 0, table)
+    body = store.read_bytes(good)
+    store.write_bytes(store.shard_location("r1", 1), body[: len(body) // 2])
+    found = store.doctor()
+    assert [(f.file, f.table) for f in found] == [("samples/run_id=r1/shard-00001.parquet", "samples")]
+    assert found[0].action.startswith("moved to quarantine/")
+    assert store.finished_shards("r1") == {0} and store.read_table("samples").num_rows == 3
+    log = [json.loads(line) for line in store.read_bytes(store.location("quarantine", "log.jsonl")).splitlines()]
+    assert log[0]["file"] == "samples/run_id=r1/shard-00001.parquet"
+    assert store.doctor() == []
+
+
+def test_a_store_travels_as_its_url_only(s3_data):
+    """A pickled store (a Ray argument) holds the URL, not the filesystem or its credentials."""
+    import pickle
+
+    store = Store.open(s3_data)
+    store.fs.ls(s3_data.split("://")[1].split("/")[0])  # a live session inside
+    blob = pickle.dumps(store)
+    assert S3_SECRET.encode() not in blob and b"testing" not in blob
+    assert pickle.loads(blob) == store and pickle.loads(blob).read_table("runs").num_rows == 0
