@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 
 from pipeline import estimators as est
+from pipeline.errors import ConfigError
 
 ALL_SPECS = est.DEFAULT_ESTIMATORS + (
     "grpo_bessel:eps=0",
     "grpo_bessel:eps=1e-6",
+    "grpo_bessel:trainer=verl",
+    "grpo_bessel:trainer=verl,eps=0",
     "softmax_grpo:tau=0.3",
     "softmax_grpo:tau=5",
     "dapo:mode=resample,T=2",
+    "grpo_passk",
+    "grpo_passk:norm=false",
+    "grpo_passk:eps=0",
 )
 P_INNER = np.array([0.01, 0.1, 0.3, 0.5, 0.77, 0.95, 0.999])
 
@@ -38,6 +45,10 @@ def brute_force_weight(e: est.Estimator, p: float, G: int) -> float:
 def test_weight_closed_form_matches_leave_one_out_and_enumeration(spec):
     e = est.get(spec)
     for G in range(1, 9):
+        if e.name == "grpo_passk" and G == 1:
+            with pytest.raises(ConfigError, match="G >= 2"):
+                e.weight(P_INNER, G)  # verl raises for a group of one
+            continue
         w = e.weight(P_INNER, G)
         closed = e.weight_closed_form(P_INNER, G)
         np.testing.assert_allclose(w, closed, rtol=1e-10, atol=1e-12, err_msg=f"{spec} G={G}")
@@ -57,7 +68,9 @@ def test_spec_table_values():
     np.testing.assert_allclose(est.get("sign").weight(p, G), 2.0)
     np.testing.assert_allclose(est.get("maxrl").weight(p, G), (1 - q**G) / p)
     np.testing.assert_allclose(est.get("maxrl_impl").weight(p, G), (1 - q ** (G - 1)) / p)
-    np.testing.assert_allclose(est.get("reco").weight(p, G), (1 - p**G - q**G) / (4 * p * q))
+    np.testing.assert_allclose(est.get("reco_binary").weight(p, G), (1 - p**G - q**G) / (4 * p * q))
+    np.testing.assert_allclose(est.get("grpo_passk").weight(p, G), q ** (G - 1) / (1 / np.sqrt(G) + 1e-6))
+    np.testing.assert_allclose(est.get("grpo_passk:norm=false").weight(p, G), q ** (G - 1))
     # mass = w p q
     for spec in ALL_SPECS:
         e = est.get(spec)
@@ -107,7 +120,7 @@ def test_edges_p_zero_one_and_small_groups():
         assert np.isfinite(w).all(), spec
         np.testing.assert_array_equal(e.mass(np.array([0.0, 1.0]), 4), 0.0)
     # G = 1: every group is silent for the mean-centred estimators; RLOO degrades to REINFORCE
-    for spec in ("grpo", "grpo_bessel", "dr_grpo", "dapo", "maxrl_impl", "softmax_grpo", "reco"):
+    for spec in ("grpo", "grpo_bessel", "dr_grpo", "dapo", "maxrl_impl", "softmax_grpo", "reco_binary"):
         np.testing.assert_allclose(est.get(spec).weight(P_INNER, 1), 0.0, atol=1e-15)
     np.testing.assert_allclose(est.get("rloo").weight(P_INNER, 1), 1.0)
     np.testing.assert_allclose(est.get("maxrl").weight(P_INNER, 1), 1.0)
@@ -134,7 +147,9 @@ def test_softmax_temperature_limits_without_overflow():
     np.testing.assert_allclose(e.weight(pm, 3000), e.limit(pm), rtol=5e-3)
 
 
-@pytest.mark.parametrize("spec", ["grpo", "grpo_bessel", "dr_grpo", "rloo", "sign", "maxrl", "maxrl_impl", "reco"])
+@pytest.mark.parametrize(
+    "spec", ["grpo", "grpo_bessel", "dr_grpo", "rloo", "sign", "maxrl", "maxrl_impl", "reco_binary"]
+)
 def test_large_group_limits(spec):
     e = est.get(spec)
     p = np.array([0.2, 0.5, 0.7])
@@ -145,7 +160,7 @@ def test_large_group_limits(spec):
 
 def test_group_std_identity_on_random_groups():
     rng = np.random.default_rng(7)
-    grpo, dr, dapo, reco = (est.get(s) for s in ("grpo", "dr_grpo", "dapo", "reco"))
+    grpo, dr, dapo, reco = (est.get(s) for s in ("grpo", "dr_grpo", "dapo", "reco_binary"))
     for _ in range(200):
         G = int(rng.integers(2, 12))
         d = 5
@@ -172,7 +187,7 @@ def test_group_std_identity_on_random_groups():
 
 
 def test_reco_with_answers_reduces_to_binary_form():
-    reco = est.get("reco")
+    reco = est.get("reco_binary")
     for G in (2, 3, 6):
         for r in itertools.product((0, 1), repeat=G):
             r = np.array(r)
@@ -201,7 +216,10 @@ MC_SPECS = [
     "maxrl",
     "maxrl_impl",
     "softmax_grpo:tau=0.5",
-    "reco",
+    "reco_binary",
+    "grpo_bessel:trainer=verl",
+    "grpo_passk",
+    "grpo_passk:norm=false",
 ]
 
 
@@ -220,7 +238,7 @@ def test_monte_carlo_toy_softmax_policy(spec):
     grad_p = pi * (correct - p)
     e = est.get(spec)
     B = 100_000
-    for G in (2, 5):
+    for G in (1, 2, 5) if spec == "grpo_bessel:trainer=verl" else (2, 5):
         y = rng.choice(6, size=(B, G), p=pi)
         r = correct[y]
         adv = e.advantages(r)
@@ -244,7 +262,8 @@ def test_registry_and_spec_parsing():
         "maxrl",
         "maxrl_impl",
         "softmax_grpo",
-        "reco",
+        "reco_binary",
+        "grpo_passk",
     }
     e = est.get("softmax_grpo:tau=0.3")
     assert isinstance(e, est.SoftmaxGRPO) and e.tau == 0.3
@@ -262,3 +281,95 @@ def test_registry_and_spec_parsing():
         est.get("dapo:T=2.5")
     with pytest.raises(ValueError, match="binary"):
         est.get("grpo").advantages(np.array([0.5, 1.0]))
+
+
+# --- grpo_bessel at G = 1: what each trainer does (issue 16, part 7) ------------------------------
+
+
+def verl_grpo_advantages(r: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """``compute_grpo_outcome_advantage`` of verl/trainer/ppo/core_algos.py (volcengine/verl 012be9d9),
+    one group, ``norm_adv_by_std_in_grpo=True``: a group of one gets mean 0 and std 1; otherwise the
+    torch ``.std()`` (Bessel)."""
+    r = np.asarray(r, float)
+    mean, std = (0.0, 1.0) if len(r) == 1 else (r.mean(), r.std(ddof=1))
+    return (r - mean) / (std + eps)
+
+
+def trl_grpo_advantages(r: np.ndarray) -> np.ndarray:
+    """TRL's ``GRPOTrainer._generate_and_score_completions`` with ``scale_rewards="group"``, one group:
+    Bessel std, ``+ 1e-4``; with ``num_generations == 1`` (eval only: training raises) std is 0."""
+    r = np.asarray(r, float)
+    std = r.std(ddof=1) if len(r) > 1 else 0.0
+    return (r - r.mean()) / (std + 1e-4)
+
+
+def test_grpo_bessel_group_of_one_follows_each_trainer():
+    verl, trl = est.get("grpo_bessel:trainer=verl"), est.get("grpo_bessel")
+    assert verl.eps == 1e-6 and trl.eps == 1e-4 and trl.trainer == "trl"
+    # the ports of each trainer's code, on every reward vector of G = 1..6
+    for G in range(1, 7):
+        r = np.array(list(itertools.product((0, 1), repeat=G)))
+        np.testing.assert_allclose(verl.advantages(r), [verl_grpo_advantages(x) for x in r], rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(trl.advantages(r), [trl_grpo_advantages(x) for x in r], rtol=1e-12, atol=1e-15)
+    # verl: a group of one is REINFORCE scaled by 1/(1 + eps); TRL: no signal
+    np.testing.assert_allclose(verl.weight(P_INNER, 1), 1 / (1 + 1e-6), rtol=1e-15)
+    np.testing.assert_allclose(est.get("grpo_bessel:trainer=verl,eps=0").weight(P_INNER, 1), 1.0)
+    np.testing.assert_array_equal(trl.weight(P_INNER, 1), 0.0)
+    for p in (0.1, 0.5, 0.8):
+        assert brute_force_weight(verl, p, 1) == pytest.approx(1 / (1 + 1e-6), rel=1e-12)
+    # for G >= 2 the trainers differ only in eps
+    same_eps = est.get("grpo_bessel:trainer=verl,eps=1e-4")
+    for G in (2, 5, 9):
+        np.testing.assert_array_equal(same_eps.weight(P_INNER, G), trl.weight(P_INNER, G))
+    # labels: TRL's is the one analyses stored before the trainer parameter existed
+    assert trl.spec == "grpo_bessel:eps=0.0001"
+    assert verl.spec == "grpo_bessel:eps=1e-06,trainer=verl"
+    assert est.get(verl.spec) == verl and est.get(trl.spec) == trl
+    with pytest.raises(ValueError, match="trainer"):
+        est.get("grpo_bessel:trainer=openrlhf")
+
+
+# --- grpo_passk: verl's pass@k advantage ---------------------------------------------------------
+
+
+def verl_passk_advantages(r: np.ndarray, eps: float = 1e-6, norm: bool = True) -> np.ndarray:
+    """``compute_grpo_passk_outcome_advantage`` (volcengine/verl 012be9d9), one group: only the top
+    response gets ``r_max - r_second_max``, divided by the Bessel std plus eps when ``norm``."""
+    r = np.asarray(r, float)
+    if len(r) < 2:
+        raise ValueError("Pass@k requires at least 2 samples per group")
+    order = np.argsort(-r, kind="stable")
+    adv = np.zeros(len(r))
+    a = r[order[0]] - r[order[1]]
+    if norm:
+        a = a / (r.std(ddof=1) + eps)
+    adv[order[0]] = a
+    return adv
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_grpo_passk_matches_verl_and_its_closed_form(norm):
+    e = est.get(f"grpo_passk:norm={norm}")
+    assert not e.zero_sum
+    for G in range(2, 9):
+        r = np.array(list(itertools.product((0, 1), repeat=G)))
+        ref = np.array([verl_passk_advantages(x, norm=norm) for x in r])
+        np.testing.assert_allclose(e.advantages(r), ref, rtol=1e-12, atol=1e-15)
+        a = 1 / (1 / math.sqrt(G) + 1e-6) if norm else 1.0
+        # exact: the binomial sum over k (only k = 1 has a non-zero advantage) and the closed form
+        for p in (0.0, 0.05, 0.3, 0.5, 0.9, 1.0):
+            q = 1 - p
+            a_plus, a_minus = e.advantage_table(G)
+            by_k = sum(math.comb(G - 1, s) * p**s * q ** (G - 1 - s) * (a_plus[s + 1] - a_minus[s]) for s in range(G))
+            assert e.weight(p, G) == pytest.approx(by_k, rel=1e-12, abs=1e-300)
+            assert e.weight(p, G) == pytest.approx(a * q ** (G - 1), rel=1e-12, abs=1e-300)
+            assert e.mass(p, G) == pytest.approx(a * p * q**G, rel=1e-12, abs=1e-300)
+        # E[g] = (a/G) grad pass@G, with d pass@G / dp = G q^(G-1)
+        p = np.array([0.1, 0.4, 0.7])
+        np.testing.assert_allclose(e.weight(p, G), a / G * G * (1 - p) ** (G - 1))
+    with pytest.raises(ConfigError, match="G >= 2"):
+        e.advantages(np.array([1]))
+    assert e.limit(np.array([0.0]))[0] == (1e6 if norm else 1.0)
+    np.testing.assert_array_equal(e.limit(np.array([0.2, 0.9])), 0.0)
+    assert np.all(e.weight(np.array([0.2, 0.9]), 400) < 1e-15)
+    assert est.get(e.spec) == e
