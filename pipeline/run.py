@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import adaptive, allocate, analyze, datasets, grade, report, schema
-from pipeline.errors import ConfigError, DatasetError, PipelineError
+from pipeline.errors import ConfigError, DatasetError, PipelineError, StoreError
 from pipeline.sample import SamplingParams, make_sampler, template_for
 from pipeline.store import Store
 
@@ -605,7 +605,13 @@ def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> in
         return 0
     job = shard_job(plan, shard)
     if hasattr(executor, "write_shard"):
-        return executor.write_shard(store, job)
+        written = executor.write_shard(store, job)
+        if store.shard_digest(plan.run_id, shard) != job.digest:
+            raise StoreError(
+                f"run {plan.run_id} shard {shard} was written by a worker but is not in {store.root} as this "
+                "process sees it: every node must reach the same data directory (an s3:// one, or a shared folder)"
+            )
+        return written
     return write_graded_shard(store, job, executor.sample_and_grade(job.problems, job.template, job.run_id))
 
 

@@ -64,3 +64,31 @@ def test_ray_executor_without_prefect_on_simulate(local_ray, tmp_path, check_com
     assert got["run_id"] == ref["run_id"]
     check_complete(on_ray, got["run_id"], 3, 6)
     assert sorted_samples(tmp_path / "single", ref["run_id"]).equals(sorted_samples(tmp_path / "ray", got["run_id"]))
+
+
+class OtherDiskExecutor:
+    """A worker that writes its shards to its own machine's disk (no shared data directory)."""
+
+    def __init__(self, inner, elsewhere: Store) -> None:
+        self.inner, self.elsewhere = inner, elsewhere
+        self.model_name, self.concurrency = inner.model_name, 1
+
+    def sample_and_grade(self, problems, template, run_id):
+        return self.inner.sample_and_grade(problems, template, run_id)
+
+    def write_shard(self, store, job):
+        graded = self.inner.sample_and_grade(job.problems, job.template, job.run_id)
+        return stages.write_graded_shard(self.elsewhere, job, graded)
+
+
+def test_a_shard_written_where_the_driver_cannot_see_it_is_an_error(store, tmp_path):
+    """Workers writing to a data directory the driver does not share: named at the first shard,
+    instead of a run that ends with every shard 'not finished'."""
+    from pipeline.errors import StoreError
+
+    cfg = stages.ProfileConfig(backend="simulate", limit=4, n=2, shard_size=2, grade_workers=1, report=False)
+    with stages.LocalExecutor(cfg) as local:
+        plan = stages.prepare_run(cfg, store, local.model_name)
+        worker = OtherDiskExecutor(local, Store.open(tmp_path / "node-2-disk"))
+        with pytest.raises(StoreError, match="every node must reach the same data directory"):
+            stages.run_shard(store, plan, 0, worker)
