@@ -9,11 +9,23 @@
 - ``knapsack``: ``v(n) = (1 - p^n - q^n) p q^2`` (Knapsack RL, arXiv 2509.25849);
 - ``variance`` (Neyman): minimise ``sum_i w_i^2 p_i q_i / n_i``, i.e. ``v(n) = -w^2 p q / n``.
 
-Each ``v`` is concave in n, so handing out rollouts one at a time to the prompt with the largest
-marginal gain is exactly optimal. ``greedy`` does that with a heap (the reference); ``fast``
-finds the marginal-gain threshold of the last rollout by bisection and gives every prompt all its
-gains above it at once (numpy), then hands the tied gains out in prompt order, as the heap does,
-so both return the same allocation and value. Values depend on a prompt only through its
+Where every ``v`` is concave in n (checked, within a tolerance), handing out rollouts one at a
+time to the prompt with the largest marginal gain is exactly optimal. ``greedy`` does that with a
+heap (the reference); ``fast`` finds the marginal-gain threshold of the last rollout by bisection
+and gives every prompt all its gains above it at once (numpy), then hands the tied gains out in
+the heap's order, so both return the same allocation.
+
+Two cases are not greedy's: a ``v`` that is not concave (DAPO with resampling, ``T > 1``), and a
+prompt that costs more than n rollouts (DAPO with resampling spends ``G (1 - z^T)/(1 - z)`` in
+expectation, docs/estimators.md §3; the budget then counts expected rollouts). Both are solved
+exactly by dynamic programming over the budget (a multiple-choice knapsack, ``allocate_dp``), or
+refused with ``AllocationTooLargeError`` when that would be too large. Nothing is called optimal
+that is not.
+
+Marginal gains that differ by less than ``TIE_RTOL`` times the largest value are ties (rounding
+noise, e.g. of the flat ``rloo`` and ``sign`` objectives, must not choose the allocation a trainer
+reads), and ties go round-robin: fewest rollouts given first, then prompt order, so identical
+prompts get allocations that differ by at most 1. Values depend on a prompt only through its
 ``(n, c)`` counts, so tables are built once per unique pair.
 """
 
@@ -24,6 +36,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal, localcontext
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +44,7 @@ import pyarrow.compute as pc
 
 from pipeline import estimators as est
 from pipeline import schema, stats
-from pipeline.errors import ConfigError
+from pipeline.errors import AllocationTooLargeError, ConfigError
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -44,14 +57,34 @@ __all__ = [
     "allocate_dp",
     "allocate_fast",
     "allocate_greedy",
+    "cost_table",
     "group_size_for_fidelity",
     "grpo_fidelity",
+    "is_concave",
     "min_tries",
     "value_table",
 ]
 
 OBJECTIVES = ("signal", "knapsack", "variance")
-METHODS = ("fast", "greedy")
+METHODS = ("fast", "greedy", "dp")
+DEFAULT_ESTIMATOR = "grpo"
+
+# Marginal gains within this relative tolerance are ties, and a gain below it times the values it
+# joins is 0: far above the rounding noise of the value tables (about 1e-12 of v), far below any
+# difference that matters to an allocation.
+TIE_RTOL = 1e-9
+# Largest exact allocation computed (``allocate_dp``), or it is refused: cells of the programme
+# over whole rollouts (prompts x group sizes x budget steps, about 1 s per 1e9 on a laptop core);
+# (cost, value) pairs examined when a prompt costs its expected rollouts (about 6 s per 1e8); and
+# back-pointers kept (memory).
+DP_MAX_CELLS = 2_000_000_000
+DP_MAX_PAIRS = 100_000_000
+DP_MAX_MEMORY = 100_000_000
+
+
+def _plain(x):
+    """A numpy scalar as the Python number it holds, so messages read ``p=0.0``, not ``np.float64(0.0)``."""
+    return x.item() if isinstance(x, np.generic) else x
 
 
 @dataclass(frozen=True)
@@ -59,20 +92,26 @@ class AllocationConfig:
     """Settings of one allocation.
 
     Attributes:
-        budget: total rollouts ``B`` to hand out (exactly).
+        budget: total rollouts ``B`` to hand out: exactly, or, where a prompt costs its expected
+            rollouts (DAPO resampling), at most, in expectation.
         objective: ``signal``, ``knapsack`` or ``variance``.
-        estimator: estimator spec for the ``signal`` objective (e.g. ``grpo``).
+        estimator: estimator spec for the ``signal`` objective (e.g. ``grpo``). The other two
+            objectives do not depend on an estimator (docs/estimators.md §5), so another spec
+            there is refused rather than ignored.
         n_min: fewest rollouts per prompt (>= 1).
         n_max: most rollouts per prompt (>= n_min).
         posterior: use the Beta posterior per prompt instead of the point estimate ``c/n``.
         prior_a: Beta prior ``a`` (Jeffreys 1/2).
         prior_b: Beta prior ``b``.
-        method: ``fast`` (threshold bisection) or ``greedy`` (one at a time, reference).
+        method: ``fast`` (threshold bisection), ``greedy`` (one at a time, reference) or ``dp``
+            (exact dynamic programming, small instances). Where greedy is not optimal (a value not
+            concave in n, DAPO's expected rollouts) ``dp`` is used whatever is asked, and the
+            ``Allocation`` says so.
     """
 
     budget: int
     objective: str = "signal"
-    estimator: str = "grpo"
+    estimator: str = DEFAULT_ESTIMATOR
     n_min: int = 2
     n_max: int = 512
     posterior: bool = False
@@ -82,21 +121,26 @@ class AllocationConfig:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective={self.objective!r}; allowed: {', '.join(OBJECTIVES)}")
+            raise ConfigError(f"objective={_plain(self.objective)!r}; allowed: {', '.join(OBJECTIVES)}")
         if self.method not in METHODS:
-            raise ConfigError(f"method={self.method!r}; allowed: {', '.join(METHODS)}")
-        if int(self.n_min) != self.n_min or self.n_min < 1:
-            raise ConfigError(f"n_min={self.n_min!r} must be an integer >= 1")
-        if int(self.n_max) != self.n_max or self.n_max < self.n_min:
-            raise ConfigError(f"n_max={self.n_max!r} must be an integer >= n_min={self.n_min}")
-        if int(self.budget) != self.budget or self.budget < 0:
-            raise ConfigError(f"budget={self.budget!r} must be an integer >= 0")
+            raise ConfigError(f"method={_plain(self.method)!r}; allowed: {', '.join(METHODS)}")
+        n_min, n_max, budget = _plain(self.n_min), _plain(self.n_max), _plain(self.budget)
+        if int(n_min) != n_min or n_min < 1:
+            raise ConfigError(f"n_min={n_min!r} must be an integer >= 1")
+        if int(n_max) != n_max or n_max < n_min:
+            raise ConfigError(f"n_max={n_max!r} must be an integer >= n_min={n_min}")
+        if int(budget) != budget or budget < 0:
+            raise ConfigError(f"budget={budget!r} must be an integer >= 0")
         for name in ("prior_a", "prior_b"):
-            v = getattr(self, name)
+            v = _plain(getattr(self, name))
             if not (v > 0 and math.isfinite(v)):
                 raise ConfigError(f"{name}={v!r} must be a finite number > 0")
-        if self.objective == "signal":
-            est.get(self.estimator)  # unknown names fail here, listing the registry
+        e = est.get(self.estimator)  # unknown names fail here, listing the registry
+        if self.objective != "signal" and e.spec != est.get(DEFAULT_ESTIMATOR).spec:
+            raise ConfigError(
+                f"estimator={e.spec!r} (--estimator) is used only by objective='signal'; the "
+                f"{self.objective} objective does not depend on the estimator (docs/estimators.md §5): leave it out"
+            )
 
 
 @dataclass(frozen=True)
@@ -112,6 +156,10 @@ class Allocation:
         uniform_total: total objective of the uniform allocation.
         sense: ``max`` or ``min`` (variance).
         p: the point estimate or posterior mean per prompt.
+        method: the method that produced ``n``: ``fast``, ``greedy`` or ``dp`` (exact; used
+            where greedy would not be optimal, whatever the config asked).
+        cost: expected rollouts per prompt: ``n``, except under DAPO with resampling, where a
+            prompt spends ``n (1 - z^T)/(1 - z)``; ``cost.sum() <= budget`` then (not ``==``).
     """
 
     n: np.ndarray
@@ -123,6 +171,12 @@ class Allocation:
     sense: str
     p: np.ndarray
     method: str
+    cost: np.ndarray
+
+    @property
+    def expected_rollouts(self) -> float:
+        """Rollouts the allocation spends in expectation (the budget, unless DAPO resamples)."""
+        return float(self.cost.sum())
 
     @property
     def improvement(self) -> float:
@@ -226,6 +280,30 @@ def value_table_dapo_resample(out, n_grid, p, alpha, beta, e, posterior):
     return out
 
 
+def cost_table(
+    objective: str,
+    n_grid: np.ndarray,
+    *,
+    p: np.ndarray | None = None,
+    alpha: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+    estimator: str | est.Estimator = DEFAULT_ESTIMATOR,
+) -> np.ndarray | None:
+    """Expected rollouts a prompt spends at each n, or None where that is n itself.
+
+    Only DAPO resampling (``T > 1``) differs: a silent group is drawn again, up to T tries, so a
+    group of n costs ``n (1 - z^T)/(1 - z)`` in expectation (docs/estimators.md §3), with the
+    same p as its value (the point estimate, or the posterior mean, as ``value_table`` uses).
+    """
+    if objective != "signal":
+        return None
+    e = est.get(estimator)
+    if not (isinstance(e, est.DAPO) and e.mode == "resample" and e.T > 1):
+        return None
+    pp = np.asarray(p, float) if p is not None else np.asarray(alpha, float) / (np.asarray(alpha) + np.asarray(beta))
+    return np.stack([e.expected_rollouts(pp, int(n)) for n in n_grid], axis=1).astype(float)
+
+
 # --- allocation ---------------------------------------------------------------------------------
 
 
@@ -234,6 +312,19 @@ def _uniform(budget: int, N: int, n_min: int, n_max: int) -> np.ndarray:
     n = np.full(N, base, dtype=np.int64)
     n[:extra] += 1
     return np.clip(n, n_min, n_max)
+
+
+def _uniform_expected(cost: np.ndarray, key: np.ndarray, budget: float, n_min: int) -> np.ndarray:
+    """The uniform baseline when a prompt costs its expected rollouts: the largest group size every
+    prompt can have within the budget, then one more for prompts in order while it still fits."""
+    room = budget * (1 + 1e-12)
+    spent = cost[key].sum(axis=0)  # total at each common n
+    fits = np.flatnonzero(spent <= room)
+    j = int(fits[-1]) if fits.size else int(np.argmin(spent))  # (n = 1 costs T: rises are not assured)
+    n = np.full(len(key), n_min + j, dtype=np.int64)
+    if fits.size and j + 1 < cost.shape[1]:
+        n[np.cumsum(cost[key, j + 1] - cost[key, j]) <= room - spent[j]] += 1
+    return n
 
 
 def _check_budget(budget: int, N: int, n_min: int, n_max: int) -> None:
@@ -250,51 +341,101 @@ def _check_budget(budget: int, N: int, n_min: int, n_max: int) -> None:
         )
 
 
-def _gains(table: np.ndarray) -> np.ndarray:
+def _check_expected_budget(cost: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int) -> None:
+    """``_check_budget`` in expected rollouts (DAPO resampling)."""
+    if len(key) == 0:
+        raise ConfigError("no prompts to allocate over")
+    least, most = float(cost[key].min(axis=1).sum()), float(cost[key].max(axis=1).sum())
+    if budget < least * (1 - 1e-12):
+        raise ConfigError(
+            f"budget {budget} is impossible: {len(key)} prompts with n_min={n_min} need at least {least:.6g} "
+            "expected rollouts (a silent group is resampled: docs/estimators.md §3)"
+        )
+    if budget > most * (1 + 1e-12):
+        raise ConfigError(
+            f"budget {budget} is above the most that can be used: {len(key)} prompts with n_max={n_max} "
+            f"take at most {most:.6g} expected rollouts"
+        )
+
+
+def _tolerance(table: np.ndarray) -> float:
+    """Absolute tolerance of a table's values: ``TIE_RTOL`` times its largest |v| (0 for a zero table)."""
+    return TIE_RTOL * float(np.abs(table).max(initial=0.0))
+
+
+def _noise_floor(table: np.ndarray, rtol: float, width: int) -> np.ndarray:
+    """Per difference of ``width + 1`` neighbouring values: ``rtol`` times the largest |v| among
+    them, the size below which a difference is rounding noise. Relative to the values nearby and
+    not to the whole table, so that the small true gains far out (the variance objective's
+    ``p q / n^2`` at n = 10^4) are kept."""
+    a = np.abs(table)
+    out = a[:, : a.shape[1] - width]
+    for s in range(1, width + 1):
+        out = np.maximum(out, a[:, s : a.shape[1] - width + s])
+    return rtol * out
+
+
+def is_concave(table: np.ndarray, rtol: float = 0.0) -> bool:
+    """Whether every row's marginal gains are non-increasing, allowing rises below ``rtol`` times
+    the values they come from (rounding noise: a flat ``v`` rises and falls by 1e-13)."""
+    rise = np.diff(table, n=2, axis=1)
+    return not (rise.size and bool((rise > _noise_floor(table, rtol, 2)).any()))
+
+
+def _gain_table(table: np.ndarray, rtol: float) -> np.ndarray:
+    """The marginal gains both greedy methods hand out, made non-increasing per row (a running
+    minimum, which changes nothing for a concave table).
+
+    With ``rtol > 0``, gains within rounding noise become exactly equal, so the tie rule decides
+    rather than the noise: a gain below ``rtol`` times the values it joins is 0, and the others are
+    rounded to the nearest multiple of ``rtol`` relative to themselves (a monotone rounding: no
+    two gains change order).
+    """
     gains = np.diff(table, axis=1)
-    if gains.size:
-        scale = max(float(np.abs(gains).max()), 1e-300)
-        rise = np.diff(gains, axis=1)
-        if rise.size and rise.max() > 1e-9 * scale:
-            log.warning(
-                "objective is not concave in n for some prompts (largest rise %.3g): greedy is "
-                "then not guaranteed optimal",
-                rise.max(),
-            )
-    return gains
+    if rtol > 0:
+        mant, expo = np.frexp(gains)
+        bits = max(1, round(-math.log2(rtol)))
+        gains = np.ldexp(np.rint(np.ldexp(mant, bits)), expo - bits)
+        gains[np.abs(gains) <= _noise_floor(table, rtol, 1)] = 0.0  # also turns -0.0 into 0.0
+    return np.minimum.accumulate(gains, axis=1)
 
 
-def allocate_greedy(table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int) -> np.ndarray:
+def allocate_greedy(
+    table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int, rtol: float = 0.0
+) -> np.ndarray:
     """Reference: one rollout at a time to the prompt with the largest marginal gain (heap).
 
     Args:
-        table: ``v(n)`` for n = n_min..n_max per unique row.
+        table: ``v(n)`` for n = n_min..n_max per unique row (concave: for any other table see
+            ``allocate_dp``).
         key: row of ``table`` for each prompt.
         budget: total rollouts.
         n_min: fewest per prompt.
         n_max: most per prompt.
+        rtol: gains equal to this relative tolerance are ties (``_gain_table``; allocate passes
+            ``TIE_RTOL``).
 
-    Ties go to the lowest prompt index.
+    Ties go round-robin: to the prompt with the fewest rollouts beyond n_min, then the lowest index.
     """
     key = np.asarray(key, dtype=np.int64)
     N = len(key)
     _check_budget(budget, N, n_min, n_max)
-    gains = np.diff(table, axis=1).tolist()
+    gains = _gain_table(table, rtol).tolist()
     L = n_max - n_min
     n = [n_min] * N
     remaining = budget - n_min * N
     if remaining == 0 or L == 0:
         return np.asarray(n, dtype=np.int64)
     keys = key.tolist()
-    heap = [(-gains[keys[i]][0], i) for i in range(N)]
+    heap = [(-gains[keys[i]][0], 0, i) for i in range(N)]
     heapq.heapify(heap)
     replace, pop = heapq.heapreplace, heapq.heappop
     for _ in range(remaining):
-        i = heap[0][1]
+        i = heap[0][2]
         j = n[i] - n_min + 1
         n[i] += 1
         if j < L:
-            replace(heap, (-gains[keys[i]][j], i))
+            replace(heap, (-gains[keys[i]][j], j, i))
         else:
             pop(heap)
     return np.asarray(n, dtype=np.int64)
@@ -311,15 +452,17 @@ def _unsortable(k: int) -> float:
     return float(np.array(i, dtype=np.int64).view(np.float64))
 
 
-def allocate_fast(table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int) -> np.ndarray:
+def allocate_fast(
+    table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int, rtol: float = 0.0
+) -> np.ndarray:
     """Threshold method: bisection on the marginal gain of the last rollout handed out.
 
-    With gains made non-increasing per row (a running minimum, which changes nothing for a
-    concave objective), the greedy hands out exactly the gains ``>= t`` where ``t`` is the
-    budget-th largest gain counted with multiplicity. ``t`` is found by bisection over the
-    ordered float64 bit patterns (at most 64 steps, each a vectorised count over the unique rows);
-    gains strictly above ``t`` are taken at once, and the gains equal to ``t`` are given in prompt
-    order, which is the heap's tie rule. Same arguments as ``allocate_greedy``.
+    With gains made non-increasing per row (``_gain_table``), the greedy hands out exactly the
+    gains ``>= t`` where ``t`` is the budget-th largest gain counted with multiplicity. ``t`` is
+    found by bisection over the ordered float64 bit patterns (at most 64 steps, each a vectorised
+    count over the unique rows); gains strictly above ``t`` are taken at once, and the gains equal
+    to ``t`` in the heap's order: by step (fewest rollouts given first), then by prompt. Same
+    arguments as ``allocate_greedy``, and the same allocation.
     """
     key = np.asarray(key, dtype=np.int64)
     N = len(key)
@@ -329,7 +472,7 @@ def allocate_fast(table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n
     n = np.full(N, n_min, dtype=np.int64)
     if R == 0 or L == 0:
         return n
-    rm = np.minimum.accumulate(np.diff(table, axis=1), axis=1)
+    rm = _gain_table(table, rtol)
     mult = np.bincount(key, minlength=table.shape[0])
     used = mult > 0
     rm_used, mult_used = rm[used], mult[used]
@@ -346,31 +489,135 @@ def allocate_fast(table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n
         else:
             hi = mid
     t = _unsortable(lo)
-    above = (rm > t).sum(axis=1)
-    ties = (rm == t).sum(axis=1)
-    n += above[key]
-    left = R - int(above[key].sum())
-    tie_per_prompt = ties[key]
-    before = np.cumsum(tie_per_prompt) - tie_per_prompt
-    n += np.clip(left - before, 0, tie_per_prompt)
+    first = (rm > t).sum(axis=1)[key]  # a prompt's tied gains sit at steps first .. first + ties - 1
+    ties = (rm == t).sum(axis=1)[key]
+    n += first
+    left = R - int(first.sum())
+    if left > 0:
+        # the smallest step J such that the tied gains at steps < J number at least `left`
+        lo_j, hi_j = 0, L
+        while hi_j - lo_j > 1:
+            mid = (lo_j + hi_j) // 2
+            if int(np.clip(mid - first, 0, ties).sum()) >= left:
+                hi_j = mid
+            else:
+                lo_j = mid
+        below = np.clip(hi_j - 1 - first, 0, ties)  # every tied gain at a step < J - 1
+        n += below
+        at = np.flatnonzero((first <= hi_j - 1) & (hi_j - 1 < first + ties))  # those at step J - 1
+        n[at[: left - int(below.sum())]] += 1
     return n
 
 
-def allocate_dp(table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int) -> float:
-    """Exact optimum by dynamic programming (small instances only; for tests). Returns the value."""
+def _too_large(what: str, size: float, limit: float, N: int, L: int) -> AllocationTooLargeError:
+    return AllocationTooLargeError(
+        f"the exact allocation is too large: {what} {size:.3g} > {limit:.3g} ({N} prompts, {L + 1} group "
+        "sizes each). Its value is not concave in n or a prompt costs its expected rollouts (DAPO "
+        "resampling), so greedy would not be optimal; use fewer prompts, a smaller n_max or budget, "
+        "or an estimator without resampling"
+    )
+
+
+def allocate_dp(
+    table: np.ndarray,
+    key: np.ndarray,
+    budget: int,
+    n_min: int,
+    n_max: int,
+    *,
+    cost: np.ndarray | None = None,
+    tol: float = 0.0,
+) -> np.ndarray:
+    """Exact optimum for any table: dynamic programming over the budget (multiple-choice knapsack).
+
+    With ``cost`` None a prompt at n costs n rollouts and the budget is handed out exactly; the
+    table of best values per budget used is ``N x (R + 1)`` with ``R = budget - N n_min``. With
+    ``cost`` (expected rollouts per row and n, not integers) the expected total is kept
+    ``<= budget``, and the programme keeps the Pareto front of (cost, value) pairs instead.
+    Values are compared in units of ``tol`` (when > 0) so rounding noise does not decide; of equal
+    values the cheaper allocation is kept.
+
+    Raises:
+        AllocationTooLargeError: more than ``DP_MAX_CELLS`` cells (``DP_MAX_PAIRS`` pairs with
+            ``cost``) or ``DP_MAX_MEMORY`` back-pointers.
+    """
     key = np.asarray(key, dtype=np.int64)
-    _check_budget(budget, len(key), n_min, n_max)
-    R = budget - n_min * len(key)
-    best = np.full(R + 1, -np.inf)
+    N, L = len(key), n_max - n_min
+    value = np.rint(table / tol) if tol > 0 else np.asarray(table, float)
+    if cost is not None:
+        return _allocate_dp_expected(value, np.asarray(cost, float), key, budget, n_min, n_max)
+    _check_budget(budget, N, n_min, n_max)
+    R = budget - n_min * N
+    Lc = min(L, R)
+    if N * (Lc + 1) * (R + 1) > DP_MAX_CELLS:
+        raise _too_large("cells", N * (Lc + 1) * (R + 1), DP_MAX_CELLS, N, L)
+    if N * (R + 1) > DP_MAX_MEMORY:
+        raise _too_large("back-pointers", N * (R + 1), DP_MAX_MEMORY, N, L)
+    best = np.full(R + 1, -np.inf)  # best value of the prompts so far using exactly r extra rollouts
     best[0] = 0.0
-    for u in key:
-        row = table[u]
-        new = np.full(R + 1, -np.inf)
-        for extra in range(min(R, n_max - n_min) + 1):
+    choice = np.zeros((N, R + 1), dtype=np.int16 if Lc < 2**15 else np.int32)
+    for i, u in enumerate(key):
+        row = value[u]
+        new = best + row[0]
+        for extra in range(1, Lc + 1):
             cand = best[: R + 1 - extra] + row[extra]
-            new[extra:] = np.maximum(new[extra:], cand)
+            better = cand > new[extra:]
+            new[extra:][better] = cand[better]
+            choice[i, extra:][better] = extra
         best = new
-    return float(best[R])
+    n = np.empty(N, dtype=np.int64)
+    r = R
+    for i in range(N - 1, -1, -1):
+        n[i] = n_min + choice[i, r]
+        r -= int(choice[i, r])
+    return n
+
+
+def _allocate_dp_expected(
+    value: np.ndarray, cost: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int
+) -> np.ndarray:
+    """``allocate_dp`` where a prompt costs its expected rollouts (real numbers): after each prompt
+    keep only the (cost, value) pairs no other pair beats on both, within the budget."""
+    N, L = len(key), n_max - n_min
+    _check_expected_budget(cost, key, budget, n_min, n_max)
+    room = budget * (1 + 1e-12)  # expected costs are sums of floats: do not refuse on the last bit
+    # the least the prompts after i can cost, so no pair that leaves them too little is kept
+    rest = np.concatenate([np.cumsum(cost[key[::-1], :].min(axis=1))[::-1], [0.0]])
+    # Refuse at once what would surely be refused later: the front has held up to about 20 pairs
+    # per rollout of budget left to share (slack), so about 10 on average over the prompts.
+    slack = max(budget - float(cost[key, 0].sum()), 0.0)
+    guess = N * (L + 1) * 10 * (slack + 1)
+    if guess > DP_MAX_PAIRS:
+        raise _too_large("pairs (estimated)", guess, DP_MAX_PAIRS, N, L)
+    front_c, front_v = np.zeros(1), np.zeros(1)
+    parents: list[np.ndarray] = []
+    work = kept = 0
+    for i, u in enumerate(key):
+        cc = (front_c[:, None] + cost[u][None, :]).ravel()
+        vv = (front_v[:, None] + value[u][None, :]).ravel()
+        work += cc.size
+        if work > DP_MAX_PAIRS or kept > DP_MAX_MEMORY:
+            raise _too_large("pairs", max(work, kept), DP_MAX_PAIRS, N, L)
+        idx = np.flatnonzero(cc <= room - rest[i + 1])
+        idx = idx[np.argsort(cc[idx], kind="stable")]  # by cost (an equal-cost pair beaten later is harmless)
+        v = vv[idx]
+        idx = idx[v > np.concatenate([[-np.inf], np.maximum.accumulate(v)[:-1]])]  # beats every cheaper pair
+        kept += idx.size
+        parents.append(idx)
+        front_c, front_v = cc[idx], vv[idx]
+    n = np.empty(N, dtype=np.int64)
+    j = len(front_v) - 1  # the front is sorted by cost and value: the last pair is the best value
+    for i in range(N - 1, -1, -1):
+        j, extra = divmod(int(parents[i][j]), L + 1)
+        n[i] = n_min + extra
+    return n
+
+
+def _prompt_name(prompt_ids, i: int) -> str:
+    if prompt_ids is None:
+        return f"at row {i}"
+    name = prompt_ids[i]
+    return repr(name.as_py() if isinstance(name, pa.Scalar) else str(name))
 
 
 def allocate(
@@ -378,6 +625,7 @@ def allocate(
     c_obs: np.ndarray,
     config: AllocationConfig,
     prompt_weights: np.ndarray | None = None,
+    prompt_ids=None,
 ) -> Allocation:
     """Allocate ``config.budget`` rollouts over prompts with observed counts ``(n_obs, c_obs)``.
 
@@ -386,18 +634,28 @@ def allocate(
         c_obs: correct among them.
         config: objective, budget, bounds, estimator, posterior or point estimate, method.
         prompt_weights: ``w_i`` of the variance objective (default 1: the dataset pass rate).
+        prompt_ids: names of the prompts (a list or an Arrow array), for messages (default: row
+            numbers).
+
+    The method used is ``config.method`` where the value table is concave and a prompt costs n
+    rollouts, and the exact ``dp`` otherwise (``Allocation.method`` says which).
 
     Raises:
-        ValueError: impossible budget (the message gives the minimum), or point estimates asked
+        ConfigError: impossible budget (the message gives the minimum), or point estimates asked
             for a prompt with no samples.
+        AllocationTooLargeError: greedy is not optimal and the exact method would be too large.
     """
     n_obs = np.asarray(n_obs, dtype=np.int64)
     c_obs = np.asarray(c_obs, dtype=np.int64)
     N = len(n_obs)
-    _check_budget(config.budget, N, config.n_min, config.n_max)
+    if N == 0:
+        raise ConfigError("no prompts to allocate over")
     if not config.posterior and np.any(n_obs <= 0):
-        i = int(np.flatnonzero(n_obs <= 0)[0])
-        raise ConfigError(f"prompt {i} has no samples: use the posterior (posterior=True)")
+        empty = np.flatnonzero(n_obs <= 0)
+        raise ConfigError(
+            f"{len(empty)} prompts have no samples (first: prompt {_prompt_name(prompt_ids, int(empty[0]))}), "
+            "so no point estimate: use the posterior (posterior=True, --posterior)"
+        )
     n_grid = np.arange(config.n_min, config.n_max + 1)
     if prompt_weights is not None:
         # weights break the (n, c) sharing; one row per prompt
@@ -408,28 +666,35 @@ def allocate(
     if config.posterior:
         alpha = config.prior_a + c_u
         beta = config.prior_b + n_u - c_u
-        table = value_table(
-            config.objective,
-            n_grid,
-            alpha=alpha,
-            beta=beta,
-            estimator=config.estimator,
-            prompt_weights=prompt_weights,
-        )
+        where = {"alpha": alpha, "beta": beta}
         p_u = alpha / (alpha + beta)
     else:
         p_u = c_u / n_u
-        table = value_table(
-            config.objective,
-            n_grid,
-            p=p_u,
-            estimator=config.estimator,
-            prompt_weights=prompt_weights,
-        )
-    _gains(table)
-    method = allocate_fast if config.method == "fast" else allocate_greedy
-    n = method(table, key, config.budget, config.n_min, config.n_max)
-    uniform = _uniform(config.budget, N, config.n_min, config.n_max)
+        where = {"p": p_u}
+    cost = cost_table(config.objective, n_grid, estimator=config.estimator, **where)
+    if cost is None:  # refuse an impossible budget before the (larger) value table is built
+        _check_budget(config.budget, N, config.n_min, config.n_max)
+    else:
+        _check_expected_budget(cost, key, config.budget, config.n_min, config.n_max)
+    table = value_table(config.objective, n_grid, estimator=config.estimator, prompt_weights=prompt_weights, **where)
+    method = config.method
+    if cost is not None or method == "dp" or not is_concave(table, TIE_RTOL):
+        if method != "dp":
+            log.info(
+                "greedy is not optimal here (%s): allocating by exact dynamic programming",
+                "DAPO resampling charges expected rollouts" if cost is not None else "the value is not concave in n",
+            )
+        method = "dp"
+        n = allocate_dp(table, key, config.budget, config.n_min, config.n_max, cost=cost, tol=_tolerance(table))
+    else:
+        fn = allocate_fast if method == "fast" else allocate_greedy
+        n = fn(table, key, config.budget, config.n_min, config.n_max, rtol=TIE_RTOL)
+    if cost is None:
+        uniform = _uniform(config.budget, N, config.n_min, config.n_max)
+        spent = n.astype(float)
+    else:
+        uniform = _uniform_expected(cost, key, config.budget, config.n_min)
+        spent = cost[key, n - config.n_min]
     value = table[key, n - config.n_min]
     uvalue = table[key, uniform - config.n_min]
     sense = "min" if config.objective == "variance" else "max"
@@ -444,7 +709,8 @@ def allocate(
         uniform_total=float(uvalue.sum()),
         sense=sense,
         p=p_u[key],
-        method=config.method,
+        method=method,
+        cost=spent,
     )
 
 
@@ -454,58 +720,109 @@ def allocate(
 def min_tries(p: float | np.ndarray, delta: float) -> np.ndarray:
     """Smallest ``n >= 2`` with ``p^n + q^n <= delta`` (P(group not silent) >= 1 - delta).
 
-    Exact: searched between the bounds ``ceil(log delta / log max(p,q))`` and
-    ``ceil(log(delta/2) / log max(p,q))`` of docs/estimators.md §5.
+    Exact, by bisection between the bounds ``ceil(log delta / log max(p,q))`` and
+    ``ceil(log(delta/2) / log max(p,q))`` of docs/estimators.md §5, in O(1) memory. Near p = 0 or 1
+    the answer is about ``3 / min(p, q)`` (3e17 at p = 1e-17), where float64 cannot tell n from
+    n + 1, and ``q = 1 - p`` itself rounds; so the test is made in 60-digit decimals, on the exact
+    value of the float p given.
 
     Raises:
-        ValueError: delta outside (0, 1), or p outside (0, 1) (every group is silent there).
+        ConfigError: delta outside (0, 1), p outside (0, 1) (every group is silent there), or an
+            answer beyond int64 (p within about 3e-19 of 0 or 1).
     """
+    delta = _plain(delta)
     if not 0 < delta < 1:
         raise ConfigError(f"delta={delta!r} must be in (0, 1)")
     p = np.atleast_1d(np.asarray(p, dtype=float))
     bad = ~((p > 0) & (p < 1))
     if bad.any():
-        raise ConfigError(f"p={p[bad][0]!r} must be in (0, 1): at p = 0 or 1 every group is silent")
-    m = np.maximum(p, 1 - p)
-    lo = np.maximum(2, np.floor(np.log(delta) / np.log(m)).astype(np.int64) - 1)
-    hi = np.maximum(2, np.ceil(np.log(delta / 2) / np.log(m)).astype(np.int64) + 1)
-    out = np.empty(len(p), dtype=np.int64)
-    for i in range(len(p)):
-        ns = np.arange(lo[i], hi[i] + 1)
-        ok = p[i] ** ns + (1 - p[i]) ** ns <= delta
-        out[i] = ns[np.argmax(ok)]
-    return out
+        raise ConfigError(f"p={p[bad][0].item()!r} must be in (0, 1): at p = 0 or 1 every group is silent")
+    return np.array([_min_tries(float(x), float(delta)) for x in p], dtype=np.int64)
+
+
+def _min_tries(p: float, delta: float) -> int:
+    with localcontext() as ctx:
+        # 60 digits beyond those 1 - min(p, q) spends on its leading nines (q = 1 - 1e-300 is not 1)
+        ctx.prec = 60 + max(0, math.ceil(-math.log10(min(p, 1.0 - p))))
+        P, D = Decimal(p), Decimal(delta)
+        Q = 1 - P
+        log_m = max(P, Q).ln()
+
+        def bound(x: Decimal) -> int:
+            return max(2, int((x.ln() / log_m).to_integral_value(rounding=ROUND_CEILING)))
+
+        # m^n <= p^n + q^n <= 2 m^n: the answer lies in [bound(delta), bound(delta/2)]
+        lo, hi = bound(D) - 1, bound(D / 2) + 1
+        if hi > np.iinfo(np.int64).max:
+            raise ConfigError(f"p={p!r} is too close to 0 or 1: it needs more than 2^63 tries")
+        if lo < 2 or P**lo + Q**lo <= D:
+            lo = 1  # the answer may be n = 2 itself
+        while hi - lo > 1:  # P^lo + Q^lo > D >= P^hi + Q^hi
+            mid = (lo + hi) // 2
+            if P**mid + Q**mid <= D:
+                hi = mid
+            else:
+                lo = mid
+        return max(hi, 2)
+
+
+def _grpo_infidelity(p: float, G: int) -> float:
+    """``1 - phi(p, G)`` (docs/estimators.md §5) without cancellation, for p in (0, 1).
+
+    With ``x = k/G``, ``sqrt(pq) - sqrt(x(1-x)) = (x - p)(x - q) / (sqrt(pq) + sqrt(x(1-x)))``,
+    so each term keeps its relative precision even when phi is 1 - 1e-6 (G = 5e5), where
+    ``1 - phi`` formed from phi loses half its digits. The binomial weights are taken from their
+    ratios outward from the mode (each factor <= 1: nothing overflows, no log-gamma rounding)
+    over the mode +- 40 standard deviations + 40 (the rest weighs less than 1e-300) and
+    normalised by their sum.
+    """
+    q = 1.0 - p
+    m = min(int((G + 1) * p), G)  # the mode
+    half = int(40 * math.sqrt(G * p * q)) + 40
+    lo, hi = max(0, m - half), min(G, m + half)
+    up = np.arange(m, hi, dtype=float)  # w[k + 1] / w[k] = (G - k)/(k + 1) p/q
+    down = np.arange(m, lo, -1, dtype=float)  # w[k - 1] / w[k] = k/(G - k + 1) q/p
+    w = np.concatenate(
+        [np.cumprod(down / (G - down + 1) * (q / p))[::-1], [1.0], np.cumprod((G - up) / (up + 1) * (p / q))]
+    )
+    k = np.arange(lo, hi + 1, dtype=float)
+    spq = math.sqrt(p * q)
+    gap = (k - G * p) * (k - G * q) / (float(G) * G) / (spq + np.sqrt(k * (G - k)) / G)
+    return float(w @ gap / (spq * w.sum()))
 
 
 def grpo_fidelity(p: float | np.ndarray, G: int) -> np.ndarray:
-    """GRPO's finite-group fidelity ``phi(p, G) = E_k[sigma_k] / sqrt(p q)`` (docs/estimators.md §5)."""
+    """GRPO's finite-group fidelity ``phi(p, G) = E_k[sigma_k] / sqrt(p q)`` (docs/estimators.md §5);
+    NaN at p = 0 or 1, where the limit weight is infinite."""
     p = np.atleast_1d(np.asarray(p, dtype=float))
-    k = np.arange(G + 1)
-    return (_binom_pmf_matrix(G, p) @ (np.sqrt(k * (G - k)) / G)) / np.sqrt(p * (1 - p))
+    return np.array([1.0 - _grpo_infidelity(float(x), int(G)) if 0 < x < 1 else np.nan for x in p])
 
 
 def group_size_for_fidelity(p: float, fidelity: float, G_max: int = 10_000_000) -> int:
-    """Smallest G with ``phi(p, G) >= fidelity`` (doubling, then bisection; phi rises with G).
+    """Smallest G with ``phi(p, G) >= fidelity`` (doubling up to ``G_max``, then bisection; phi
+    rises with G). Compared as ``1 - phi <= 1 - fidelity``, which keeps its digits at fidelities
+    like 0.999999.
 
     The interior approximation ``G >= 1/(8 eps p q)`` understates it near p = 0 or 1.
 
     Raises:
-        ValueError: p outside (0, 1), fidelity outside (0, 1), or no G up to ``G_max``.
+        ConfigError: p outside (0, 1), fidelity outside (0, 1), or no G up to ``G_max``.
     """
+    p, fidelity, G_max = _plain(p), _plain(fidelity), int(G_max)
     if not 0 < p < 1:
         raise ConfigError(f"p={p!r} must be in (0, 1)")
     if not 0 < fidelity < 1:
         raise ConfigError(f"fidelity={fidelity!r} must be in (0, 1)")
+    eps = 1.0 - fidelity
 
     def ok(G: int) -> bool:
-        return bool(grpo_fidelity(p, G)[0] >= fidelity)
+        return _grpo_infidelity(p, G) <= eps
 
-    hi = 1
+    lo, hi = 0, 1  # ok(lo) is false (or lo = 0)
     while not ok(hi):
-        hi *= 2
-        if hi > G_max:
-            raise ConfigError(f"no group size up to {G_max} reaches fidelity {fidelity} at p={p}")
-    lo = hi // 2  # ok(lo) false (or lo = 0)
+        if hi >= G_max:
+            raise ConfigError(f"no group size up to {G_max} reaches fidelity {fidelity!r} at p={p!r}")
+        lo, hi = hi, min(2 * hi, G_max)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ok(mid):
@@ -529,7 +846,7 @@ def allocation_table(
             "run_id": pa.array([run_id] * N, pa.string()),
             "objective": pa.array([config.objective] * N, pa.string()),
             "estimator": pa.array([label] * N, pa.string()),
-            "method": pa.array([config.method] * N, pa.string()),
+            "method": pa.array([result.method] * N, pa.string()),
             "posterior": pa.array([config.posterior] * N, pa.bool_()),
             "budget": pa.array([config.budget] * N, pa.int64()),
             "prompt_id": prompt_ids,
@@ -548,8 +865,11 @@ def allocate_prompts(
 ) -> tuple[pa.Table, Allocation]:
     """Allocate over prompts and return the ``allocation`` rows with the result.
 
-    Under point estimates a prompt with no samples has no pass rate and is left out; under the
-    posterior every prompt takes part.
+    The one entry used by the profile run (``default_allocation``) and ``difficulty allocate``,
+    so both follow one rule for a prompt without samples (n = 0): under the posterior it takes
+    part (its prior is its estimate); under point estimates it has no pass rate and the allocation
+    is refused, naming it. (Dropping it instead would leave it out of the export a trainer reads,
+    under a budget sized for every prompt.)
     """
     n_obs = np.asarray(n_obs, np.int64)
     c_obs = np.asarray(c_obs, np.int64)
@@ -558,11 +878,9 @@ def allocate_prompts(
     # the same allocation whatever order a query returned them in.
     order = pc.sort_indices(ids).to_numpy()
     ids, n_obs, c_obs = ids.take(pa.array(order)), n_obs[order], c_obs[order]
-    if not config.posterior:
-        keep = n_obs > 0
-        ids, n_obs, c_obs = ids.filter(pa.array(keep)), n_obs[keep], c_obs[keep]
-    result = allocate(n_obs, c_obs, config)
-    return allocation_table(run_id, ids.cast(pa.string()), result, config), result
+    ids = ids.cast(pa.string())
+    result = allocate(n_obs, c_obs, config, prompt_ids=ids)
+    return allocation_table(run_id, ids, result, config), result
 
 
 # The one default allocation policy (profile runs, the report, ``difficulty allocate`` without

@@ -41,6 +41,11 @@ class ConfigError(PipelineError, ValueError):
     """An option or configuration value is out of range or unknown."""
 
 
+class AllocationTooLargeError(ConfigError):
+    """An exact allocation (dynamic programming, for a value not concave in n) would take too long
+    or too much memory; the message gives its size and what to shrink."""
+
+
 class MissingDependencyError(PipelineError, ImportError):
     """An optional extra is not installed; the message names the ``pip install`` that fixes it."""
 

@@ -34,6 +34,11 @@ __all__ = [
 ]
 
 
+def _plain(x):
+    """A numpy scalar as the Python number it holds, so messages read ``G=0``, not ``np.int64(0)``."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
 @dataclass(frozen=True)
 class StatsConfig:
     """Settings for per-prompt statistics.
@@ -50,9 +55,9 @@ class StatsConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.level < 1:
-            raise ConfigError(f"interval level={self.level!r} must be in (0, 1)")
+            raise ConfigError(f"interval level={_plain(self.level)!r} must be in (0, 1)")
         for name in ("prior_a", "prior_b"):
-            v = getattr(self, name)
+            v = _plain(getattr(self, name))
             if not (v > 0 and math.isfinite(v)):
                 raise ConfigError(f"{name}={v!r} must be a finite number > 0")
 
@@ -114,7 +119,7 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     if k < 1:
-        raise ConfigError(f"k={k!r} must be >= 1")
+        raise ConfigError(f"k={_plain(k)!r} must be >= 1")
     prod = np.ones(np.broadcast(n, c).shape)
     for i in range(k):
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -167,7 +172,7 @@ def silent_rates(
     hypergeometric ratio biased while the posterior stays valid (shared/spec/adaptive.md).
     """
     if int(G) != G or G < 1:
-        raise ConfigError(f"group size G={G!r} must be an integer >= 1")
+        raise ConfigError(f"group size G={_plain(G)!r} must be an integer >= 1")
     n = np.asarray(n, dtype=float)
     c = np.asarray(c, dtype=float)
     exact = (n >= G) & (not posterior)

@@ -175,7 +175,9 @@ def test_analyze_on_a_run(data_dir):
             )
     store = Store(data_dir)
     store.write_shard("run-a", 0, pa.Table.from_pylist(rows, schema=schema.SAMPLES))
-    res = invoke("analyze", "--run", "run-a", "--G", "4,8", "--estimators", "grpo,reco", "--data-dir", str(data_dir))
+    res = invoke(
+        "analyze", "--run", "run-a", "--G", "4,8", "--estimators", "grpo,reco_binary", "--data-dir", str(data_dir)
+    )
     assert res.exit_code == 0, res.output
     ps = store.read_table("prompt_stats", {"run_id": "run-a"})
     assert ps.num_rows == 10

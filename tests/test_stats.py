@@ -172,3 +172,16 @@ def test_unique_pairs_round_trip():
     np.testing.assert_array_equal(n_u[inv], n)
     np.testing.assert_array_equal(c_u[inv], c)
     assert len(set(zip(n_u, c_u, strict=False))) == len(n_u)
+
+
+def test_errors_print_plain_numbers():
+    """Issue 16: messages name values as a user typed them, not as numpy reprs (np.float64(...))."""
+    for call, shown in (
+        (lambda: stats.StatsConfig(level=np.float64(1.5)), "level=1.5 "),
+        (lambda: stats.StatsConfig(prior_a=np.float64(-1.0)), "prior_a=-1.0 "),
+        (lambda: stats.pass_at_k(4, 1, np.int64(0)), "k=0 "),
+        (lambda: stats.silent_rates(4, 1, np.int64(0)), "G=0 "),
+    ):
+        with pytest.raises(ValueError) as err:
+            call()
+        assert shown in str(err.value) and "np." not in str(err.value), str(err.value)

@@ -162,7 +162,9 @@ def allocate_cmd(
     posterior: Annotated[
         bool, typer.Option("--posterior/--point", help="Beta posterior per prompt, or the point estimate c/n.")
     ] = False,
-    method: Annotated[str, typer.Option("--method", help="fast or greedy (reference).")] = "fast",
+    method: Annotated[
+        str, typer.Option("--method", help="fast, greedy (reference) or dp (exact; used anyway where greedy is not).")
+    ] = "fast",
     output: Annotated[
         Path | None,
         typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),
@@ -184,6 +186,8 @@ def allocate_cmd(
     if output is not None:
         check_output(output)
     given = [p for p in _POLICY_OPTIONS if _given(ctx, p)]
+    if objective != "signal" and "estimator" in given:
+        raise ConfigError(f"--estimator is used only by --objective signal; {objective} does not depend on it")
     store = open_store(data_dir)
     run_id, counts = counts_of(store, run, dataset, answers=False)
     ids, n, c = analyze.validate_counts(counts)
@@ -200,8 +204,7 @@ def allocate_cmd(
             posterior=posterior,
             method=method,
         )
-    result = allocate.allocate(n, c, config)
-    table = allocate.allocation_table(run_id, ids, result, config)
+    table, result = allocate.allocate_prompts(run_id, ids, n, c, config)  # the profile run's rule
     allocate.write_allocation(store, run_id, table, config)
     if output is not None:
         export = table.select(["prompt_id", "n_rollouts"])
@@ -221,6 +224,12 @@ def allocate_cmd(
     say(
         f"allocated {config.budget} rollouts over {len(n)} prompts of {run_id} "
         f"({'default policy: ' if config is policy else ''}{what}, n in [{config.n_min}, {config.n_max}], "
-        f"{config.method}): value {result.total:.6g} vs uniform {result.uniform_total:.6g} "
-        f"({sense} is better; x{result.improvement:.4g})" + (f"; wrote {output}" if output else "")
+        f"{result.method}): value {result.total:.6g} vs uniform {result.uniform_total:.6g} "
+        f"({sense} is better; x{result.improvement:.4g})"
+        + (
+            f"; budget in expected rollouts (resampling): {result.expected_rollouts:.6g} spent"
+            if result.expected_rollouts != result.n.sum()
+            else ""
+        )
+        + (f"; wrote {output}" if output else "")
     )

@@ -15,6 +15,17 @@ DEFAULT_P = "0.01,0.05,0.1,0.2,0.3,0.5,0.7,0.8,0.9,0.95,0.99"
 PassRateList = Annotated[str, typer.Option("--p", help="Pass rates, comma-separated.")]
 
 
+def _in_range(values: list[float], flag: str, closed: bool, why: str = "") -> list[float]:
+    """The values, or a ``ConfigError`` naming the flag and the first value outside [0, 1] (closed)
+    or (0, 1); NaN is outside both (a comparison with NaN is false, so it is tested as not inside)."""
+    for v in values:
+        inside = 0 <= v <= 1 if closed else 0 < v < 1
+        if not inside:
+            allowed = "[0, 1]" if closed else "(0, 1)"
+            raise ConfigError(f"{flag} {v!r} must be in {allowed}{why}")
+    return values
+
+
 def weights_cmd(
     G: Annotated[int, typer.Option("--G", help="Group size.")] = 8,
     p: PassRateList = DEFAULT_P,
@@ -28,9 +39,7 @@ def weights_cmd(
     from pipeline import estimators as est
 
     fmt = check_format(fmt)
-    ps = np.asarray(floats(p, "--p"))
-    if np.any((ps < 0) | (ps > 1)):
-        raise ConfigError(f"--p values must be in [0, 1], got {p!r}")
+    ps = np.asarray(_in_range(floats(p, "--p"), "--p", closed=True))
     if G < 1:
         raise ConfigError(f"--G {G} must be >= 1")
     rows = []
@@ -57,8 +66,9 @@ def groupsize_cmd(
     from pipeline.allocate import group_size_for_fidelity
 
     fmt = check_format(fmt)
-    targets = floats(fidelity, "--fidelity")
-    rows = [{"p": pi, "fidelity": f, "G": group_size_for_fidelity(pi, f)} for pi in floats(p, "--p") for f in targets]
+    ps = _in_range(floats(p, "--p"), "--p", closed=False)
+    targets = _in_range(floats(fidelity, "--fidelity"), "--fidelity", closed=False)
+    rows = [{"p": pi, "fidelity": f, "G": group_size_for_fidelity(pi, f)} for pi in ps for f in targets]
     emit(pa.Table.from_pylist(rows), fmt, title="group size for GRPO fidelity")
 
 
@@ -76,6 +86,7 @@ def tries_cmd(
     from pipeline.allocate import min_tries
 
     fmt = check_format(fmt)
-    ps = floats(p, "--p")
+    ps = _in_range(floats(p, "--p"), "--p", closed=False, why=": at p = 0 or 1 every group is silent")
+    _in_range([delta], "--delta", closed=False)
     rows = [{"p": pi, "delta": delta, "n": int(ni)} for pi, ni in zip(ps, min_tries(ps, delta), strict=True)]
     emit(pa.Table.from_pylist(rows), fmt, title=f"minimum tries for P(silent) <= {delta}")
