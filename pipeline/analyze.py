@@ -25,6 +25,7 @@ with the counts table (``run.finish_run`` computes them) and are copied through.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,8 +150,9 @@ def _as_numbers(table: pa.Table, name: str, ids: pa.Array) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def validate_counts(counts: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """Check a counts table and return ``(prompt_id, n, c)``.
+def validate_counts(counts: pa.Table, check_distinct: bool = True) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Check a counts table and return ``(prompt_id, n, c)`` (``check_distinct=False`` leaves the
+    duplicate check, a hash of every id, to the caller: ``analyze`` runs it on its second thread).
 
     Raises:
         ValueError: naming the prompt, for a missing, NaN or non-integer count, ``n < 0``,
@@ -168,50 +170,83 @@ def validate_counts(counts: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]
         if mask.any():
             i = int(np.flatnonzero(mask)[0])
             raise ConfigError(f"prompt {ids[i].as_py()!r}: {what} (n={n[i]}, c={c[i]})")
-    if len(pc.unique(ids)) != len(ids):
+    if check_distinct:
+        _check_distinct(ids)
+    return ids, n, c
+
+
+def _check_distinct(ids: pa.Array) -> None:
+    """Raise naming a prompt_id that appears twice. Ids in strictly ascending order (counts
+    without answers) are distinct: one pass of comparisons instead of a hash of every id."""
+    if not _strictly_ascending(ids) and len(pc.unique(ids)) != len(ids):
         counts_ = pc.value_counts(ids)
         dup = counts_.filter(pc.greater(counts_.field("counts"), 1))[0]["values"].as_py()
         raise ConfigError(f"prompt {dup!r} appears more than once in the counts table")
-    return ids, n, c
+
+
+def _strictly_ascending(values: pa.Array) -> bool:
+    if len(values) < 2:
+        return True
+    return bool(pc.all(pc.less(values.slice(0, len(values) - 1), values.slice(1))).as_py())
 
 
 def _counts_from_histogram(flat: pa.Table) -> pa.Table:
     """Per-prompt counts and answer-histogram lists from (prompt, answer) rows in any order.
 
-    Grouping by prompt is done here on dictionary codes (a stable argsort of integers), which
-    is cheaper than an ORDER BY on the string key in the query.
+    One hash of the rows' prompt ids (dictionary codes), then integers only: a stable argsort by
+    (code, order within the prompt) groups each prompt's rows (cheap: the query returns them in
+    runs of ascending codes, which the sort merges), n and c are bincounts over the codes, and the
+    lists are the sorted columns cut at the prompt boundaries. No second pass over the samples
+    (``sql/answer_histogram.sql``) and no comparison sort of strings.
+
+    Prompts come in the order the query first returned them (not sorted: sorting the ids and
+    moving every row to its prompt's place would cost a third of the floor query at Big-Math
+    scale, and ``allocate_prompts`` puts prompts in prompt_id order itself). A prompt's lists list
+    its correct answers first, then the wrong ones, each by count descending (answers with the
+    same correct count and count in no particular order; nothing computed from the lists depends
+    on it), so ``answer_counts / n`` is the answer-probability vector of the ReCo weights with the
+    correct answer(s) in front (``docs/estimators.md`` §6).
     """
     encoded = pc.dictionary_encode(flat.column("prompt_id").combine_chunks())
-    codes = encoded.indices.to_numpy()
-    prompts = encoded.dictionary
-    P = len(prompts)
-    cnt = flat.column("cnt").to_numpy()
-    cc = flat.column("cc").to_numpy()
+    codes = encoded.indices.to_numpy().astype(np.int64)
+    P = len(encoded.dictionary)
+    cnt = np.asarray(flat.column("cnt").to_numpy(), np.int64)
+    cc = np.asarray(flat.column("cc").to_numpy(), np.int64)
+    n = np.bincount(codes, weights=cnt, minlength=P).astype(np.int64)
+    c = np.bincount(codes, weights=cc, minlength=P).astype(np.int64)
     answer = flat.column("a").combine_chunks()
-    has = answer.is_valid().to_numpy(zero_copy_only=False)
-    order = np.argsort(codes, kind="stable")
-    order = order[has[order]]  # rows with an answer, grouped by prompt
-    lengths = np.bincount(codes[order], minlength=P)
+    if answer.null_count:  # null answers count in n, not in the lists
+        keep = np.flatnonzero(answer.is_valid().to_numpy(zero_copy_only=False))
+        answer, codes, cnt, cc = answer.take(pa.array(keep)), codes[keep], cnt[keep], cc[keep]
+    # One key per row: the prompt, then correct count and count, both descending.
+    c_max, n_max = (int(cc.max()), int(cnt.max())) if len(cnt) else (0, 0)
+    if P * (c_max + 1) * (n_max + 1) < 2**63:
+        key = codes * ((c_max + 1) * (n_max + 1)) + (c_max - cc) * (n_max + 1) + (n_max - cnt)
+        order = np.argsort(key, kind="stable")
+    else:  # the packed key would overflow
+        order = np.lexsort((n_max - cnt, c_max - cc, codes))
+    offsets = _offsets(np.bincount(codes, minlength=P))
     return pa.table(
         {
-            "prompt_id": prompts,
-            "n": np.bincount(codes, weights=cnt, minlength=P).astype(np.int64),
-            "c": np.bincount(codes, weights=cc, minlength=P).astype(np.int64),
-            "answer_values": _list_column(answer.take(pa.array(order)), lengths, pa.list_(pa.string())),
-            "answer_counts": _list_column(cnt[order], lengths, pa.list_(pa.int64())),
-            "answer_correct_counts": _list_column(cc[order], lengths, pa.list_(pa.int64())),
+            "prompt_id": encoded.dictionary,
+            "n": n,
+            "c": c,
+            "answer_values": _list_column(answer.take(pa.array(order)), offsets, pa.list_(pa.string())),
+            "answer_counts": _list_column(cnt[order], offsets, pa.list_(pa.int64())),
+            "answer_correct_counts": _list_column(cc[order], offsets, pa.list_(pa.int64())),
         }
     )
 
 
 def counts_from_samples(store: Store, run_id: str, answers: bool = True) -> pa.Table:
-    """Per-prompt counts of one run, from a DuckDB ``GROUP BY`` over its samples (``Store.sample_counts``).
+    """Per-prompt counts of one run, from one DuckDB ``GROUP BY`` over its samples (``Store.sample_counts``).
 
     ``n`` counts every sample and ``c`` the correct ones (ungradable samples count as not correct;
     ``sql/prompt_counts.sql``). With ``answers`` the query groups by (prompt, extracted answer)
-    instead (``sql/answer_histogram.sql``) and the per-prompt answer histograms come back as
-    ``answer_values``, ``answer_counts`` and ``answer_correct_counts`` (null answers counted in n,
-    not listed).
+    instead (``sql/answer_histogram.sql``), still one pass over the samples, and the per-prompt
+    answer histograms come back as ``answer_values``, ``answer_counts`` and
+    ``answer_correct_counts`` (null answers counted in n, not listed; order: ``_counts_from_histogram``).
+    Prompts come in prompt_id order without answers, in the query's order with them.
 
     Raises:
         StoreError: the run has no samples.
@@ -280,12 +315,27 @@ ADAPTIVE_COLUMNS = ("stop_round", "decided_band", "band_prob", "post_lo", "post_
 # --- per-pair computations ----------------------------------------------------------------------
 
 
+def _unique_pairs(n: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``stats.unique_pairs`` (the same arrays), by a count over the (n, c) grid when the grid is
+    small next to the number of prompts (65 x 65 cells at 64 samples): no sort of the prompts."""
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    base = int(n.max(initial=0)) + 1
+    if base * base > max(4 * len(n), 2**16):
+        return stats.unique_pairs(n, c)
+    key = n * base + c
+    uniq = np.flatnonzero(np.bincount(key, minlength=base * base))
+    lookup = np.zeros(base * base, np.int64)
+    lookup[uniq] = np.arange(len(uniq))
+    return uniq // base, uniq % base, lookup[key]
+
+
 class _Pairs:
     """Everything that depends on a prompt only through (n, c), on the unique pairs."""
 
     def __init__(self, n: np.ndarray, c: np.ndarray, config: AnalyzeConfig) -> None:
         self.config = config
-        self.n_u, self.c_u, self.inv = stats.unique_pairs(n, c)
+        self.n_u, self.c_u, self.inv = _unique_pairs(n, c)
         self.mult = np.bincount(self.inv, minlength=len(self.n_u))
         self.observed = stats.pass_rate(self.n_u, self.c_u)  # c / n
         a, b = config.prior_a, config.prior_b
@@ -336,24 +386,34 @@ class _Pairs:
         return self._curves
 
 
-def _list_column(values: np.ndarray, lengths: np.ndarray, type_: pa.DataType) -> pa.Array:
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32 if len(values) < 2**31 else np.int64)
+def _offsets(lengths: np.ndarray) -> pa.Array:
+    """List offsets (int32, or int64 past 2**31 values) of consecutive lists of these lengths."""
+    lengths = np.asarray(lengths)
+    total = int(lengths.sum())
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32 if total < 2**31 else np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    cls = pa.ListArray if offsets.dtype == np.int32 else pa.LargeListArray
+    return pa.array(offsets)
+
+
+def _list_column(values, offsets: pa.Array, type_: pa.DataType, nan_to_null: bool = True) -> pa.Array:
+    """A list column from flat values and offsets (``_offsets``); NaN becomes null unless the
+    caller knows there is none (``nan_to_null=False`` skips a pass over the values)."""
+    cls = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         flat = values.cast(type_.value_type)
         if isinstance(flat, pa.ChunkedArray):
             flat = flat.combine_chunks()
     else:
-        nan = values.dtype.kind == "f" and bool(np.isnan(values).any())
+        nan = nan_to_null and values.dtype.kind == "f" and bool(np.isnan(values).any())
         flat = pa.array(values, type=type_.value_type, from_pandas=nan)  # NaN -> null
-    arr = cls.from_arrays(pa.array(offsets), flat)
+    arr = cls.from_arrays(offsets, flat)
     return arr.cast(type_) if arr.type != type_ else arr
 
 
-def _per_g_lists(matrix_u: np.ndarray, inv: np.ndarray) -> pa.Array:
-    rows = matrix_u[inv]
-    return _list_column(rows.ravel(), np.full(len(inv), rows.shape[1]), pa.list_(pa.float64()))
+def _per_g_lists(matrix_u: np.ndarray, inv: np.ndarray, offsets: pa.Array) -> pa.Array:
+    """One list per prompt of a per-pair (U, len(G)) matrix; NaN checked on the pairs, not the rows."""
+    nan = bool(np.isnan(matrix_u).any())
+    return _list_column(matrix_u[inv].ravel(), offsets, pa.list_(pa.float64()), nan_to_null=nan)
 
 
 def _float_col(x: np.ndarray) -> pa.Array:
@@ -392,14 +452,27 @@ def _pass_at_k_values(pairs: _Pairs, n: np.ndarray) -> np.ndarray:
     return out
 
 
-def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa.Table:
+def _pass_at_k_column(pairs: _Pairs, n: np.ndarray) -> pa.Array:
+    """The ``pass_at_k`` lists (k = 1..n of each prompt; nulls when ``pass_at_k`` is off)."""
+    if not pairs.config.pass_at_k:
+        return pa.nulls(len(n), pa.list_(pa.float64()))
+    values = _pass_at_k_values(pairs, n)
+    nan = any(np.isnan(curve).any() for curve in pairs.curves)  # on the pairs, not the 16M values
+    return _list_column(values, _offsets(n), pa.list_(pa.float64()), nan_to_null=nan)
+
+
+def _prompt_stats(
+    ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str, pass_at_k: Future[pa.Array] | None = None
+) -> pa.Table:
+    """``PROMPT_STATS``; ``pass_at_k``, when given, is the pass@k column being built elsewhere
+    (``analyze``), waited for last."""
     cfg = pairs.config
     inv = pairs.inv
     N = len(ids)
     wl, wh = stats.wilson_interval(pairs.n_u, pairs.c_u, cfg.level)
     jl, jh = stats.jeffreys_interval(pairs.n_u, pairs.c_u, cfg.level)
     cols: dict[str, pa.Array] = {
-        "run_id": pa.array(np.full(N, run_id, dtype=object), pa.string()),
+        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), N),
         "prompt_id": ids,
         "n": pa.array(n.astype(np.int32)),
         "c": pa.array(c.astype(np.int32)),
@@ -410,18 +483,13 @@ def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa
         "jeffreys_lo": pa.array(jl[inv]),
         "jeffreys_hi": pa.array(jh[inv]),
     }
-    if cfg.pass_at_k:
-        values = _pass_at_k_values(pairs, n)
-        lens = n
-        cols["pass_at_k"] = _list_column(values, lens, pa.list_(pa.float64()))
-    else:
-        cols["pass_at_k"] = pa.nulls(N, pa.list_(pa.float64()))
     Gs = np.asarray(cfg.group_sizes, np.int32)
-    cols["group_sizes"] = _list_column(np.tile(Gs, N), np.full(N, len(Gs)), pa.list_(pa.int32()))
-    cols["zero_signal"] = _per_g_lists(pairs.zero, inv)
-    cols["silent_all_correct"] = _per_g_lists(pairs.plus, inv)
-    cols["silent_all_wrong"] = _per_g_lists(pairs.minus, inv)
-    cols["zero_signal_plugin"] = _per_g_lists(pairs.plugin, inv)
+    per_g = _offsets(np.full(N, len(Gs)))  # shared by the five per-G list columns
+    cols["group_sizes"] = _list_column(np.tile(Gs, N), per_g, pa.list_(pa.int32()))
+    cols["zero_signal"] = _per_g_lists(pairs.zero, inv, per_g)
+    cols["silent_all_correct"] = _per_g_lists(pairs.plus, inv, per_g)
+    cols["silent_all_wrong"] = _per_g_lists(pairs.minus, inv, per_g)
+    cols["zero_signal_plugin"] = _per_g_lists(pairs.plugin, inv, per_g)
     hist = _answer_histogram(counts)
     if hist is not None:
         parent, cnt, cc = hist
@@ -436,6 +504,7 @@ def _prompt_stats(ids, n, c, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa
     for name in ADAPTIVE_COLUMNS:  # an adaptive run's decisions, computed by the run
         if name in counts.column_names:
             cols[name] = counts.column(name).combine_chunks().cast(schema.PROMPT_STATS.field(name).type)
+    cols["pass_at_k"] = _pass_at_k_column(pairs, n) if pass_at_k is None else pass_at_k.result()
     for name in schema.PROMPT_STATS.names:
         if name not in cols:
             cols[name] = pa.nulls(N, schema.PROMPT_STATS.field(name).type)
@@ -447,35 +516,34 @@ def _weights(ids, pairs: _Pairs, run_id: str) -> pa.Table:
     N, E, nG = len(ids), len(pairs.estimators), len(cfg.group_sizes)
     K = E * nG
     # Row order: prompt, then estimator, then G. Each column is one gather of a per-pair
-    # (U, K) matrix by the prompt -> pair index: a row copy per prompt, no per-row work.
+    # (U, K) matrix by the prompt -> pair index: a row copy per prompt, no per-row work. Where
+    # a value is missing (NaN, e.g. n = 0) is known on the pairs, so the 13.75M-row columns of
+    # Big-Math are never scanned for NaN; the index columns are built in range (no validation).
     U = len(pairs.n_u)
+    inv = pairs.inv
 
     def per_pair(x: np.ndarray) -> np.ndarray:  # (E, U, nG) -> (U, E * nG)
         return np.ascontiguousarray(x.transpose(1, 0, 2)).reshape(U, K)
 
-    inv = pairs.inv
-    weight = per_pair(pairs.weight)[inv].ravel()
-    mass = per_pair(pairs.mass)[inv].ravel()
-    zero = np.tile(pairs.zero, (1, E))[inv].ravel()
-    p_rows = np.repeat(pairs.p_u[:, None], K, axis=1)[inv].ravel()
-    prompt_idx = np.broadcast_to(np.arange(N, dtype=np.int32)[:, None], (N, K)).ravel()
-    est_pattern = np.repeat(np.arange(E, dtype=np.int32), nG)
-    G_pattern = np.tile(np.asarray(cfg.group_sizes, np.int32), E)
-    est_idx = np.broadcast_to(est_pattern, (N, K)).ravel()
-    G_col = np.broadcast_to(G_pattern, (N, K)).ravel()
-    rows = N * K
-    dict_type = schema.WEIGHTS.field("prompt_id").type
+    def column(matrix_u: np.ndarray) -> pa.Array:  # (U, K) -> N * K rows
+        nan = np.isnan(matrix_u)
+        values = matrix_u[inv].ravel()
+        return pa.array(values, mask=nan[inv].ravel()) if nan.any() else pa.array(values)
+
+    def dictionary(indices: np.ndarray, values: pa.Array) -> pa.Array:
+        return pa.DictionaryArray.from_arrays(indices, values.cast(pa.string()), safe=False)
+
+    pattern = np.arange(K, dtype=np.int32)
     cols = [
-        pa.DictionaryArray.from_arrays(np.zeros(rows, np.int32), pa.array([run_id])),
-        pa.DictionaryArray.from_arrays(prompt_idx, ids),
-        pa.DictionaryArray.from_arrays(est_idx, pa.array(pairs.labels)),
-        pa.array(G_col),
-        _float_col(p_rows),
-        _float_col(weight),
-        _float_col(mass),
-        pa.array(zero),
+        dictionary(np.zeros(N * K, np.int32), pa.array([run_id])),
+        dictionary(np.repeat(np.arange(N, dtype=np.int32), K), ids),
+        dictionary(np.tile(pattern // nG, N), pa.array(pairs.labels)),
+        pa.array(np.tile(np.tile(np.asarray(cfg.group_sizes, np.int32), E), N)),
+        column(np.repeat(pairs.p_u[:, None], K, axis=1)),
+        column(per_pair(pairs.weight)),
+        column(per_pair(pairs.mass)),
+        pa.array(np.tile(pairs.zero, (1, E))[inv].ravel()),
     ]
-    cols[:3] = [col.cast(dict_type) if col.type != dict_type else col for col in cols[:3]]
     return pa.Table.from_arrays(cols, schema=schema.WEIGHTS)
 
 
@@ -591,13 +659,24 @@ def summary(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
 def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) -> Analysis:
     """All three tables at once, sharing the per-pair computations."""
     config = config or AnalyzeConfig()
-    ids, n, c = validate_counts(counts)
-    pairs = _Pairs(n, c, config)
-    return Analysis(
-        prompt_stats=_prompt_stats(ids, n, c, pairs, counts, run_id),
-        weights=_weights(ids, pairs, run_id),
-        summary=_summary(pairs, run_id),
-    )
+    ids, n, c = validate_counts(counts, check_distinct=False)
+    # The big columns are gathers from per-pair tables, bound by memory bandwidth (and by the
+    # kernel zeroing fresh pages); NumPy and Arrow release the GIL there. So a second thread
+    # checks the ids are distinct, then builds the pass@k lists (N x n values) and the weights
+    # table (N x estimators x G rows: 13.75M at Big-Math scale), while this one computes the
+    # pairs, the summary and the rest of prompt_stats (the answer statistics). The pairs are
+    # only read there; the pass@k curves are computed before the second thread uses them.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="analyze") as pool:
+        distinct = pool.submit(_check_distinct, ids)
+        pairs = _Pairs(n, c, config)
+        if config.pass_at_k:
+            _ = pairs.curves
+        pass_at_k = pool.submit(_pass_at_k_column, pairs, n)
+        weights_table = pool.submit(_weights, ids, pairs, run_id)
+        summary_table = _summary(pairs, run_id)
+        stats_table = _prompt_stats(ids, n, c, pairs, counts, run_id, pass_at_k=pass_at_k)
+        distinct.result()  # a duplicated prompt_id raises here, naming it
+        return Analysis(prompt_stats=stats_table, weights=weights_table.result(), summary=summary_table)
 
 
 ANALYSIS_TABLES = ("prompt_stats", "weights", "summary")

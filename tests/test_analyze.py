@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -69,6 +70,154 @@ def test_counts_from_samples_matches_python(data_dir):
         an.counts_from_samples(Store(data_dir), "missing")
 
 
+def _rows_with_answers(seed: int, prompts: int = 48):
+    """Random samples: two answers graded correct ("7", "7.0"), wrong ones ("1", "2", "3") and
+    null answers, some ungradable samples (correct None: a sample, not correct), and every fourth
+    prompt with no extracted answer at all; rows shuffled, prompt ids not in creation order."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(prompts):
+        pid = f"q{int(rng.integers(0, 10**6)):06d}-{i}"
+        p = rng.beta(0.5, 0.5)
+        for _ in range(int(rng.integers(1, 25))):
+            if i % 4 == 0:
+                rows.append((pid, None, False))
+            elif rng.random() < p:
+                ok = None if rng.random() < 0.1 else True
+                rows.append((pid, str(rng.choice(["7", "7.0"])), ok))
+            else:
+                rows.append((pid, rng.choice(["1", "2", "3", None]), False))
+    return [rows[i] for i in rng.permutation(len(rows))]
+
+
+def _reference_counts(rows):
+    """counts_from_samples by hand: prompts in id order, each prompt's answers correct count
+    first, then count (both descending), then answer."""
+    out = []
+    for pid in sorted({r[0] for r in rows}):
+        mine = [(a, ok) for q, a, ok in rows if q == pid]
+        hist = Counter(a for a, _ in mine if a is not None)
+        right = Counter(a for a, ok in mine if a is not None and ok)
+        order = sorted(hist, key=lambda a: (-right[a], -hist[a], a))
+        out.append(
+            {
+                "prompt_id": pid,
+                "n": len(mine),
+                "c": sum(1 for _, ok in mine if ok),
+                "answer_values": order,
+                "answer_counts": [hist[a] for a in order],
+                "answer_correct_counts": [right[a] for a in order],
+            }
+        )
+    return out
+
+
+def _ties_by_answer(row):
+    """A counts row with its histogram in the reference order (ties broken by answer)."""
+    hist = sorted(
+        zip(row["answer_values"], row["answer_counts"], row["answer_correct_counts"], strict=True),
+        key=lambda t: (-t[2], -t[1], t[0]),
+    )
+    values, counts, right = (list(x) for x in zip(*hist, strict=True)) if hist else ([], [], [])
+    return {**row, "answer_values": values, "answer_counts": counts, "answer_correct_counts": right}
+
+
+def _reference_answer_stats(r):
+    """docs/estimators.md §6, one prompt at a time from its histogram."""
+    counts, right = r["answer_counts"], r["answer_correct_counts"]
+    total, c_total = sum(counts), sum(right)
+    distinct_correct = sum(1 for x in right if x > 0)
+    return {
+        "n_answered": total,
+        "n_distinct_answers": len(counts),
+        "n_distinct_correct": distinct_correct,
+        "modal_share": max(counts) / total if total else None,
+        "answer_entropy": -sum(k / total * math.log(k / total) for k in counts) if total else None,
+        "modal_correct_share_grpo": max(right) / c_total if c_total else None,
+        "modal_correct_share_reco": 1 / distinct_correct if distinct_correct else None,
+    }
+
+
+def test_counts_from_samples_with_answers_match_a_reference(data_dir):
+    rows = _rows_with_answers(11)
+    samples = _samples("r", rows)
+    third = samples.num_rows // 3
+    for shard, (start, stop) in enumerate([(0, third), (third, 2 * third), (2 * third, samples.num_rows)]):
+        Store(data_dir).write_shard("r", shard, samples.slice(start, stop - start))
+    expected = _reference_counts(rows)
+    assert any(not r["answer_values"] for r in expected)  # prompts without any answer
+    assert any(len(set(r["answer_counts"])) < len(r["answer_counts"]) for r in expected)  # ties
+    counts = an.counts_from_samples(Store(data_dir), "r")
+    got = sorted(counts.to_pylist(), key=lambda g: g["prompt_id"])  # prompts come in the query's order
+    # the order within a prompt is fixed up to answers with the same (correct count, count)
+    for g, r in zip(got, expected, strict=True):
+        assert list(zip(g["answer_correct_counts"], g["answer_counts"], strict=True)) == list(
+            zip(r["answer_correct_counts"], r["answer_counts"], strict=True)
+        )
+    assert [_ties_by_answer(g) for g in got] == expected
+    # the same rows in another order give the same table
+    flat = Store(data_dir).sample_counts("r", answers=True)
+    shuffled = an._counts_from_histogram(flat.take(np.random.default_rng(0).permutation(flat.num_rows)))
+    assert sorted((_ties_by_answer(g) for g in shuffled.to_pylist()), key=lambda g: g["prompt_id"]) == expected
+    # without answers: the same prompts, n and c (in prompt_id order there)
+    plain = an.counts_from_samples(Store(data_dir), "r", answers=False).to_pylist()
+    assert plain == [{k: r[k] for k in ("prompt_id", "n", "c")} for r in expected]
+    cfg = an.AnalyzeConfig(group_sizes=(2, 8), estimators=("grpo", "rloo"))
+    res = an.analyze(counts, "r", cfg)
+    stats_rows = res.prompt_stats.to_pylist()
+    assert [s["prompt_id"] for s in stats_rows] == counts.column("prompt_id").to_pylist()
+    by_prompt = {s["prompt_id"]: s for s in stats_rows}
+    for r in expected:
+        for name, value in _reference_answer_stats(r).items():
+            want = pytest.approx(value) if value is not None else None
+            assert by_prompt[r["prompt_id"]][name] == want, (r["prompt_id"], name)
+    # raw answer lists per prompt give the same answer columns
+    raw = pa.table(
+        {
+            "prompt_id": [r["prompt_id"] for r in expected],
+            "n": [r["n"] for r in expected],
+            "c": [r["c"] for r in expected],
+            "answers": [[a for q, a, _ in rows if q == r["prompt_id"]] for r in expected],
+            "answers_correct": [[bool(ok) for q, _, ok in rows if q == r["prompt_id"]] for r in expected],
+        }
+    )
+    for x in an.prompt_stats(raw, "r", cfg).to_pylist():
+        # the entropy's terms are summed in another order there: equal to the last bit or two
+        assert {k: pytest.approx(v) if isinstance(v, float) else v for k, v in x.items()} == by_prompt[x["prompt_id"]]
+
+
+def test_histogram_rows_with_huge_counts_take_the_unpacked_sort():
+    # counts near 2**40 overflow the packed (prompt, correct count, count) key
+    big = 2**40
+    flat = pa.table(
+        {
+            "prompt_id": ["b", "a", "b", "a", "b"],
+            "a": ["x", "y", None, "z", "w"],
+            "cnt": [3, big, 5, big + 1, big],
+            "cc": [3, 0, 0, 0, big],
+        }
+    )
+    got = {r["prompt_id"]: r for r in an._counts_from_histogram(flat).to_pylist()}
+    assert got["a"] == {
+        "prompt_id": "a",
+        "n": 2 * big + 1,
+        "c": 0,
+        "answer_values": ["z", "y"],
+        "answer_counts": [big + 1, big],
+        "answer_correct_counts": [0, 0],
+    }
+    assert got["b"]["answer_values"] == ["w", "x"] and (got["b"]["n"], got["b"]["c"]) == (big + 8, big + 3)
+
+
+@pytest.mark.parametrize("n_max,prompts", [(0, 5), (8, 3), (64, 2000), (3000, 50)])
+def test_unique_pairs_fast_path_matches_stats(n_max, prompts):
+    rng = np.random.default_rng(n_max)
+    n = rng.integers(0, n_max + 1, prompts)
+    c = (rng.random(prompts) * (n + 1)).astype(np.int64)
+    for got, want in zip(an._unique_pairs(n, c), stats.unique_pairs(n, c), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def _counts():
     return pa.table(
         {
@@ -80,7 +229,7 @@ def _counts():
 
 
 def test_analyze_tables_match_the_per_prompt_math():
-    cfg = an.AnalyzeConfig(group_sizes=(2, 4, 8), estimators=("grpo", "maxrl", "reco", "dapo:mode=resample,T=3"))
+    cfg = an.AnalyzeConfig(group_sizes=(2, 4, 8), estimators=("grpo", "maxrl", "reco_binary", "dapo:mode=resample,T=3"))
     res = an.analyze(_counts(), "run-x", cfg)
     assert res.prompt_stats.schema == schema.PROMPT_STATS
     assert res.weights.schema == schema.WEIGHTS
