@@ -38,13 +38,22 @@ RUN_ID = "bench"
 
 
 def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
-    """Write the synthetic samples in shards (runs in a child process, see ``main``)."""
+    """Write the synthetic samples in shards, in a child process (see ``main``), each with its
+    answer counts as ``Store.write_shard`` writes them (same write id in both footers). The samples
+    keep this bench's own layout (dictionary-encoded strings, 1 Mi-row groups), so the floor stays
+    the one earlier numbers were measured against; prints what the answer counts add to the writes."""
+    import uuid
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from pipeline import store as store_module
+
     rng = np.random.default_rng(seed)
+    store = store_module.Store.open(data_dir)
     folder = data_dir / "samples" / f"run_id={RUN_ID}"
     folder.mkdir(parents=True, exist_ok=True)
+    write_s = counts_s = 0.0
     p = rng.beta(0.3, 0.3, prompts)
     # 16 hex characters, like a content hash
     ids = pa.array([f"{(i * 11400714819323198485) % 2**64:016x}" for i in range(prompts)])
@@ -69,7 +78,19 @@ def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
                 "correct": pa.array(correct.ravel()),
             }
         )
-        pq.write_table(table, folder / f"shard-{shard:05d}.parquet", row_group_size=1 << 20)
+        write_id = {store_module.WRITE_ID_KEY: uuid.uuid4().hex}
+        t0 = time.perf_counter()
+        name = f"shard-{shard:05d}"
+        pq.write_table(table.replace_schema_metadata(write_id), folder / f"{name}.parquet", row_group_size=1 << 20)
+        write_s += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        counts = store_module._answer_counts(RUN_ID, shard, store_module.conform(table, "samples"))
+        store.write_table("answer_counts", counts, {"run_id": RUN_ID}, part=name, metadata=write_id)
+        counts_s += time.perf_counter() - t0
+    print(
+        f"shard writes {write_s:.2f} s; their answer counts (grouped in memory, then written) "
+        f"{counts_s:.2f} s more ({counts_s / write_s:.0%})"
+    )
 
 
 def peak_rss_gb() -> float:
@@ -146,7 +167,7 @@ def main() -> None:
     def floor_query():
         return con.read_parquet(glob).aggregate("prompt_id, count(*) AS n", "prompt_id").to_arrow_table()
 
-    def full(answers: bool):
+    def full(answers: bool):  # answers: from the shards' stored answer counts (Store.write_shard)
         counts = analyze.counts_from_samples(store, RUN_ID, answers=answers)
         return counts, analyze.analyze(counts, RUN_ID, cfg)
 
@@ -174,7 +195,7 @@ def main() -> None:
     assert counts_a.num_rows == args.prompts
     t_tables, res_a = timed(lambda: analyze.analyze(counts_a, RUN_ID, cfg), repeat=args.repeat)
     print(
-        f"  histogram query (Store.sample_counts, sql/answer_histogram.sql) {t_query:8.3f} s"
+        f"  histogram query (Store.sample_counts: the stored answer counts) {t_query:8.3f} s"
         f" = {t_query / floor_s:5.2f} x floor ({flat.num_rows:,} (prompt, answer) rows)"
     )
     print(f"  rows -> per-prompt counts and lists (_counts_from_histogram)    {t_lists:8.3f} s")
@@ -184,7 +205,27 @@ def main() -> None:
         f"{res_a.weights.num_rows:,} rows ({res_a.weights.nbytes / 2**20:.0f} MiB), summary "
         f"{res_a.summary.num_rows:,} rows"
     )
-    flat = res_a = counts_a = None  # freed before the next timings
+    # Opt-in (--reco-answers): the answer-aware ReCo weight at G = 8, one exact computation per
+    # distinct answer histogram (it depends on the whole histogram, not only on (n, c)).
+    reco_cfg = analyze.AnalyzeConfig(group_sizes=cfg.group_sizes, reco_answers=(8,))
+    t_reco, res_r = timed(lambda: analyze.analyze(counts_a, RUN_ID, reco_cfg), repeat=1)
+    extra = res_r.weights.num_rows - res_a.weights.num_rows
+    print(
+        f"  opt-in --reco-answers 8: analyze + answer-aware ReCo             {t_reco:8.3f} s"
+        f" (+{t_reco - t_tables:.3f} s, {extra:,} rows)"
+    )
+    flat = res_a = res_r = counts_a = None  # freed before the next timings
+    shard_paths = [f for _, f in sorted(store.shard_files(RUN_ID).items())]
+
+    def from_samples():  # a run without stored answer counts (written before they existed)
+        rows = store.files_query("answer_histogram", shard_paths)
+        return analyze.analyze(analyze._counts_from_histogram(rows), RUN_ID, cfg)
+
+    t_samples, _ = timed(from_samples, repeat=args.repeat)
+    print(
+        f"  full, reading the samples instead of the stored answer counts   {t_samples:8.3f} s"
+        f" = {t_samples / floor_s:5.2f} x floor"
+    )
     t_plain, plain = timed(lambda: full(False), repeat=args.repeat)
     counts, plain = plain[0], None  # the counts feed the allocator; the analysis is dropped
     print(

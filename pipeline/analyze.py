@@ -92,6 +92,11 @@ class AnalyzeConfig:
         pass_at_k: compute per-prompt pass@k lists and the mean curve.
         posterior: every per-prompt estimate is its expectation under the posterior
             ``Beta(prior_a + c, prior_b + n - c)`` (an adaptive run; see the module docstring).
+        reco_answers: group sizes (each among ``group_sizes``) at which to add the answer-aware
+            ReCo weight to ``weights``, as estimator ``RECO_ANSWERS`` (docs/estimators.md §6): from
+            each prompt's answer histogram, at the observed answer shares, exact. Off by default:
+            it depends on the whole histogram, not on (n, c), so it is computed per distinct
+            histogram, which costs far more than the per-pair weights.
     """
 
     group_sizes: tuple[int, ...] = (4, 8, 16, 32, 64)
@@ -102,6 +107,7 @@ class AnalyzeConfig:
     bands: tuple[Band, ...] = DEFAULT_BANDS
     pass_at_k: bool = True
     posterior: bool = False
+    reco_answers: tuple[int, ...] = ()
     _stats: stats.StatsConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +120,10 @@ class AnalyzeConfig:
                 raise ConfigError(f"group size G={G!r} must be an integer >= 1")
         for spec in self.estimators:
             est.get(spec)  # unknown names raise, listing the registry
+        object.__setattr__(self, "reco_answers", tuple(int(G) for G in self.reco_answers))
+        outside = sorted(set(self.reco_answers) - set(self.group_sizes))
+        if outside:
+            raise ConfigError(f"reco_answers G={outside} must be among the group sizes {list(self.group_sizes)}")
         names = [b.name for b in self.bands]
         if len(set(names)) != len(names):
             raise ConfigError(f"band names {names} must be distinct")
@@ -547,6 +557,49 @@ def _weights(ids, pairs: _Pairs, run_id: str) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema.WEIGHTS)
 
 
+RECO_ANSWERS = "reco_answers"  # the weights table's label of the answer-aware ReCo weight
+
+
+def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa.Table:
+    """``weights`` rows of the answer-aware ReCo weight (``est.reco_answer_weight_from_counts``,
+    plug-in, exact) at each G of ``reco_answers``; computed once per distinct histogram. A prompt
+    without samples gets nulls; samples with no extracted answer count as one shared wrong answer."""
+    cfg = pairs.config
+    N = len(ids)
+    hist = _answer_histogram(counts)
+    if hist is None or hist[2] is None:
+        raise ConfigError(
+            "reco_answers needs each prompt's answer histogram with correct counts (a run's samples: "
+            "counts_from_samples(store, run_id, answers=True))"
+        )
+    parent, cnt, cc = hist
+    answered = np.bincount(parent, weights=cnt, minlength=N)
+    matrix, n_correct = est.answer_matrix(N, parent, cnt, cc, n_unanswered=np.maximum(n - answered, 0))
+    keyed = np.concatenate([n_correct[:, None].astype(float), matrix], axis=1)
+    unique, inverse = np.unique(keyed, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    rows = []
+    for G in cfg.reco_answers:
+        got = est.reco_answer_weight_from_counts(unique[:, 1:], G, n_correct=unique[:, 0].astype(int))
+        g = cfg.group_sizes.index(G)
+        p = pairs.p_u[pairs.inv]
+        rows.append(
+            pa.table(
+                {
+                    "run_id": pa.array([run_id] * N),
+                    "prompt_id": ids,
+                    "estimator": pa.array([RECO_ANSWERS] * N),
+                    "G": pa.array(np.full(N, G, np.int32)),
+                    "p": pa.array(p, mask=np.isnan(p)),
+                    "weight": pa.array(got.weight[inverse], mask=np.isnan(got.weight[inverse])),
+                    "mass": pa.array(got.mass[inverse], mask=np.isnan(got.mass[inverse])),
+                    "zero_signal": pa.array(pairs.zero[:, g][pairs.inv]),
+                }
+            )
+        )
+    return pa.concat_tables(rows).cast(schema.WEIGHTS)
+
+
 def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
     cfg = pairs.config
     rows: list[dict] = []
@@ -676,7 +729,10 @@ def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
         summary_table = _summary(pairs, run_id)
         stats_table = _prompt_stats(ids, n, c, pairs, counts, run_id, pass_at_k=pass_at_k)
         distinct.result()  # a duplicated prompt_id raises here, naming it
-        return Analysis(prompt_stats=stats_table, weights=weights_table.result(), summary=summary_table)
+        weights = weights_table.result()
+        if config.reco_answers:
+            weights = pa.concat_tables([weights, _reco_answer_rows(ids, n, c, pairs, counts, run_id)])
+        return Analysis(prompt_stats=stats_table, weights=weights, summary=summary_table)
 
 
 ANALYSIS_TABLES = ("prompt_stats", "weights", "summary")

@@ -115,7 +115,28 @@ PLANS = pa.schema(
     ]
 )
 
-SCHEMAS: dict[str, pa.Schema] = {"problems": PROBLEMS, "runs": RUNS, "samples": SAMPLES, "plans": PLANS}
+# Per shard, its (prompt, extracted answer) counts: written with each shard (Store.write_shard),
+# from the samples already in memory, so the analysis reads 1 row per distinct answer instead of
+# 1 per sample. A shard's counts file carries the shard file's write id in its footer: counts of
+# an older copy of the shard are never used.
+ANSWER_COUNTS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("shard", pa.int32(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("extracted_answer", pa.string()),  # null: samples without an extracted answer
+        pa.field("cnt", pa.int64(), nullable=False),  # samples with this answer
+        pa.field("cc", pa.int64(), nullable=False),  # of which graded correct
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "problems": PROBLEMS,
+    "runs": RUNS,
+    "samples": SAMPLES,
+    "plans": PLANS,
+    "answer_counts": ANSWER_COUNTS,
+}
 
 # Analysis tables (prompt_stats, weights, summary, allocation) are defined below.
 

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import schema
@@ -234,6 +236,7 @@ class FileProblem:
 
 
 SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
+WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
 LEASE_TTL_S = 90.0  # a remote run lease not renewed for this long was left by a dead process
 LEASE_RENEW_S = 20.0
 
@@ -256,6 +259,26 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return pid > 0
+
+
+def _answer_counts(run_id: str, shard: int, samples: pa.Table) -> pa.Table:
+    """A shard's ``answer_counts`` rows: per (prompt, extracted answer, null included) its samples
+    and how many were graded correct (a null grade counts as not correct, as in the SQL)."""
+    ok = pc.cast(pc.fill_null(samples.column("correct"), False), pa.int64())
+    keyed = pa.table({"prompt_id": samples.column("prompt_id"), "extracted_answer": samples.column("extracted_answer")})
+    grouped = keyed.append_column("ok", ok).group_by(["prompt_id", "extracted_answer"], use_threads=False)
+    table = grouped.aggregate([([], "count_all"), ("ok", "sum")])
+    rows = table.num_rows
+    return pa.table(
+        {
+            "run_id": pa.array([run_id] * rows, pa.string()),
+            "shard": pa.array(np.full(rows, shard, np.int32)),
+            "prompt_id": table.column("prompt_id"),
+            "extracted_answer": table.column("extracted_answer"),
+            "cnt": table.column("count_all"),
+            "cc": pc.fill_null(table.column("ok_sum"), 0),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -439,11 +462,15 @@ class Store:
         return pq.read_table(loc, columns=columns)
 
     def _footer_digest(self, loc: Location) -> str | None:
+        return self._footer_value(loc, SHARD_DIGEST_KEY)
+
+    def _footer_value(self, loc: Location, name: str) -> str | None:
+        """One key of a file's footer metadata (from the check's cache when the file was checked)."""
         key = _LATEST.get(str(loc))
         meta = _FOOTERS.get(key) if key is not None else None
         if meta is None:
             meta = self._metadata(loc).metadata or {}
-        value = meta.get(SHARD_DIGEST_KEY.encode())
+        value = meta.get(name.encode())
         return value.decode() if value else None
 
     def _tails(self, listed: list[tuple[Location, tuple]]) -> dict[str, pq.FileMetaData]:
@@ -850,9 +877,37 @@ class Store:
         return self._child(self.partition_dir("samples", {"run_id": run_id}), f"{shard_name(shard)}.parquet")
 
     def write_shard(self, run_id: str, shard: int, samples: pa.Table, digest: str | None = None) -> Location:
-        """Write one finished shard of samples, with its plan's ``digest`` in the footer."""
-        metadata = {SHARD_DIGEST_KEY: digest} if digest else None
-        return self.write_table("samples", samples, {"run_id": run_id}, part=shard_name(shard), metadata=metadata)
+        """Write one finished shard of samples, with its plan's ``digest`` in the footer, then its
+        (prompt, extracted answer) counts (``answer_counts``), which the analysis reads instead of
+        the samples. Both footers carry one new write id: counts left by an earlier write of the
+        shard (a kill between the two files) never match it, and the analysis then reads the samples."""
+        samples = conform(samples, "samples")
+        write_id = uuid.uuid4().hex
+        metadata = {WRITE_ID_KEY: write_id, **({SHARD_DIGEST_KEY: digest} if digest else {})}
+        where = {"run_id": run_id}
+        path = self.write_table("samples", samples, where, part=shard_name(shard), metadata=metadata)
+        counts = _answer_counts(run_id, shard, samples)
+        self.write_table("answer_counts", counts, where, part=shard_name(shard), metadata={WRITE_ID_KEY: write_id})
+        return path
+
+    def _stored_answer_counts(self, run_id: str, shards: dict[int, Location]) -> list[Location] | None:
+        """The answer counts files of every one of ``shards``, each written with its shard (the same
+        write id); None when any shard lacks them (a run written before they existed, a kill between
+        the two writes), and the samples are read instead."""
+        counts = {}
+        for loc in self.files("answer_counts", {"run_id": run_id}):
+            match = _SHARD_FILE.match(str(loc).rsplit("/", 1)[-1])
+            if match:
+                counts[int(match[1])] = loc
+        out = []
+        for shard, loc in sorted(shards.items()):
+            stored = counts.get(shard)
+            write_id = self._footer_value(loc, WRITE_ID_KEY)
+            if stored is None or write_id is None or self._footer_value(stored, WRITE_ID_KEY) != write_id:
+                log.info("run %s shard %d has no answer counts of its own; reading the samples", run_id, shard)
+                return None
+            out.append(stored)
+        return out
 
     def read_shard(self, run_id: str, shard: int, columns: list[str] | None = None) -> pa.Table:
         """One shard file of a run (only ``columns``, when given)."""
@@ -971,14 +1026,19 @@ class Store:
         (removed after): DuckDB reading through the Python filesystem is one blocking request at a
         time, 6 to 14 times slower than the copy plus a native read (``bench/storage.py``).
         """
-        with self._staged(files) as local:
-            con = duckdb.connect(":memory:")
+        con, lock = self._files_db
+        with self._staged(files) as local, lock:
             try:
                 return con.sql(load_sql(name), params={"files": local, **(params or {})}).to_arrow_table()
             except duckdb.Error as exc:
                 raise StoreError(f"{name}: cannot read {len(files)} files under {self.root}: {exc}") from exc
-            finally:
-                con.close()
+
+    @functools.cached_property
+    def _files_db(self) -> tuple[duckdb.DuckDBPyConnection, threading.Lock]:
+        """One DuckDB connection per store for ``files_query`` (no views, no user SQL), one query
+        at a time: a fresh connection per query cost half the floor again at Big-Math scale
+        (DuckDB's buffers and allocator start cold), ``bench/analysis.py``."""
+        return duckdb.connect(":memory:"), threading.Lock()
 
     @contextmanager
     def _staged(self, files: list[Location]) -> Iterator[list[str]]:
@@ -1045,10 +1105,14 @@ class Store:
         Raises:
             StoreError: the run has no samples.
         """
-        files = [f for _, f in sorted(self.shard_files(run_id).items())]
-        if not files:
+        shards = self.shard_files(run_id)
+        if not shards:
             raise StoreError(f"run {run_id!r} has no samples under {self.root}")
+        files = [f for _, f in sorted(shards.items())]
         try:
+            stored = self._stored_answer_counts(run_id, shards) if answers else None
+            if stored is not None:  # the shards' own counts: one row per distinct answer, not per sample
+                return self.files_query("answer_histogram_stored", stored)
             return self.files_query("answer_histogram" if answers else "prompt_counts", files)
         except StoreError as exc:
             raise StoreError(f"cannot read the samples of run {run_id!r}: {exc}") from exc

@@ -403,3 +403,100 @@ def test_counts_from_priors_and_store_round_trip(data_dir):
         "SELECT estimator, count(*) AS k FROM weights WHERE G = 8 GROUP BY estimator ORDER BY estimator"
     )
     assert dict(zip(*got.to_pydict().values(), strict=False)) == {est.get(s).spec: 3 for s in est.DEFAULT_ESTIMATORS}
+
+
+def _reco_brute_force(hist: list[tuple[str, int, int]], G: int) -> tuple[float, float]:
+    """(weight, mass) of ReCo at the observed answer shares, by enumerating every group of G:
+    ``(1/G) sum_i r_i A_i`` under ``ReCoBinary.advantages(rewards, answers)``, probability-weighted."""
+    import itertools
+
+    # each (answer, graded right or wrong) is one category; unanswered samples are one wrong answer
+    cats = [(a, True, k) for a, n, k in hist if k] + [(a, False, n - k) for a, n, k in hist if n - k]
+    total = sum(w for *_, w in cats)
+    reco = est.ReCoBinary()
+    mass = 0.0
+    for group in itertools.product(range(len(cats)), repeat=G):
+        prob = math.prod(cats[i][2] / total for i in group)
+        rewards = np.array([1.0 if cats[i][1] else 0.0 for i in group])
+        answers = np.array([f"{cats[i][0]}|{cats[i][1]}" for i in group])
+        if 0 < rewards.sum() < G:
+            mass += prob * float((rewards * reco.advantages(rewards, answers)).mean())
+    p = sum(w for _, ok, w in cats if ok) / total
+    return mass / (p * (1 - p)), mass
+
+
+def test_answer_aware_reco_rows_match_brute_force():
+    """``reco_answers`` adds, per prompt and G, the exact expected ReCo update at the observed
+    answer shares; with a single wrong answer it is the binary proxy's weight."""
+    hists = {
+        "one-wrong": [("42", 6, 3), ("7", 2, 0)],  # "42" graded right 3 times and wrong 3 times
+        "many-wrong": [("42", 3, 3), ("1", 2, 0), ("2", 2, 0), ("3", 1, 0)],
+        "two-right-forms": [("1/2", 2, 2), ("0.5", 1, 1), ("3", 4, 0), ("4", 1, 0)],
+        "binary": [("5", 5, 5), ("6", 3, 0)],
+    }
+    rows = []
+    for pid, hist in hists.items():
+        rows.append(
+            {
+                "prompt_id": pid,
+                "n": sum(n for _, n, _ in hist),
+                "c": sum(k for *_, k in hist),
+                "answer_values": [a for a, *_ in hist],
+                "answer_counts": [n for _, n, _ in hist],
+                "answer_correct_counts": [k for *_, k in hist],
+            }
+        )
+    counts = pa.Table.from_pylist(rows)
+    cfg = an.AnalyzeConfig(group_sizes=(2, 3, 4), estimators=("grpo", "reco_binary"), reco_answers=(3, 4))
+    weights = an.analyze(counts, "r", cfg).weights.to_pylist()
+    got = {(r["prompt_id"], r["G"]): r for r in weights if r["estimator"] == an.RECO_ANSWERS}
+    assert sorted(got) == sorted((pid, G) for pid in hists for G in (3, 4))
+    binary = {(r["prompt_id"], r["G"]): r for r in weights if r["estimator"] == "reco_binary"}
+    for (pid, G), row in got.items():
+        weight, mass = _reco_brute_force(hists[pid], G)
+        assert row["weight"] == pytest.approx(weight, rel=1e-10), (pid, G)
+        assert row["mass"] == pytest.approx(mass, rel=1e-10), (pid, G)
+        assert row["zero_signal"] == binary[pid, G]["zero_signal"] and row["p"] == binary[pid, G]["p"]
+    assert got["binary", 4]["weight"] == pytest.approx(binary["binary", 4]["weight"], rel=1e-12)
+    assert got["many-wrong", 4]["weight"] < binary["many-wrong", 4]["weight"]
+
+
+def test_answer_aware_reco_needs_histograms_and_listed_group_sizes():
+    with pytest.raises(ValueError, match=r"reco_answers G=\[16\] must be among the group sizes"):
+        an.AnalyzeConfig(group_sizes=(4, 8), reco_answers=(16,))
+    plain = pa.table({"prompt_id": ["a"], "n": [4], "c": [2]})
+    with pytest.raises(ValueError, match="reco_answers needs each prompt's answer histogram"):
+        an.analyze(plain, "r", an.AnalyzeConfig(group_sizes=(4,), reco_answers=(4,)))
+
+
+def test_stored_answer_counts_equal_the_samples_and_stale_ones_are_never_used(data_dir, monkeypatch):
+    """Each shard's answer counts, written with it, give the analysis the same histograms as the
+    samples; counts from another write of a shard (a kill between the two files) are ignored."""
+    import shutil
+
+    rows = _rows_with_answers(7)
+    samples = _samples("r", rows)
+    half = samples.num_rows // 2  # a prompt may straddle the two shards, as in adaptive rounds
+    store = Store(data_dir)
+    for shard, part in enumerate([samples.slice(0, half), samples.slice(half)]):
+        store.write_shard("r", shard, part)
+    used = []
+    query = Store.files_query
+    monkeypatch.setattr(
+        Store, "files_query", lambda self, name, *a, **k: used.append(name) or query(self, name, *a, **k)
+    )
+
+    def histograms() -> list[dict]:
+        return sorted(
+            (_ties_by_answer(g) for g in an.counts_from_samples(store, "r").to_pylist()), key=lambda g: g["prompt_id"]
+        )
+
+    expected = _reference_counts(rows)
+    assert histograms() == expected and used[-1] == "answer_histogram_stored"
+    folder = data_dir / "answer_counts" / "run_id=r"
+    shutil.copy(folder / "shard-00000.parquet", folder / "shard-00001.parquet")  # another write's counts
+    assert histograms() == expected and used[-1] == "answer_histogram"
+    (folder / "shard-00001.parquet").unlink()
+    assert histograms() == expected and used[-1] == "answer_histogram"
+    store.write_shard("r", 1, samples.slice(half))  # written again: its counts with it
+    assert histograms() == expected and used[-1] == "answer_histogram_stored"

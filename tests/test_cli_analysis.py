@@ -184,6 +184,16 @@ def test_analyze_on_a_run(data_dir):
     assert all(x is not None for x in ps.column("n_distinct_answers").to_pylist())
     w = store.read_table("weights", {"run_id": "run-a"})
     assert w.num_rows == 10 * 2 * 2
+    # the answer-aware ReCo weight at G = 4: three wrong answers weigh less than one pooled wrong one
+    res = invoke("analyze", "--run", "run-a", "--G", "4,8", "--reco-answers", "4", "--data-dir", str(data_dir))
+    assert res.exit_code == 0, res.output
+    w = store.read_table("weights", {"run_id": "run-a"}).to_pylist()
+    aware = {r["prompt_id"]: r["weight"] for r in w if r["estimator"] == "reco_answers" and r["G"] == 4}
+    proxy = {r["prompt_id"]: r["weight"] for r in w if r["estimator"] == "reco_binary" and r["G"] == 4}
+    assert len(aware) == 10 and all(aware[p] <= proxy[p] + 1e-12 for p in aware)
+    assert any(aware[p] < proxy[p] - 1e-3 for p in aware)
+    res = invoke("analyze", "--run", "run-a", "--G", "4", "--reco-answers", "8", "--data-dir", str(data_dir))
+    assert res.exit_code == 1 and "must be among the group sizes" in res.output
     res = invoke("analyze", "--data-dir", str(data_dir))
     assert res.exit_code == 1 and "--run" in res.output
     res = invoke("analyze", "--run", "nope", "--data-dir", str(data_dir))

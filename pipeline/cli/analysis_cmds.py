@@ -82,6 +82,14 @@ def analyze_cmd(
     group_sizes: Annotated[str, typer.Option("--G", help="Group sizes, comma-separated.")] = "4,8,16,32,64",
     estimators: Estimators = DEFAULT_ESTIMATORS,
     level: Annotated[float, typer.Option("--level", help="Interval coverage.")] = 0.95,
+    reco_answers: Annotated[
+        str,
+        typer.Option(
+            "--reco-answers",
+            help="Also the answer-aware ReCo weight (from each prompt's answer histogram, exact) at these "
+            "group sizes, comma-separated, as estimator reco_answers in the weights table.",
+        ),
+    ] = "",
     fmt: Format = "table",
     data_dir: DataDir = None,
 ) -> None:
@@ -97,6 +105,7 @@ def analyze_cmd(
         group_sizes=tuple(ints(group_sizes, "--G")),
         estimators=tuple(split_estimators(estimators)),
         level=level,
+        reco_answers=tuple(ints(reco_answers, "--reco-answers")) if reco_answers.strip() else (),
     )
     store = open_store(data_dir)
     run_id, counts = counts_of(store, run, dataset)
