@@ -234,3 +234,35 @@ def s3_data(s3_env, monkeypatch) -> str:
     url = f"s3://{bucket}/data"
     monkeypatch.setenv("DIFFICULTY_DATA", url)
     return url
+
+
+def read_task_runs(flow_run_id, done, timeout_s: float = 60.0) -> list:
+    """The task runs of one flow run, read until ``done(task_runs)`` holds or ``timeout_s`` passes:
+    Prefect records task runs from events, a moment after they ran, and an unfiltered read is one
+    page of every task run of the session, so the filter is the server's."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    mine = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = client.read_task_runs(flow_run_filter=mine, limit=200)
+            if done(runs) or time.monotonic() > deadline:
+                return runs
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def task_runs():
+    """``task_runs(flow_run_id, done)``: a flow run's task runs, read until ``done(runs)`` holds."""
+    return read_task_runs
+
+
+@pytest.fixture(scope="session")
+def s3_tools():
+    """What the S3 tests share: the secret they search for, the AWS environment of an endpoint,
+    and starting or stopping another S3 server (one that checks signatures, say)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(secret=S3_SECRET, aws_env=aws_env, start=start_s3_server, stop=stop_s3_server)

@@ -15,7 +15,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import s3fs
-from conftest import S3_SECRET, aws_env, start_s3_server, stop_s3_server
 from typer.testing import CliRunner
 
 from pipeline import run
@@ -41,7 +40,8 @@ def _sorted(table: pa.Table) -> pa.Table:
 
 
 @pytest.mark.slow
-def test_profile_sql_and_report_on_s3_keep_no_secret(s3_data, prefect_api, tmp_path, caplog, check_complete):
+def test_profile_sql_and_report_on_s3_keep_no_secret(s3_data, s3_env, prefect_api, tmp_path, caplog, check_complete):
+    secret_text = s3_env["AWS_SECRET_ACCESS_KEY"]
     """The whole profile (Prefect flow), `sql` and `report` on s3://; the tables equal a local run's,
     and the secret access key is in no object, no output line, no log and no flow parameter."""
     runner = CliRunner()
@@ -73,17 +73,17 @@ def test_profile_sql_and_report_on_s3_keep_no_secret(s3_data, prefect_api, tmp_p
     stats = [s.read_table("prompt_stats").sort_by("prompt_id").drop(["run_id"]) for s in (local, store)]
     assert stats[0].equals(stats[1])
 
-    secret = S3_SECRET.encode()
-    assert os.environ["AWS_SECRET_ACCESS_KEY"] == S3_SECRET
+    secret = secret_text.encode()
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] == secret_text
     assert not [k for k, body in objects.items() if secret in body], "the secret was written to the bucket"
     for text in (out.output, sql.output, rep.output, caplog.text):
-        assert S3_SECRET not in text
+        assert secret_text not in text
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
         params = json.dumps([f.parameters for f in client.read_flow_runs()], default=str)
         logs = json.dumps([log.message for log in client.read_logs()])
-    assert s3_data in params and S3_SECRET not in params and S3_SECRET not in logs
+    assert s3_data in params and secret_text not in params and secret_text not in logs
 
 
 @pytest.mark.slow
@@ -167,6 +167,7 @@ def test_two_node_ray_actors_write_their_shards_to_s3(s3_data, two_node_ray, mon
 
 
 def _fails_fast(args: list[str], env: dict[str, str], cwd: Path) -> str:
+    secret = env["AWS_SECRET_ACCESS_KEY"]
     start = time.monotonic()
     out = subprocess.run(
         [str(Path(sys.executable).parent / "difficulty"), *args],
@@ -181,7 +182,7 @@ def _fails_fast(args: list[str], env: dict[str, str], cwd: Path) -> str:
     assert out.returncode != 0, out.stdout
     assert elapsed < 30, f"took {elapsed:.1f} s to fail"
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
-    assert S3_SECRET not in out.stdout + out.stderr
+    assert secret not in out.stdout + out.stderr
     return out.stdout + out.stderr
 
 
@@ -203,11 +204,11 @@ def test_missing_bucket_and_unreachable_endpoint_fail_fast_and_write_nothing(s3_
 
 
 @pytest.fixture
-def auth_s3(tmp_path):
+def auth_s3(tmp_path, s3_tools):
     """A second S3 server that checks signatures: an IAM user with a key, and a bucket holding one run."""
     import boto3
 
-    proc, endpoint = start_s3_server({"INITIAL_NO_AUTH_ACTION_COUNT": "4"})
+    proc, endpoint = s3_tools.start({"INITIAL_NO_AUTH_ACTION_COUNT": "4"})
     try:
         kw = {"endpoint_url": endpoint, "region_name": "us-east-1"}
         iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
@@ -221,13 +222,13 @@ def auth_s3(tmp_path):
         s3.create_bucket(Bucket="guarded")
         yield endpoint, key["AccessKeyId"], key["SecretAccessKey"], s3
     finally:
-        stop_s3_server(proc)
+        s3_tools.stop(proc)
 
 
 @pytest.mark.faults
-def test_wrong_credentials_fail_fast_and_leave_the_data_as_it_was(auth_s3, tmp_path, monkeypatch):
+def test_wrong_credentials_fail_fast_and_leave_the_data_as_it_was(auth_s3, s3_tools, tmp_path, monkeypatch):
     endpoint, key_id, secret, s3 = auth_s3
-    good = aws_env(endpoint, tmp_path, key_id, secret)
+    good = s3_tools.aws_env(endpoint, tmp_path, key_id, secret)
     for name, value in good.items():
         monkeypatch.setenv(name, value)
     url = "s3://guarded/data"
@@ -236,7 +237,8 @@ def test_wrong_credentials_fail_fast_and_leave_the_data_as_it_was(auth_s3, tmp_p
     cfg = run.ProfileConfig(backend="simulate", limit=4, n=2, grade_workers=1, report=False)
     run_id = executors.profile_direct(cfg, Store.open(url))["run_id"]
     before = {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket="guarded")["Contents"]}
-    wrong = {**os.environ, **aws_env(endpoint, tmp_path, key_id, S3_SECRET), "PREFECT_HOME": str(tmp_path / "p")}
+    wrong = {**os.environ, **s3_tools.aws_env(endpoint, tmp_path, key_id, s3_tools.secret)}
+    wrong["PREFECT_HOME"] = str(tmp_path / "p")
     for args in (
         ["profile", "--backend", "simulate", "--limit", "4", "--n", "2", "--no-prefect"],
         ["analyze", "--run", run_id],
@@ -269,12 +271,12 @@ def test_truncated_object_is_quarantined_on_s3(s3_data):
     assert store.doctor() == []
 
 
-def test_a_store_travels_as_its_url_only(s3_data):
+def test_a_store_travels_as_its_url_only(s3_data, s3_env):
     """A pickled store (a Ray argument) holds the URL, not the filesystem or its credentials."""
     import pickle
 
     store = Store.open(s3_data)
     store.fs.ls(s3_data.split("://")[1].split("/")[0])  # a live session inside
     blob = pickle.dumps(store)
-    assert S3_SECRET.encode() not in blob and b"testing" not in blob
+    assert s3_env["AWS_SECRET_ACCESS_KEY"].encode() not in blob and b"testing" not in blob
     assert pickle.loads(blob) == store and pickle.loads(blob).read_table("runs").num_rows == 0
