@@ -578,11 +578,11 @@ def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: 
     keyed = np.concatenate([n_correct[:, None].astype(float), matrix], axis=1)
     unique, inverse = np.unique(keyed, axis=0, return_inverse=True)
     inverse = inverse.ravel()
+    p = pairs.p_u[pairs.inv]
     rows = []
     for G in cfg.reco_answers:
         got = est.reco_answer_weight_from_counts(unique[:, 1:], G, n_correct=unique[:, 0].astype(int))
         g = cfg.group_sizes.index(G)
-        p = pairs.p_u[pairs.inv]
         rows.append(
             pa.table(
                 {

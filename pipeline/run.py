@@ -5,8 +5,9 @@ A run is defined by its dataset, model, backend, sampling parameters, template a
 ``run_shard`` (the one shard routine) samples and grades one shard of prompts through an
 executor and writes it; ``finish_run`` analyses, allocates, marks the run done and renders the
 report. The executor is passed in by the caller: ``LocalExecutor`` here (shards in this process),
-or the Ray actor pool of ``pipeline.flows.ray_exec``; both have ``model_name`` and
-``sample_and_grade``, and both are safe to call from several threads.
+or the Ray actor pool of ``pipeline.flows.ray_exec``; both have ``model_name``, the local one
+``sample_and_grade`` (this process writes the shard), the Ray one ``write_shard`` (each actor
+writes its own), and both are safe to call from several threads.
 
 Every result goes through the ``Store``, so a retried shard, a rerun or a rerun after ``kill -9``
 skips the shards already written and never duplicates a sample.
@@ -300,10 +301,9 @@ class Executor(Protocol):
     model_name: str
     concurrency: int  # how many shards it can usefully run at once
 
-    def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table: ...
-
-    # Optional: ``write_shard(store, job: ShardJob) -> int``, for executors whose workers write
-    # their shards to the data directory themselves (see ``run_shard``).
+    # One of the two: ``sample_and_grade(problems, template, run_id) -> pa.Table`` (the graded
+    # table comes back and this process writes it), or ``write_shard(store, job: ShardJob) -> int``
+    # (the workers write their shards to the data directory themselves; see ``run_shard``).
 
 
 def sample_and_grade(config: ProfileConfig, problems: pa.Table, template: str, run_id: str, sampler=None) -> pa.Table:

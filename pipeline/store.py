@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -401,7 +402,7 @@ class Store:
             except FileNotFoundError:
                 log.info("%s disappeared while it was listed (replaced or moved by another process)", path)
                 continue
-            out.append((path, (st.st_size, st.st_mtime_ns, path.is_dir())))
+            out.append((path, (st.st_size, st.st_mtime_ns, stat.S_ISDIR(st.st_mode))))
         return out
 
     def exists(self, loc: Location) -> bool:
@@ -409,17 +410,22 @@ class Store:
             return bool(self._call("cannot read the data directory", self.fs.exists, self._key(loc)))
         return Path(loc).exists()
 
-    def _put(self, loc: Location, data: bytes) -> None:
-        """Make ``loc`` hold ``data``, all at once: a reader sees the old file, or the new one whole."""
+    def _put(self, loc: Location, data: bytes | pa.Table) -> None:
+        """Make ``loc`` hold ``data`` (bytes, or a table as Parquet), all at once: a reader sees the
+        old file, or the new one whole."""
         if self.remote:
             # One PUT of finished bytes: S3 shows an object only when its upload is complete.
-            self._call(f"cannot write {self.relative(loc)}", self.fs.pipe, self._key(loc), data)
+            body = _parquet_bytes(data) if isinstance(data, pa.Table) else data
+            self._call(f"cannot write {self.relative(loc)}", self.fs.pipe, self._key(loc), body)
             return
         loc = Path(loc)
         loc.parent.mkdir(parents=True, exist_ok=True)
         tmp = loc.parent / f".{loc.stem}.{uuid.uuid4().hex}.tmp"
         try:
-            tmp.write_bytes(data)
+            if isinstance(data, pa.Table):  # streamed to the file: no second copy of a big table in memory
+                pq.write_table(data, tmp, compression="zstd")
+            else:
+                tmp.write_bytes(data)
             os.replace(tmp, loc)
         finally:
             tmp.unlink(missing_ok=True)
@@ -477,8 +483,10 @@ class Store:
         """The footers of remote files, their last bytes fetched concurrently (one ranged GET each).
         A file whose footer is not within the fetched bytes, or is not a footer, is left out: the
         one-by-one check then reads (or refuses) it."""
+        if not self.remote:
+            return {}
         todo = [(loc, stamp[0]) for loc, stamp in listed if (str(loc), *stamp) not in _CHECKED and stamp[0]]
-        if not self.remote or not todo:
+        if not todo:
             return {}
         keys = [self._key(loc) for loc, _ in todo]
         starts = [max(0, size - _FOOTER_TAIL) for _, size in todo]
@@ -562,7 +570,7 @@ class Store:
             info = self._call("cannot read the data directory", self.fs.info, self._key(path))
             return self._check(table, path, (info.get("size"), str(info.get("ETag") or info.get("LastModified"))))
         st = Path(path).stat()
-        return self._check(table, Path(path), (st.st_size, st.st_mtime_ns, Path(path).is_dir()))
+        return self._check(table, Path(path), (st.st_size, st.st_mtime_ns, stat.S_ISDIR(st.st_mode)))
 
     def _check(self, table: str, loc: Location, stamp: tuple, meta: pq.FileMetaData | None = None) -> str | None:
         key = (str(loc), *stamp)
@@ -688,16 +696,7 @@ class Store:
         if metadata:
             data = data.replace_schema_metadata(metadata)
         final = self._child(self.partition_dir(table, partition), f"{part}.parquet")
-        if self.remote:
-            self._put(final, _parquet_bytes(data))
-        else:  # streamed to a temporary file, then renamed: no second copy of a big table in memory
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = final.parent / f".{part}.{uuid.uuid4().hex}.tmp"
-            try:
-                pq.write_table(data, tmp, compression="zstd")
-                os.replace(tmp, final)
-            finally:
-                tmp.unlink(missing_ok=True)
+        self._put(final, data)
         return final
 
     def replace_partition(

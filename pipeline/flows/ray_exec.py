@@ -21,8 +21,6 @@ import threading
 from dataclasses import asdict, replace
 from typing import Any, Self
 
-import pyarrow as pa
-
 from pipeline import run
 from pipeline.errors import ConfigError, MissingDependencyError
 from pipeline.store import Store
@@ -74,16 +72,13 @@ class _Engine:
     def model_name(self) -> str:
         return self.sampler.model_name
 
-    def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table:
-        return run.sample_and_grade(self.config, problems, template, run_id, self.sampler)
-
     def write_shard(self, store: Store, job: run.ShardJob) -> int:
         graded = run.sample_and_grade(self.config, job.problems, job.template, job.run_id, self.sampler)
         return run.write_graded_shard(store, job, graded)
 
 
 class RayExecutor:
-    """A pool of engine actors; ``sample_and_grade`` is thread-safe (one batch per actor at a time).
+    """A pool of engine actors; ``write_shard`` is thread-safe (one shard per actor at a time).
 
     It is an ``run.Executor``: the driver never loads a model (``model_name`` comes from the
     actors). Use as a context manager: it connects to Ray (``config.ray_address``, or the already
@@ -147,10 +142,6 @@ class RayExecutor:
             self._started_ray = False
 
     # --- work -------------------------------------------------------------------------------
-
-    def sample_and_grade(self, problems: pa.Table, template: str, run_id: str) -> pa.Table:
-        """Run one batch on the next idle actor; the graded table comes back here."""
-        return self._on_actor(lambda actor: actor.sample_and_grade.remote(problems, template, run_id))
 
     def write_shard(self, store: Store, job: run.ShardJob) -> int:
         """Sample, grade and write one shard on the next idle actor; only the count comes back."""

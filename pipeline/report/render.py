@@ -84,10 +84,7 @@ def _render(store: Store, template: str, output: Location, mode: str, **context)
             generated=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         )
     )
-    if isinstance(output, str):
-        store.write_bytes(output, text.encode())  # one PUT: a reader never sees half a report
-    else:
-        _atomic_write(output, text.encode())
+    store.write_bytes(output, text.encode())  # renamed into place, or one PUT: never half a report
     return output
 
 
