@@ -83,7 +83,7 @@ def write_inputs(folder: Path, name: str, p: np.ndarray) -> tuple[Path, Path]:
 
 
 def profile(store: Store, base: dict, prefect: bool, **over) -> str:
-    cfg = run.ProfileConfig(**base, **over)
+    cfg = run.ProfileConfig.build(**base, **over)
     if prefect:
         from pipeline.flows.prefect_flows import profile_flow
 

@@ -25,7 +25,6 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 
@@ -45,24 +44,24 @@ def main() -> None:
 
     import pyarrow as pa
 
-    from pipeline import grade
+    from pipeline import grade, report
     from pipeline import run as stages
     from pipeline.store import Store
 
-    cfg = stages.ProfileConfig(
+    cfg = stages.ProfileConfig.build(
         limit=args.limit, n=args.n, max_tokens=args.max_tokens, shard_size=args.shard_size, report=args.report
     )
 
     # Warm-up: load the model and start the grading workers (cached per process).
     t = time.perf_counter()
-    warm = replace(cfg, limit=2, n=1, max_tokens=4, shard_size=2)
-    executor = stages.LocalExecutor(cfg)
+    warm = cfg.with_settings(limit=2, n=1, max_tokens=4, shard_size=2)
+    executor = stages.local_executor(cfg)
     plan = stages.prepare_run(warm, Store(work / "warm"), executor.model_name)
-    stages.sample_and_grade(warm, plan.problems, plan.template, plan.run_id)
+    stages.sample_and_grade(warm, stages.shard_job(plan, 0))
     items = pa.table(
         {"prompt_id": ["w"], "sample_idx": [0], "completion": ["\\boxed{x+1}"], "gold": ["1+x"]}
     )  # not numeric: goes to (and starts) the math-verify workers
-    grade.grade_table(items, cfg.grading(), pool=stages.get_grading_pool(cfg.grading()))
+    grade.grade_table(items, cfg.grading, pool=stages.get_grading_pool(cfg.grading))
     print(f"warm-up (model load, grading workers): {time.perf_counter() - t:.2f} s")
 
     # 1. direct
@@ -76,7 +75,9 @@ def main() -> None:
         stages.run_shard(d_dir, plan, shard, executor)
         direct_shards.append(time.perf_counter() - t)
     t = time.perf_counter()
-    stages.finish_run(cfg, d_dir, plan)
+    stages.finish_run(d_dir, plan, cfg.execution.allocation_budget_factor)
+    if cfg.execution.report:
+        report.write_run_report(d_dir, plan.run_id)
     t_finish = time.perf_counter() - t
     t_direct = time.perf_counter() - t0
 

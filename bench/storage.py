@@ -73,7 +73,7 @@ def measure(data_dir: str, data_file: Path, prompts: int, n: int) -> dict[str, f
     from pipeline.store import Store
 
     store = Store.open(data_dir)
-    cfg = run.ProfileConfig(
+    cfg = run.ProfileConfig.build(
         backend="simulate",
         data_file=str(data_file),
         limit=prompts,

@@ -18,7 +18,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from pipeline import schema
 from pipeline.errors import ConfigError, MissingFileError
-from pipeline.run import ProfileConfig, close_engines
+from pipeline.run import ProfileConfig
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -61,13 +61,21 @@ class CheckpointConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-able parameters (for a Prefect deployment)."""
-        return {**asdict(self), "paths": list(self.paths)}
+        return {
+            "folder": self.folder,
+            "paths": list(self.paths),
+            "min_age_s": self.min_age_s,
+            "profile": self.profile.to_dict(),
+        }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckpointConfig:
+    def from_dict(cls, data: dict[str, Any] | CheckpointConfig) -> CheckpointConfig:
+        """The config of ``to_dict``'s values (a config passes through)."""
+        if isinstance(data, CheckpointConfig):
+            return data
         data = dict(data)
         profile = data.pop("profile", None) or {}
-        return cls(profile=ProfileConfig(**profile), **data)
+        return cls(profile=ProfileConfig.from_dict(profile), **data)
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,7 @@ def discover_checkpoints(config: CheckpointConfig) -> list[Checkpoint]:
         folder = Path(config.folder).expanduser()
         if not folder.is_dir():
             raise MissingFileError(f"checkpoint folder {str(folder)!r} does not exist")
-        if config.profile.backend == "llamacpp":
+        if config.profile.engine.backend == "llamacpp":
             found += sorted(p for p in folder.rglob("*.gguf") if p.is_file())
         else:
             found += sorted(p.parent for p in folder.rglob("config.json"))
@@ -197,11 +205,8 @@ def profile_new_checkpoints(
     log.info("%d new checkpoints (%d already profiled)", len(todo), len(done))
     out = []
     for ckpt in todo:
-        cfg = ProfileConfig(**{**asdict(config.profile), "model": ckpt.path})
-        try:
-            run = profile_one(cfg)
-        finally:
-            close_engines()  # one model in memory at a time
+        # One model in memory at a time: each profile frees its engines when it ends.
+        run = profile_one(replace(config.profile, engine=replace(config.profile.engine, model=ckpt.path)))
         rows = record(store, ckpt, run["run_id"])
         out.append(
             {"checkpoint": ckpt.name, "path": ckpt.path, "step": ckpt.step, "run_id": run["run_id"], "rows": rows}

@@ -15,7 +15,17 @@ import pyarrow as pa
 
 from pipeline import datasets, grade, schema
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.run import ProfileConfig, RunPlan, ShardEntries, finish_run, finished_shards, working_on
+from pipeline.report import write_run_report
+from pipeline.run import (
+    InlineExecutor,
+    RunPlan,
+    ShardEntries,
+    ShardJob,
+    finish_stored_run,
+    run_pending_shards,
+    save_plan,
+    working_on,
+)
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -183,7 +193,6 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
             "prompt_id": ids,
             "sample_idx": pa.array(sample_idx, pa.int32()),
             "completion": completion,
-            "gold": gold,
         }
     )
     starts = list(range(0, n, config.shard_size))
@@ -193,26 +202,21 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
             _entries(ids[start : start + config.shard_size], sample_idx[start : start + config.shard_size])
             for start in starts
         ],
+        problems,
         dataset=dataset,
         model=config.model,
         template="",
-        problems=problems,
-        shards=[[] for _ in starts],
         skipped={},
     )
-    store.replace_partition("plans", plan.table(), {"run_id": run_id})
-    with working_on(store, run_id):
-        done = finished_shards(store, plan)
-        with grade.GradingPool(grade_config) as pool:  # workers start once, not once per shard
-            for shard, start in enumerate(starts):
-                if shard in done:
-                    continue
-                part = grade.grade_table(samples.slice(start, config.shard_size), grade_config, pool=pool)
-                part = part.drop_columns(["gold"]).append_column(
-                    "run_id", pa.array([run_id] * part.num_rows, pa.string())
-                )
-                store.write_shard(run_id, shard, part, digest=plan.digests[shard])
-        info = finish_run(ProfileConfig(report=config.report), store, plan)
+    save_plan(store, plan)
+
+    def file_rows(job: ShardJob) -> pa.Table:  # shard s holds rows s * shard_size onwards, in file order
+        return samples.slice(starts[job.shard], config.shard_size)
+
+    with working_on(store, run_id), InlineExecutor(config.model, file_rows, grade_config) as executor:
+        run_pending_shards(store, plan, executor)
+        info = finish_stored_run(store, plan)
+    info["report"] = write_run_report(store, run_id) if config.report else None
     statuses = store.named_query("grade_statuses", {"run_id": run_id})
     info["grade_status"] = dict(
         sorted(zip(statuses.column("status").to_pylist(), statuses.column("n").to_pylist(), strict=True))

@@ -19,7 +19,17 @@ import pyarrow.compute as pc
 
 from pipeline import grade
 from pipeline.errors import ConfigError, StoreError
-from pipeline.run import ProfileConfig, RunPlan, entries_from_plan_table, finish_run, working_on
+from pipeline.report import write_run_report
+from pipeline.run import (
+    InlineExecutor,
+    RunPlan,
+    ShardJob,
+    entries_from_plan_table,
+    finish_stored_run,
+    run_pending_shards,
+    save_plan,
+    working_on,
+)
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -73,14 +83,17 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
         raise StoreError(f"run {run_id} is missing shards {sorted(missing)}: finish it (rerun its profile) first")
     new_id = regrade_id(run_id, grader)
     problems = store.read_table("problems", {"dataset": source["dataset"]})
+    known = set(problems.column("prompt_id").to_pylist())
+    unknown = sorted({pid for shard in entries for pid, _, _ in shard if pid not in known})
+    if unknown:
+        raise StoreError(f"run {run_id}: prompts {unknown[:3]} have no problem in dataset {source['dataset']!r}")
     plan = RunPlan.build(
         new_id,
         entries,
+        problems,
         dataset=source["dataset"],
         model=source["model"],
         template=source.get("prompt_template") or "",
-        problems=problems,
-        shards=[[] for _ in entries],
         skipped={},
     )
     params = json.loads(source.get("params") or "{}")
@@ -93,24 +106,15 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
             "status": "sampling",
         }
     )
-    store.replace_partition("plans", plan.table(), {"run_id": new_id})
-    gold = dict(zip(problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), strict=True))
-    with working_on(store, new_id), grade.GradingPool(config) as pool:
-        for shard in range(len(entries)):
-            if store.shard_digest(new_id, shard) == plan.digests[shard]:
-                continue
-            samples = store.read_shard(run_id, shard, SOURCE_COLUMNS)
-            ids = samples.column("prompt_id").to_pylist()
-            unknown = sorted({p for p in ids if p not in gold})
-            if unknown:
-                raise StoreError(
-                    f"run {run_id}: prompts {unknown[:3]} have no problem in dataset {source['dataset']!r}"
-                )
-            items = samples.append_column("gold", pa.array([gold[p] for p in ids], pa.string()))
-            graded = grade.grade_table(items, config, pool=pool).drop_columns(["gold"])
-            graded = graded.append_column("run_id", pa.array([new_id] * graded.num_rows, pa.string()))
-            store.write_shard(new_id, shard, graded, digest=plan.digests[shard])
-        info = finish_run(ProfileConfig(report=report), store, plan)
+    save_plan(store, plan)
+
+    def stored_samples(job: ShardJob) -> pa.Table:  # the source run's shard of the same number
+        return store.read_shard(run_id, job.shard, SOURCE_COLUMNS)
+
+    with working_on(store, new_id), InlineExecutor(source["model"], stored_samples, config) as executor:
+        run_pending_shards(store, plan, executor)
+        finish_stored_run(store, plan)
+    report_path = write_run_report(store, new_id) if report else None
     changes = store.named_query("regrade_changes", {"old": run_id, "new": new_id})
     changed = {f"{r['old']} -> {r['new']}": r["n"] for r in changes.to_pylist()}
     total = store.named_query("grade_statuses", {"run_id": new_id}).column("n")
@@ -120,5 +124,5 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
         "grader": grader,
         "samples": int(pc.sum(total).as_py() or 0),
         "changed": changed,
-        "report": info.get("report"),
+        "report": report_path,
     }

@@ -63,18 +63,18 @@ class DiesAfter:
     """The local executor, failing (as a kill would) once ``shards`` shards were sampled."""
 
     def __init__(self, config, shards: int) -> None:
-        from pipeline.run import LocalExecutor
+        from pipeline.run import local_executor
 
-        self.inner = LocalExecutor(config)
+        self.inner = local_executor(config)
         self.model_name, self.concurrency, self.left = self.inner.model_name, 1, shards
 
-    def sample_and_grade(self, problems, template, run_id):
+    def write_shard(self, store, job):
         from pipeline.errors import SamplingError
 
         if self.left == 0:
             raise SamplingError("killed")
         self.left -= 1
-        return self.inner.sample_and_grade(problems, template, run_id)
+        return self.inner.write_shard(store, job)
 
 
 @pytest.fixture(scope="session")

@@ -308,7 +308,7 @@ def test_plain_analysis_is_unchanged_without_posterior():
 )
 def test_bad_adaptive_settings_are_config_errors(over, match):
     with pytest.raises(ConfigError, match=match):
-        run.ProfileConfig(**{**SIM, **over})
+        run.ProfileConfig.build(**{**SIM, **over})
 
 
 def test_bad_adaptive_options_exit_1_before_any_work(data_dir):
@@ -331,7 +331,7 @@ def test_run_ids_fixed_unchanged_adaptive_distinct(store, close_engines):
     """A fixed-n run's id hashes exactly the parameters it always did (first_idx is not one of
     them); an adaptive run's id hashes its settings instead of n, each of them."""
     assert set(SamplingParams(first_idx=3).to_dict()) == {"n", "temperature", "top_p", "max_tokens", "seed"}
-    cfg = run.ProfileConfig(**SIM, n=4)
+    cfg = run.ProfileConfig.build(**SIM, n=4)
     with executors.open_executor(cfg) as ex:
         plan = run.prepare_run(cfg, store, ex.model_name)
         ids = plan.problems.column("prompt_id").to_pylist()
@@ -355,7 +355,7 @@ def test_run_ids_fixed_unchanged_adaptive_distinct(store, close_engines):
             {"round_rule": "step"},
             {"adaptive_prior": "jeffreys"},
         ):
-            acfg = run.ProfileConfig(**{**ADAPTIVE, "n": 4, **over})
+            acfg = run.ProfileConfig.build(**{**ADAPTIVE, "n": 4, **over})
             seen.add(run.prepare_run(acfg, store, ex.model_name).run_id)
     assert len(seen) == 7  # the {"n": 16} adaptive run is the {} one
 
@@ -418,7 +418,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
     """Rounds of shards through the real stages: each prompt's samples are 0..n-1 once, with the
     seeds of a fixed-n run (its samples are the same ones); prompt_stats and runs record the spec's
     decisions; the analysis is the posterior one."""
-    result = executors.profile_direct(run.ProfileConfig(**ADAPTIVE), store)
+    result = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)
     rid = result["run_id"]
     row = store.get_run(rid)
     acfg = adaptive.AdaptiveConfig.from_specs(**json.loads(row["adaptive"]))
@@ -457,7 +457,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
         assert r["zero_signal"][j] == pytest.approx(want)  # a posterior mean even where n >= 8
     assert any(r["undecided"] for r in ps) or any(r["n"] == acfg.n_min for r in ps)
     # The same (prompt, index) of a fixed-n run is the same sample: every sample has its own seed.
-    fixed = executors.profile_direct(run.ProfileConfig(**SIM, n=acfg.n_max), store)["run_id"]
+    fixed = executors.profile_direct(run.ProfileConfig.build(**SIM, n=acfg.n_max), store)["run_id"]
     full = store.read_table("samples", {"run_id": fixed})
     keyed = {
         (p, i): t
@@ -480,7 +480,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> tuple[Store, str]:
     store = Store.open(tmp_path_factory.mktemp("adaptive-ref") / "data")
-    rid = executors.profile_direct(run.ProfileConfig(**ADAPTIVE), store)["run_id"]
+    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"]
     run.close_engines()
     return store, rid
 
@@ -493,7 +493,7 @@ def test_killed_between_rounds_resumes_to_the_same_tables(
     of its shards written), and inside later rounds; the rerun re-derives the same rounds and ends
     with the same samples, plans, analysis and registry row as an uninterrupted run."""
     ref, rid = uninterrupted
-    cfg = run.ProfileConfig(**ADAPTIVE)
+    cfg = run.ProfileConfig.build(**ADAPTIVE)
     with pytest.raises(SamplingError, match="killed"):
         run.profile(cfg, store, dies_after(cfg, shards_before_kill))
     assert store.get_run(rid)["status"] == "failed"
@@ -510,14 +510,14 @@ def test_a_rerun_of_a_finished_adaptive_run_redoes_nothing(uninterrupted, tmp_pa
     shutil.copytree(ref.root, copy)
     store = Store(copy)
     before = {p.name: p.stat().st_mtime_ns for p in store.shard_files(rid).values()}
-    assert executors.profile_direct(run.ProfileConfig(**ADAPTIVE), store)["run_id"] == rid
+    assert executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"] == rid
     assert {p.name: p.stat().st_mtime_ns for p in store.shard_files(rid).values()} == before
     _assert_same_tables(ref, store, rid)
 
 
 def test_prefect_flow_runs_rounds_as_shard_tasks(uninterrupted, prefect_api, store, close_engines, task_runs):
     ref, rid = uninterrupted
-    assert prefect_flows.profile_flow(run.ProfileConfig(**ADAPTIVE), store)["run_id"] == rid
+    assert prefect_flows.profile_flow(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"] == rid
     _assert_same_tables(ref, store, rid)
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
@@ -545,7 +545,7 @@ def test_ray_executor_runs_the_rounds(uninterrupted, tmp_path, close_engines):
     store = Store.open(tmp_path / "ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        cfg = run.ProfileConfig(**ADAPTIVE, executor="ray", replicas=2)
+        cfg = run.ProfileConfig.build(**ADAPTIVE, executor="ray", replicas=2)
         assert executors.profile_direct(cfg, store)["run_id"] == rid
     finally:
         ray.shutdown()
@@ -593,7 +593,7 @@ def test_kill_9_of_an_adaptive_profile_then_rerun(prefect_api, tmp_path, close_e
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "adaptive band" in rerun.stdout
     ref = Store.open(tmp_path / "ref")
-    cfg = run.ProfileConfig(
+    cfg = run.ProfileConfig.build(
         backend="simulate",
         limit=2000,
         adaptive="band",
@@ -607,14 +607,14 @@ def test_kill_9_of_an_adaptive_profile_then_rerun(prefect_api, tmp_path, close_e
 
 
 def test_report_shows_the_rounds(store, close_engines):
-    result = executors.profile_direct(run.ProfileConfig(**{**ADAPTIVE, "report": True}), store)
+    result = executors.profile_direct(run.ProfileConfig.build(**{**ADAPTIVE, "report": True}), store)
     html = Path(result["report"]).read_text()
     assert 'id="adaptive"' in html and "Adaptive profiling" in html
     assert "Prompts still open and rollouts spent, per round" in html
     assert "Fitted prior over the pass-rate histogram" in html
     assert re.search(r"of the rollouts saved|saved", html)
     assert "posterior means under the fitted prior" in html
-    fixed = executors.profile_direct(run.ProfileConfig(**{**SIM, "report": True}), store)
+    fixed = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
     assert 'id="adaptive"' not in Path(fixed["report"]).read_text()
 
 

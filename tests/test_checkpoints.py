@@ -59,7 +59,7 @@ def test_vllm_checkpoints_are_model_folders(tmp_path):
     touch(tmp_path / "checkpoint-100" / "config.json", b"{}", age_s=100)
     touch(tmp_path / "logs" / "events.txt", age_s=100)
     cfg = ckpt.CheckpointConfig(
-        folder=str(tmp_path), min_age_s=0, profile=stages.ProfileConfig(backend="vllm", model="x")
+        folder=str(tmp_path), min_age_s=0, profile=stages.ProfileConfig.build(backend="vllm", model="x")
     )
     assert [c.name for c in ckpt.discover_checkpoints(cfg)] == ["checkpoint-50", "checkpoint-100"]
 
@@ -71,7 +71,7 @@ def test_config_checks(tmp_path):
         ckpt.CheckpointConfig(paths=("a",), min_age_s=-1)
     with pytest.raises(MissingFileError, match="does not exist"):
         ckpt.discover_checkpoints(ckpt.CheckpointConfig(folder=str(tmp_path / "missing")))
-    cfg = ckpt.CheckpointConfig(folder=str(tmp_path), profile=stages.ProfileConfig(n=3))
+    cfg = ckpt.CheckpointConfig(folder=str(tmp_path), profile=stages.ProfileConfig.build(n=3))
     assert ckpt.CheckpointConfig.from_dict(cfg.to_dict()) == cfg
 
 
@@ -118,7 +118,7 @@ def test_checkpoint_pass_without_model_and_drift_views(tmp_path, data_dir, close
     cfg = ckpt.CheckpointConfig(
         paths=tuple(paths),
         min_age_s=0,
-        profile=stages.ProfileConfig(backend="simulate", limit=5, n=3, shard_size=2, report=False, grade_workers=1),
+        profile=stages.ProfileConfig.build(backend="simulate", limit=5, n=3, shard_size=2, report=False, grade_workers=1),
     )
     store = Store.open(data_dir)
     done = executors.checkpoints_direct(cfg, store)
@@ -148,7 +148,7 @@ def test_checkpoint_flow_profiles_each_checkpoint_once(prefect_api, tmp_path, da
     from pipeline.sample import bundled_model_path
 
     folder = _two_checkpoints(tmp_path, bundled_model_path())
-    cfg = ckpt.CheckpointConfig(folder=str(folder), min_age_s=0, profile=stages.ProfileConfig(**tiny))
+    cfg = ckpt.CheckpointConfig(folder=str(folder), min_age_s=0, profile=stages.ProfileConfig.build(**tiny))
     done = prefect_flows.checkpoints_flow(cfg, Store.open(data_dir))
     assert [d["checkpoint"] for d in done] == ["step-100", "step-200"]
     for d in done:

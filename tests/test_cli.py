@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from pipeline.cli import app, output
-from pipeline.cli.options import ProfileOptions
+from pipeline.cli.options import profile_defaults
 from pipeline.errors import StoreError
 from pipeline.store import Store
 
@@ -231,7 +231,7 @@ def _params(command: str) -> dict[str, object]:
 
 
 def test_profile_options_are_the_same_on_profile_schedule_and_checkpoints():
-    names = [f for f in ProfileOptions.__dataclass_fields__] + ["data_dir"]
+    names = [*profile_defaults(), "data_dir"]
     profile, schedule, checkpoints = (_params(c) for c in ("profile", "schedule", "checkpoints"))
     for name in names:
         declared = {(tuple(c[name].opts), tuple(c[name].secondary_opts), c[name].default) for c in (profile, schedule)}
@@ -418,7 +418,7 @@ def test_schedule_serves_the_profile_or_checkpoints_flow(monkeypatch, tmp_path):
     assert (flow, name) == ("profile", "profile-arithmetic")
     assert kwargs == {"cron": "0 3 * * *", "interval": None, "timezone": "Europe/Paris"}
     assert Store(**params["store"]) == Store(data_dir.resolve())
-    assert ProfileConfig(**params["config"]).n == 4
+    assert ProfileConfig.from_dict(params["config"]).sampling.n == 4
 
     out = runner.invoke(app, [*base, "--interval", "90", "--checkpoints", str(tmp_path), "--name", "ck"])
     assert out.exit_code == 0, out.output

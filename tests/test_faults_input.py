@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from pipeline import datasets
 from pipeline.cli import app
-from pipeline.cli.options import ProfileOptions
+from pipeline.cli.options import profile_config
 from pipeline.errors import BackendUnavailableError, ConfigError, DatasetError, SamplingError
 from pipeline.ingest import ImportConfig, import_rollouts
 from pipeline.sample import SamplingParams
@@ -163,10 +163,12 @@ def test_default_timeouts_fail_a_hung_server_within_minutes():
 
 
 def test_request_timeout_and_max_retries_reach_the_openai_backend():
-    profile = ProfileOptions(backend="openai", base_url="http://127.0.0.1:9/v1", request_timeout=7.5, max_retries=0)
-    options = profile.config("m").backend_options
+    profile = profile_config(
+        backend="openai", model="m", base_url="http://127.0.0.1:9/v1", request_timeout=7.5, max_retries=0
+    )
+    options = profile.engine.backend_options
     assert options == {"base_url": "http://127.0.0.1:9/v1", "timeout": 7.5, "max_retries": 0}
-    assert ProfileOptions(backend="openai").config("m").backend_options == {}  # the backend's defaults
+    assert profile_config(backend="openai", model="m").engine.backend_options == {}  # the backend's defaults
 
 
 def test_profile_through_the_cli_fails_fast_on_a_hung_server(silent_server, data_dir):
@@ -199,7 +201,7 @@ def test_bad_profile_options_are_refused_before_any_work(args, message, data_dir
 
 
 def test_grade_timeout_reaches_the_profile_config():
-    assert ProfileOptions(backend="simulate", grade_timeout=0.5).config(None).grade_timeout_s == 0.5
+    assert profile_config(backend="simulate", grade_timeout_s=0.5).grading.timeout_s == 0.5
 
 
 # --- imported rollouts: prompt ids that disagree ----------------------------------------------

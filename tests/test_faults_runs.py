@@ -28,8 +28,8 @@ SIM = {"backend": "simulate", "limit": 6, "n": 4, "grade_workers": 1, "report": 
 
 def _interrupted_then_resumed(store: Store, first: dict, then: dict, dies_after) -> str:
     with pytest.raises(SamplingError, match="killed"):
-        run.profile(run.ProfileConfig(**SIM, **first), store, dies_after(run.ProfileConfig(**SIM, **first), 1))
-    return executors.profile_direct(run.ProfileConfig(**SIM, **then), store)["run_id"]
+        run.profile(run.ProfileConfig.build(**SIM, **first), store, dies_after(run.ProfileConfig.build(**SIM, **first), 1))
+    return executors.profile_direct(run.ProfileConfig.build(**SIM, **then), store)["run_id"]
 
 
 def test_resume_with_a_larger_shard_size_loses_nothing(store, check_complete, close_engines, dies_after):
@@ -41,10 +41,10 @@ def test_resume_with_a_larger_shard_size_loses_nothing(store, check_complete, cl
 
 def test_resume_with_a_smaller_shard_size_duplicates_nothing(store, check_complete, close_engines):
     """Was: a finished run rerun with `--shard-size 2`: 40 samples, 24 distinct, n = 8."""
-    cfg = run.ProfileConfig(**SIM)
+    cfg = run.ProfileConfig.build(**SIM)
     run_id = executors.profile_direct(cfg, store)["run_id"]
     before = {p.name: p.stat().st_mtime_ns for p in store.shard_files(run_id).values()}
-    assert executors.profile_direct(run.ProfileConfig(**SIM, shard_size=2), store)["run_id"] == run_id
+    assert executors.profile_direct(run.ProfileConfig.build(**SIM, shard_size=2), store)["run_id"] == run_id
     check_complete(store, run_id, 4, 6)
     assert {p.name: p.stat().st_mtime_ns for p in store.shard_files(run_id).values()} == before
     stats = store.query("select n from prompt_stats where run_id = $r", {"r": run_id}).column("n")
@@ -59,7 +59,7 @@ def test_an_interrupted_plan_with_other_shards_is_kept(store, check_complete, cl
 
 def test_a_copied_shard_is_quarantined_not_counted(store, check_complete, close_engines):
     """Was: a copied shard file doubled every count silently, then crashed the next rerun."""
-    cfg = run.ProfileConfig(**SIM, shard_size=2)
+    cfg = run.ProfileConfig.build(**SIM, shard_size=2)
     run_id = executors.profile_direct(cfg, store)["run_id"]
     folder = store.partition_dir("samples", {"run_id": run_id})
     shutil.copy(folder / "shard-00000.parquet", folder / "shard-00007.parquet")  # no such shard
@@ -172,9 +172,10 @@ def test_a_finished_run_frees_its_model(tmp_path, tiny):
         "from pipeline import run\n"
         "from pipeline.flows import executors\n"
         "from pipeline.store import Store\n"
-        f"cfg = run.ProfileConfig(**{tiny!r})\n"
+        f"cfg = run.ProfileConfig.build(**{tiny!r})\n"
         f"executors.profile_direct(cfg, Store.open({str(tmp_path / 'data')!r}))\n"
-        "assert not run._ENGINES, run._ENGINES\n"
+        "from pipeline.run import shards\n"
+        "assert not shards._ENGINES, shards._ENGINES\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]

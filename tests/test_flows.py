@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,10 @@ SIM = {"backend": "simulate", "limit": 6, "n": 3, "shard_size": 2, "grade_worker
 
 @pytest.mark.slow
 def test_profile_flow_end_to_end_with_llama_cpp(prefect_api, store, tiny, check_complete, close_engines, task_runs):
-    cfg = run.ProfileConfig(**{**tiny, "report": True})
+    cfg = run.ProfileConfig.build(**{**tiny, "report": True})
     result = prefect_flows.profile_flow(cfg, store)
     run_id = result["run_id"]
-    check_complete(store, run_id, cfg.n, 4)
+    check_complete(store, run_id, cfg.sampling.n, 4)
     assert store.get_run(run_id)["status"] == "done"
     assert store.finished_shards(run_id) == {0, 1}
     for table in ("prompt_stats", "weights", "summary", "allocation"):
@@ -61,8 +60,8 @@ def _prompt_ids(cfg: run.ProfileConfig, store: Store) -> list[str]:
 
 
 def test_shard_task_is_retried(prefect_api, store, check_complete, close_engines, task_runs):
-    ids = _prompt_ids(run.ProfileConfig(**SIM), store)
-    cfg = run.ProfileConfig(**SIM, backend_options={"fail_once": [ids[3]]})  # shard 1 fails once
+    ids = _prompt_ids(run.ProfileConfig.build(**SIM), store)
+    cfg = run.ProfileConfig.build(**SIM, backend_options={"fail_once": [ids[3]]})  # shard 1 fails once
     result = prefect_flows.profile_flow(cfg, store)
     check_complete(store, result["run_id"], 3, 6)
     assert store.get_run(result["run_id"])["status"] == "done"
@@ -81,20 +80,20 @@ def test_shard_task_is_retried(prefect_api, store, check_complete, close_engines
 class FlakyExecutor:
     """The local executor, failing every batch that holds one given prompt (a dead GPU, say)."""
 
-    def __init__(self, inner: run.LocalExecutor, bad_prompt: str) -> None:
+    def __init__(self, inner: run.InlineExecutor, bad_prompt: str) -> None:
         self.inner, self.bad_prompt = inner, bad_prompt
         self.model_name, self.concurrency = inner.model_name, inner.concurrency
 
-    def sample_and_grade(self, problems, template, run_id):
-        if self.bad_prompt in problems.column("prompt_id").to_pylist():
+    def write_shard(self, store, job):
+        if self.bad_prompt in job.problems.column("prompt_id").to_pylist():
             raise SamplingError(f"engine lost on {self.bad_prompt}")
-        return self.inner.sample_and_grade(problems, template, run_id)
+        return self.inner.write_shard(store, job)
 
 
 def test_failed_run_is_marked_and_rerun_completes(store, check_complete, close_engines):
     """Without Prefect: a shard that keeps failing marks the run failed; a rerun resumes."""
-    cfg = run.ProfileConfig(**SIM)
-    local = run.LocalExecutor(cfg)
+    cfg = run.ProfileConfig.build(**SIM)
+    local = run.local_executor(cfg)
     plan = run.prepare_run(cfg, store, local.model_name)
     with pytest.raises(SamplingError, match="engine lost"):
         run.profile(cfg, store, FlakyExecutor(local, plan.problems.column("prompt_id")[4].as_py()))  # shard 2
@@ -109,7 +108,7 @@ def test_failed_run_is_marked_and_rerun_completes(store, check_complete, close_e
 
 
 def test_direct_and_prefect_runs_give_the_same_tables(prefect_api, tmp_path, close_engines):
-    cfg = run.ProfileConfig(**SIM)
+    cfg = run.ProfileConfig.build(**SIM)
     a, b = Store.open(tmp_path / "direct"), Store.open(tmp_path / "prefect")
     ra = executors.profile_direct(cfg, a)
     rb = prefect_flows.profile_flow(cfg, b)
@@ -130,7 +129,7 @@ def test_direct_and_prefect_runs_give_the_same_tables(prefect_api, tmp_path, clo
 
 def test_report_run_card_shows_done(store, close_engines):
     """Bug of the old flows: the report was rendered before the run was marked done."""
-    result = executors.profile_direct(run.ProfileConfig(**{**SIM, "report": True}), store)
+    result = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
     html = Path(result["report"]).read_text()
     assert store.get_run(result["run_id"])["status"] == "done"
     assert re.search(r"<dt>Status</dt><dd>(.*?)</dd>", html).group(1) == "done"
@@ -138,7 +137,7 @@ def test_report_run_card_shows_done(store, close_engines):
 
 def test_two_allocations_of_a_run_never_merge(store, close_engines):
     """Bug of the old flows: profile's default and `allocate --budget 500` summed under one label."""
-    cfg = run.ProfileConfig(**SIM)
+    cfg = run.ProfileConfig.build(**SIM)
     run_id = executors.profile_direct(cfg, store)["run_id"]
     counts = store.sample_counts(run_id, answers=False)
     custom = allocate.AllocationConfig(budget=50)
@@ -163,13 +162,14 @@ def test_two_allocations_of_a_run_never_merge(store, close_engines):
 
 
 def test_run_label_and_config_checks():
-    assert run.run_label({"dataset": "gsm8k", "model": "/m/ckpt-7.gguf"}, "abc") == "gsm8k/ckpt-7.gguf/abc"
+    assert run.run_label(run.ProfileConfig.build(dataset="gsm8k", model="/m/ckpt-7.gguf"), "abc") == "gsm8k/ckpt-7.gguf/abc"
     assert run.run_label(run.ProfileConfig()) == "arithmetic/llamacpp-default/pending"
     with pytest.raises(ConfigError, match="executor='dask'"):
-        run.ProfileConfig(executor="dask")
+        run.ProfileConfig.build(executor="dask")
     with pytest.raises(ConfigError, match="replicas=0"):
-        run.ProfileConfig(replicas=0)
-    assert run.ProfileConfig(**asdict(run.ProfileConfig(**SIM))) == run.ProfileConfig(**SIM)
+        run.ProfileConfig.build(replicas=0)
+    cfg = run.ProfileConfig.build(**SIM)
+    assert run.ProfileConfig.from_dict(cfg.to_dict()) == cfg == run.ProfileConfig.build(**cfg.flat())
 
 
 @pytest.mark.slow

@@ -21,13 +21,13 @@ def local_ray():
 
 
 def test_actor_resources_per_backend():
-    cpu = stages.ProfileConfig(executor="ray")
+    cpu = stages.ProfileConfig.build(executor="ray")
     assert ray_exec.actor_resources(cpu) == {"num_cpus": 1.0, "num_gpus": 0}
-    threads = stages.ProfileConfig(executor="ray", backend_options={"n_threads": 2})
+    threads = stages.ProfileConfig.build(executor="ray", backend_options={"n_threads": 2})
     assert ray_exec.actor_resources(threads)["num_cpus"] == 2.0
-    gpu = stages.ProfileConfig(executor="ray", backend="vllm", model="m", backend_options={"tensor_parallel_size": 2})
+    gpu = stages.ProfileConfig.build(executor="ray", backend="vllm", model="m", backend_options={"tensor_parallel_size": 2})
     assert ray_exec.actor_resources(gpu) == {"num_cpus": 1, "num_gpus": 2.0}
-    assert ray_exec.actor_resources(stages.ProfileConfig(executor="ray", backend="vllm", model="m"))["num_gpus"] == 1.0
+    assert ray_exec.actor_resources(stages.ProfileConfig.build(executor="ray", backend="vllm", model="m"))["num_gpus"] == 1.0
     assert ray_exec.actor_config(cpu).backend_options == {"n_threads": 1}
     with pytest.raises(ValueError, match="executor='local'"):
         ray_exec.RayExecutor(stages.ProfileConfig())
@@ -40,8 +40,8 @@ def sorted_samples(data_dir, run_id: str) -> pa.Table:
 
 @pytest.mark.slow
 def test_ray_run_equals_single_process_run(local_ray, prefect_api, tmp_path, check_complete, close_engines):
-    single = stages.ProfileConfig(**TINY)  # llama.cpp on all cores, actors on one each
-    on_ray = stages.ProfileConfig(**TINY, executor="ray", replicas=2)
+    single = stages.ProfileConfig.build(**TINY)  # llama.cpp on all cores, actors on one each
+    on_ray = stages.ProfileConfig.build(**TINY, executor="ray", replicas=2)
     ref = executors.profile_direct(single, Store.open(tmp_path / "single"))
     stages.close_engines()
     ray_store = Store.open(tmp_path / "ray")
@@ -57,10 +57,10 @@ def test_ray_run_equals_single_process_run(local_ray, prefect_api, tmp_path, che
 
 def test_ray_executor_without_prefect_on_simulate(local_ray, tmp_path, check_complete):
     """The same executor choice without Prefect; every backend runs on the actors, simulate too."""
-    cfg = stages.ProfileConfig(backend="simulate", limit=6, n=3, shard_size=2, report=False)
+    cfg = stages.ProfileConfig.build(backend="simulate", limit=6, n=3, shard_size=2, report=False)
     ref = executors.profile_direct(cfg, Store.open(tmp_path / "single"))
     on_ray = Store.open(tmp_path / "ray")
-    got = executors.profile_direct(stages.ProfileConfig(**{**cfg.__dict__, "executor": "ray", "replicas": 2}), on_ray)
+    got = executors.profile_direct(stages.ProfileConfig.build(**{**cfg.flat(), "executor": "ray", "replicas": 2}), on_ray)
     assert got["run_id"] == ref["run_id"]
     check_complete(on_ray, got["run_id"], 3, 6)
     assert sorted_samples(tmp_path / "single", ref["run_id"]).equals(sorted_samples(tmp_path / "ray", got["run_id"]))
@@ -73,12 +73,8 @@ class OtherDiskExecutor:
         self.inner, self.elsewhere = inner, elsewhere
         self.model_name, self.concurrency = inner.model_name, 1
 
-    def sample_and_grade(self, problems, template, run_id):
-        return self.inner.sample_and_grade(problems, template, run_id)
-
     def write_shard(self, store, job):
-        graded = self.inner.sample_and_grade(job.problems, job.template, job.run_id)
-        return stages.write_graded_shard(self.elsewhere, job, graded)
+        return self.inner.write_shard(self.elsewhere, job)
 
 
 def test_a_shard_written_where_the_driver_cannot_see_it_is_an_error(store, tmp_path):
@@ -86,8 +82,8 @@ def test_a_shard_written_where_the_driver_cannot_see_it_is_an_error(store, tmp_p
     instead of a run that ends with every shard 'not finished'."""
     from pipeline.errors import StoreError
 
-    cfg = stages.ProfileConfig(backend="simulate", limit=4, n=2, shard_size=2, grade_workers=1, report=False)
-    with stages.LocalExecutor(cfg) as local:
+    cfg = stages.ProfileConfig.build(backend="simulate", limit=4, n=2, shard_size=2, grade_workers=1, report=False)
+    with stages.local_executor(cfg) as local:
         plan = stages.prepare_run(cfg, store, local.model_name)
         worker = OtherDiskExecutor(local, Store.open(tmp_path / "node-2-disk"))
         with pytest.raises(StoreError, match="every node must reach the same data directory"):

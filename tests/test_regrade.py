@@ -86,7 +86,7 @@ def test_regrade_command(tmp_path):
 @pytest.mark.faults
 def test_a_killed_regrade_resumes_without_mixing_gradings(tmp_path):
     store = Store.open(tmp_path / "data")
-    cfg = run.ProfileConfig(backend="simulate", limit=3000, n=8, shard_size=10, grade_workers=1, report=False)
+    cfg = run.ProfileConfig.build(backend="simulate", limit=3000, n=8, shard_size=10, grade_workers=1, report=False)
     source = executors.profile_direct(cfg, store)["run_id"]
     grader = grade.grader_version(grade.GradeConfig(use_math_verify=False))
     new = regrade_id(source, grader)

@@ -146,7 +146,7 @@ def test_two_node_ray_actors_write_their_shards_to_s3(s3_data, two_node_ray, mon
     import ray
 
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-    cfg = run.ProfileConfig(
+    cfg = run.ProfileConfig.build(
         backend="simulate", limit=12, n=4, shard_size=2, grade_workers=1, report=False, executor="ray", replicas=2
     )
 
@@ -162,7 +162,7 @@ def test_two_node_ray_actors_write_their_shards_to_s3(s3_data, two_node_ray, mon
     samples = check_complete(store, result["run_id"], 4, 12)
     assert len(store.finished_shards(result["run_id"])) == 6
     local = Store.open(tmp_path / "local")
-    executors.profile_direct(run.ProfileConfig(**{**cfg.__dict__, "executor": "local", "replicas": 1}), local)
+    executors.profile_direct(run.ProfileConfig.build(**{**cfg.flat(), "executor": "local", "replicas": 1}), local)
     assert _sorted(local.read_table("samples")).equals(_sorted(samples))
 
 
@@ -234,7 +234,7 @@ def test_wrong_credentials_fail_fast_and_leave_the_data_as_it_was(auth_s3, s3_to
     url = "s3://guarded/data"
     from pipeline.flows import executors
 
-    cfg = run.ProfileConfig(backend="simulate", limit=4, n=2, grade_workers=1, report=False)
+    cfg = run.ProfileConfig.build(backend="simulate", limit=4, n=2, grade_workers=1, report=False)
     run_id = executors.profile_direct(cfg, Store.open(url))["run_id"]
     before = {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket="guarded")["Contents"]}
     wrong = {**os.environ, **s3_tools.aws_env(endpoint, tmp_path, key_id, s3_tools.secret)}

@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.export_cmd import Run
-from pipeline.cli.options import DataDir, Format, open_store
+from pipeline.cli.options import DataDir, Format, Run, open_store
 from pipeline.cli.output import check_format, emit, say
 
 Label = Annotated[

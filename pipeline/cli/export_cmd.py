@@ -7,12 +7,10 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.options import DataDir, floats, open_store
+from pipeline.cli.options import DataDir, Run, floats, open_store
 from pipeline.cli.output import say
 from pipeline.errors import ConfigError
 
-# Shared with ``calibrate``: a run these commands read (required, unlike analyze's --run).
-Run = Annotated[str, typer.Option("--run", help="Run id (see `difficulty runs`).", show_default=False)]
 ExportFormat = Annotated[
     str | None,
     typer.Option(

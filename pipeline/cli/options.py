@@ -1,21 +1,22 @@
 """Every option shared by several commands, declared once as an ``Annotated`` type alias.
 
 A command names an alias and gives the Python default, e.g. ``data_dir: DataDir = None``. The
-profile options (shared by ``profile``, ``schedule`` and ``checkpoints``) also have their defaults
-here, in ``ProfileOptions``, and one method turns them into a ``ProfileConfig``.
+profile options (``profile``, ``schedule``, ``checkpoints``) are one set by construction: the
+``profile_options`` decorator adds them all to a command, with the defaults of the config's own
+dataclasses (``run.config``), and hands the command the built ``ProfileConfig``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from pipeline.adaptive import PRIORS as ADAPTIVE_PRIORS
-from pipeline.adaptive import AdaptiveConfig
-from pipeline.cli.errors import config_errors
 from pipeline.errors import ConfigError
 from pipeline.estimators import DEFAULT_ESTIMATORS as DEFAULT_ESTIMATOR_SPECS
 from pipeline.grade import GradeConfig
@@ -40,7 +41,15 @@ Format = Annotated[str, typer.Option("--format", help="table, csv or json.")]
 
 # --- analysis options (analyze, allocate, weights) ------------------------------------------
 
-RunId = Annotated[str | None, typer.Option("--run", help="Run id whose sampled counts to use.")]
+# ``--run``: optional where a command can fall back on something else (analyze, weights), required
+# where it reads one run (export, calibrate, regrade), repeatable where it takes several (report).
+_RUN_FLAG = "--run"
+RunId = Annotated[str | None, typer.Option(_RUN_FLAG, help="Run id whose sampled counts to use.")]
+Run = Annotated[str, typer.Option(_RUN_FLAG, help="Run id (see `difficulty runs`).", show_default=False)]
+Runs = Annotated[
+    list[str] | None,
+    typer.Option(_RUN_FLAG, help="Run to report (repeat for several; default: the newest run)."),
+]
 DatasetName = Annotated[
     str | None, typer.Option("--dataset", help="Dataset whose stored prior counts (prior_n, prior_c) to use.")
 ]
@@ -93,7 +102,6 @@ _SAMPLING = "Sampling"
 _ADAPTIVE = "Adaptive sampling"
 _BACKEND = "Backend"
 _EXECUTION = "Execution"
-_ADAPTIVE_DEFAULTS = AdaptiveConfig()  # the adaptive defaults live there
 
 Model = Annotated[str | None, typer.Option("--model", help="GGUF path, vLLM model or served model id.")]
 Prefect = Annotated[bool, typer.Option("--prefect/--no-prefect", help="Run as a Prefect flow (default) or in-process.")]
@@ -249,159 +257,128 @@ Report = Annotated[
 ]
 
 
-def check_grade_workers(workers: int, timeout_s: float = GradeConfig.timeout_s) -> None:
-    """``ConfigError`` when ``--grade-workers`` or ``--grade-timeout`` is out of range (checked
-    before any work starts)."""
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 3600:
-        raise ConfigError(f"--grade-timeout {timeout_s!r} is out of range: allowed > 0 and <= 3600 seconds")
-    with config_errors():  # GradeConfig checks its values with a plain ValueError
+def check_grade_options(workers: int, timeout_s: float) -> None:
+    """``ConfigError`` naming the flag when ``--grade-workers`` or ``--grade-timeout`` is out of
+    range (checked by ``GradeConfig``, before any work starts)."""
+    try:
         GradeConfig(workers=workers, timeout_s=timeout_s)
+    except (TypeError, ValueError) as exc:
+        flag, value = ("--grade-timeout", timeout_s) if "timeout" in str(exc) else ("--grade-workers", workers)
+        raise ConfigError(f"{flag} {value!r}: {exc}") from exc
 
 
-# Backend options: field -> (flag, the backend it belongs to, its key in ProfileConfig.backend_options).
-_BACKEND_OPTIONS = {
-    "threads": ("--threads", "llamacpp", "n_threads"),
-    "base_url": ("--base-url", "openai", "base_url"),
-    "request_timeout": ("--request-timeout", "openai", "timeout"),
-    "max_retries": ("--max-retries", "openai", "max_retries"),
-    "tensor_parallel": ("--tensor-parallel-size", "vllm", "tensor_parallel_size"),
-    "pass_rates": ("--pass-rates", "simulate", "pass_rates"),
+# The grading defaults of the commands that grade without profiling (grade, regrade): a profile's.
+GRADE_DEFAULTS = GradeConfig(workers=2)
+
+# The profile settings (``run.config.flat_fields()``: name, part and default) and their options.
+# The defaults are read from the config's own dataclasses; this table only says which flag.
+_PROFILE_OPTIONS: dict[str, Any] = {
+    "model": Model,
+    "dataset": Dataset,
+    "data_file": DataFile,
+    "split": Split,
+    "limit": Limit,
+    "template_file": TemplateFile,
+    "backend": Backend,
+    "n": N,
+    "temperature": Temperature,
+    "top_p": TopP,
+    "max_tokens": MaxTokens,
+    "seed": Seed,
+    "adaptive": Adaptive,
+    "n_min": NMin,
+    "n_max": NMax,
+    "round_rule": RoundRuleOption,
+    "adaptive_prior": AdaptivePrior,
+    "shard_size": ShardSize,
+    "grade_workers": GradeWorkers,
+    "grade_timeout_s": GradeTimeout,
+    "executor": Executor,
+    "ray_address": RayAddress,
+    "replicas": Replicas,
+    "report": Report,
+}
+# Backend options: option -> (its type, the backend it belongs to, its key in backend_options).
+_BACKEND_OPTIONS: dict[str, tuple[Any, str, str]] = {
+    "threads": (Threads, "llamacpp", "n_threads"),
+    "base_url": (BaseUrl, "openai", "base_url"),
+    "request_timeout": (RequestTimeout, "openai", "timeout"),
+    "max_retries": (MaxRetries, "openai", "max_retries"),
+    "tensor_parallel": (TensorParallel, "vllm", "tensor_parallel_size"),
+    "pass_rates": (PassRates, "simulate", "pass_rates"),
 }
 
 
-@dataclass(frozen=True)
-class ProfileOptions:
-    """The profile options of one command line, with their defaults (``PROFILE``).
-
-    Each field is a parameter, of the same name, of ``profile``, ``schedule`` and ``checkpoints``
-    (typed with the alias above); ``from_params(locals())`` collects them in a command.
-    """
-
-    dataset: str = "arithmetic"
-    data_file: Path | None = None
-    split: str | None = None
-    limit: int | None = None
-    template_file: Path | None = None
-    backend: str = "llamacpp"
-    threads: int | None = None
-    base_url: str | None = None
-    request_timeout: float | None = None  # None: the backend's default (OpenAIOptions)
-    max_retries: int | None = None
-    tensor_parallel: int | None = None
-    pass_rates: Path | None = None
-    n: int = 8
-    temperature: float | None = None
-    top_p: float = 1.0
-    max_tokens: int | None = None
-    seed: int = 0
-    shard_size: int = 256
-    grade_workers: int = 2
-    grade_timeout: float = GradeConfig.timeout_s
-    executor: str = "local"
-    ray_address: str | None = None
-    replicas: int = 1
-    report: bool = True
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> ProfileOptions:
-        """The profile options among a command's parameters: pass it ``locals()`` on the command's
-        first line, before a local import could shadow one (``report``)."""
-        return cls(**{f.name: params[f.name] for f in fields(cls)})
-
-    def backend_options(self) -> dict[str, Any]:
-        """``ProfileConfig.backend_options``; ``ConfigError`` for an option of another backend."""
-        out: dict[str, Any] = {}
-        for name, (flag, backend, key) in _BACKEND_OPTIONS.items():
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if self.backend.lower() != backend:
-                raise ConfigError(f"{flag} applies to --backend {backend} only, not --backend {self.backend}")
-            out[key] = str(value) if isinstance(value, Path) else value
-        if self.backend.lower() == "openai" and out:
-            # Checked now, not when the first shard builds the sampler: a bad --request-timeout
-            # fails before any work starts. Constructing the options reads no network.
-            flags = {key: flag for flag, _, key in _BACKEND_OPTIONS.values()}
-            try:
-                OpenAIOptions(**out)
-            except ConfigError as exc:
-                given = ", ".join(f"{flags[k]} {v!r}" for k, v in out.items())
-                raise ConfigError(f"{exc} (from {given})") from exc
-        return out
-
-    def config(self, model: str | None = None) -> ProfileConfig:
-        """The ``ProfileConfig`` of these options (``ConfigError`` names a bad value)."""
-        from pipeline.run import ProfileConfig
-
-        check_grade_workers(self.grade_workers, self.grade_timeout)
-        return ProfileConfig(
-            dataset=self.dataset,
-            data_file=str(self.data_file) if self.data_file else None,
-            split=self.split,
-            limit=self.limit,
-            backend=self.backend,
-            model=model,
-            n=self.n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
-            template_file=str(self.template_file) if self.template_file else None,
-            shard_size=self.shard_size,
-            grade_workers=self.grade_workers,
-            grade_timeout_s=self.grade_timeout,
-            backend_options=self.backend_options(),
-            executor=self.executor,
-            ray_address=self.ray_address,
-            replicas=self.replicas,
-            report=self.report,
-        )
+def _flag(alias: Any) -> str:
+    return next(m for m in alias.__metadata__ if isinstance(m, typer.models.OptionInfo)).param_decls[0]
 
 
-PROFILE = ProfileOptions()
+def profile_defaults() -> dict[str, Any]:
+    """Every profile option's default, read from the config's dataclasses (backend options: None)."""
+    from pipeline.run.config import flat_fields
+
+    settings = flat_fields()
+    # --model, not a setting of its own in the flat table order; the engine's field.
+    defaults = {name: settings[name][2] for name in _PROFILE_OPTIONS}
+    return defaults | dict.fromkeys(_BACKEND_OPTIONS)
 
 
-# The flags of AdaptiveOptions' fields, for messages.
-_ADAPTIVE_FLAGS = {
-    "n_min": "--n-min",
-    "n_max": "--n-max",
-    "round_rule": "--round-rule",
-    "adaptive_prior": "--adaptive-prior",
-}
+def backend_options(backend: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``EngineConfig.backend_options`` of the backend options given (None: not given);
+    ``ConfigError`` for an option of another backend or a bad value."""
+    out: dict[str, Any] = {}
+    flags = {}
+    for name, (alias, owner, key) in _BACKEND_OPTIONS.items():
+        value = given.get(name)
+        if value is None:
+            continue
+        if backend.lower() != owner:
+            raise ConfigError(f"{_flag(alias)} applies to --backend {owner} only, not --backend {backend}")
+        out[key] = str(value) if isinstance(value, Path) else value
+        flags[key] = _flag(alias)
+    if backend.lower() == "openai" and out:
+        # Checked now, not when the first shard builds the sampler: a bad --request-timeout
+        # fails before any work starts. Constructing the options reads no network.
+        try:
+            OpenAIOptions(**out)
+        except ConfigError as exc:
+            given_text = ", ".join(f"{flags[k]} {v!r}" for k, v in out.items())
+            raise ConfigError(f"{exc} (from {given_text})") from exc
+    return out
 
 
-@dataclass(frozen=True)
-class AdaptiveOptions:
-    """The adaptive-sampling options of ``profile`` (``shared/spec/adaptive.md``), with their
-    defaults (``ADAPTIVE``, read from ``adaptive.AdaptiveConfig``); ``apply`` puts them on a
-    ``ProfileConfig``. Apart from ``ProfileOptions`` because only ``profile`` takes them."""
+def profile_config(**values: Any) -> ProfileConfig:
+    """The ``ProfileConfig`` of a command line's profile options (any not given at its default;
+    ``ConfigError`` names a bad value)."""
+    from pipeline.run.config import ProfileConfig
 
-    adaptive: str | None = None
-    n_min: int = _ADAPTIVE_DEFAULTS.n_min
-    n_max: int = _ADAPTIVE_DEFAULTS.n_max
-    round_rule: str = _ADAPTIVE_DEFAULTS.rule.spec
-    adaptive_prior: str = _ADAPTIVE_DEFAULTS.prior
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> AdaptiveOptions:
-        return cls(**{f.name: params[f.name] for f in fields(cls)})
-
-    def apply(self, config: ProfileConfig) -> ProfileConfig:
-        """``config`` with these options (``ConfigError`` names a bad value, or an adaptive option
-        given without ``--adaptive``)."""
-        if self.adaptive is None:
-            given = [flag for name, flag in _ADAPTIVE_FLAGS.items() if getattr(self, name) != getattr(ADAPTIVE, name)]
-            if given:
-                raise ConfigError(f"{', '.join(given)}: only with --adaptive (e.g. --adaptive band)")
-            return config
-        return replace(
-            config,
-            adaptive=self.adaptive,
-            n_min=self.n_min,
-            n_max=self.n_max,
-            round_rule=self.round_rule,
-            adaptive_prior=self.adaptive_prior,
-        )
+    values = profile_defaults() | values
+    check_grade_options(values["grade_workers"], values["grade_timeout_s"])
+    given = {name: values.pop(name) for name in _BACKEND_OPTIONS}
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in values.items()}
+    settings["backend_options"] = backend_options(values["backend"], given)
+    return ProfileConfig.build(**settings)
 
 
-ADAPTIVE = AdaptiveOptions()
+def profile_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command every profile option (``difficulty profile``'s set, the same on every command
+    that profiles); the command receives them built, as ``profile: ProfileConfig``."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.name != "profile"]
+    defaults = profile_defaults()
+    aliases = _PROFILE_OPTIONS | {name: alias for name, (alias, _, _) in _BACKEND_OPTIONS.items()}
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=alias, default=defaults[name])
+        for name, alias in aliases.items()
+    ]
+    data_dir = [p for p in own if p.name == "data_dir"]  # kept last in --help
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "data_dir"] + added + data_dir
+
+    @functools.wraps(command)
+    def with_profile(**kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in aliases}
+        return command(profile=profile_config(**values), **kwargs)
+
+    with_profile.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    with_profile.__annotations__ = {**command.__annotations__, **{p.name: p.annotation for p in added}}
+    with_profile.__annotations__.pop("profile", None)
+    return with_profile

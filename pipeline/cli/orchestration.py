@@ -9,29 +9,35 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pipeline.cli import options as opt
 from pipeline.cli.errors import config_errors
-from pipeline.cli.options import PROFILE, DataDir, Format, open_store
+from pipeline.cli.options import DataDir, Format, open_store
 from pipeline.cli.output import check_format, emit_sections, say
 from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.run import ProfileConfig
 
 Checkpoint = Annotated[list[str] | None, typer.Option("--checkpoint", help="A checkpoint to profile (repeatable).")]
 MinAge = Annotated[float, typer.Option("--min-age", help="Skip checkpoints modified less than SECONDS ago.")]
 
 
-def checkpoint_config(folder: Path | None, checkpoints: list[str] | None, min_age: float, profile: opt.ProfileOptions):
-    """The ``CheckpointConfig`` of a folder and/or a list of checkpoints (``ConfigError`` if neither)."""
+def checkpoint_config(folder: Path | None, checkpoints: list[str] | None, min_age: float, profile: ProfileConfig):
+    """The ``CheckpointConfig`` of a folder and/or a list of checkpoints (``ConfigError`` if neither,
+    or if ``--model`` is given: each checkpoint is the model)."""
     from pipeline.history import CheckpointConfig
 
+    if profile.engine.model is not None:
+        raise ConfigError("--model does not apply to checkpoints: each checkpoint is profiled as the model")
     return CheckpointConfig(
         folder=str(folder) if folder else None,
         paths=tuple(checkpoints or ()),
         min_age_s=min_age,
-        profile=profile.config(None),
+        profile=profile,
     )
 
 
@@ -49,42 +55,19 @@ def _check_schedule(cron: str | None, interval: float | None, timezone: str | No
             raise ConfigError(f"--timezone {timezone!r} is not an IANA time zone (e.g. Europe/Paris)") from None
 
 
+@opt.profile_options
 def schedule_cmd(
+    profile: ProfileConfig,
     cron: Annotated[str | None, typer.Option("--cron", help='Cron schedule, e.g. "0 3 * * *" (03:00 daily).')] = None,
     interval: Annotated[float | None, typer.Option("--interval", help="Run every SECONDS instead of --cron.")] = None,
     timezone: Annotated[str | None, typer.Option("--timezone", help="Time zone of --cron (default UTC).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Deployment name (default: from the dataset).")] = None,
-    model: opt.Model = None,
     checkpoints: Annotated[
         Path | None,
         typer.Option("--checkpoints", help="Profile each new checkpoint of this folder on every run."),
     ] = None,
     checkpoint: Checkpoint = None,
     min_age: MinAge = 60.0,
-    dataset: opt.Dataset = PROFILE.dataset,
-    data_file: opt.DataFile = PROFILE.data_file,
-    split: opt.Split = PROFILE.split,
-    limit: opt.Limit = PROFILE.limit,
-    template_file: opt.TemplateFile = PROFILE.template_file,
-    backend: opt.Backend = PROFILE.backend,
-    threads: opt.Threads = PROFILE.threads,
-    base_url: opt.BaseUrl = PROFILE.base_url,
-    request_timeout: opt.RequestTimeout = PROFILE.request_timeout,
-    max_retries: opt.MaxRetries = PROFILE.max_retries,
-    tensor_parallel: opt.TensorParallel = PROFILE.tensor_parallel,
-    pass_rates: opt.PassRates = PROFILE.pass_rates,
-    n: opt.N = PROFILE.n,
-    temperature: opt.Temperature = PROFILE.temperature,
-    top_p: opt.TopP = PROFILE.top_p,
-    max_tokens: opt.MaxTokens = PROFILE.max_tokens,
-    seed: opt.Seed = PROFILE.seed,
-    shard_size: opt.ShardSize = PROFILE.shard_size,
-    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
-    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
-    executor: opt.Executor = PROFILE.executor,
-    ray_address: opt.RayAddress = PROFILE.ray_address,
-    replicas: opt.Replicas = PROFILE.replicas,
-    report: opt.Report = PROFILE.report,
     data_dir: DataDir = None,
 ) -> None:
     """Serve the profile flow on a schedule (needs a Prefect server: see the README).
@@ -92,7 +75,6 @@ def schedule_cmd(
     With --checkpoints DIR (or --checkpoint PATH), each scheduled run profiles the checkpoints
     not yet profiled and appends them to the history table instead.
     """
-    profile = opt.ProfileOptions.from_params(locals())  # before any local import
     _check_schedule(cron, interval, timezone)
     if not os.environ.get("PREFECT_API_URL"):
         raise ConfigError(
@@ -105,7 +87,7 @@ def schedule_cmd(
         config = checkpoint_config(checkpoints, checkpoint, min_age, profile).to_dict()
     else:
         flow = "profile"
-        config = asdict(profile.config(model))
+        config = profile.to_dict()
     from prefect.schedules import Cron
 
     from pipeline.flows import schedule
@@ -113,7 +95,7 @@ def schedule_cmd(
     if cron is not None:
         with config_errors():  # Prefect rejects a bad cron expression with a plain ValueError
             Cron(cron, timezone=timezone or "UTC")
-    deployment = name or schedule.default_name(flow, profile.dataset)
+    deployment = name or schedule.default_name(flow, profile.data.dataset)
     say(
         f"serving deployment {deployment!r} ({'cron ' + cron if cron else f'every {interval:g} s'}); "
         "Ctrl-C stops it and pauses the schedule"
@@ -122,60 +104,32 @@ def schedule_cmd(
     schedule.serve_flow(flow, deployment, parameters, cron=cron, interval=interval, timezone=timezone)
 
 
+@opt.profile_options
 def checkpoints_cmd(
+    profile: ProfileConfig,
     folder: Annotated[
         Path | None, typer.Argument(help="Folder of checkpoints (GGUF files, or model folders for vLLM).")
     ] = None,
     checkpoint: Checkpoint = None,
     min_age: MinAge = 60.0,
     prefect: opt.Prefect = True,
-    dataset: opt.Dataset = PROFILE.dataset,
-    data_file: opt.DataFile = PROFILE.data_file,
-    split: opt.Split = PROFILE.split,
-    limit: opt.Limit = PROFILE.limit,
-    template_file: opt.TemplateFile = PROFILE.template_file,
-    backend: opt.Backend = PROFILE.backend,
-    threads: opt.Threads = PROFILE.threads,
-    base_url: opt.BaseUrl = PROFILE.base_url,
-    request_timeout: opt.RequestTimeout = PROFILE.request_timeout,
-    max_retries: opt.MaxRetries = PROFILE.max_retries,
-    tensor_parallel: opt.TensorParallel = PROFILE.tensor_parallel,
-    pass_rates: opt.PassRates = PROFILE.pass_rates,
-    n: opt.N = PROFILE.n,
-    temperature: opt.Temperature = PROFILE.temperature,
-    top_p: opt.TopP = PROFILE.top_p,
-    max_tokens: opt.MaxTokens = PROFILE.max_tokens,
-    seed: opt.Seed = PROFILE.seed,
-    shard_size: opt.ShardSize = PROFILE.shard_size,
-    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
-    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
-    executor: opt.Executor = PROFILE.executor,
-    ray_address: opt.RayAddress = PROFILE.ray_address,
-    replicas: opt.Replicas = PROFILE.replicas,
-    report: opt.Report = PROFILE.report,
     fmt: Format = "table",
     data_dir: DataDir = None,
 ) -> None:
     """Profile every checkpoint not yet profiled and append it to the history table (one pass)."""
-    profile = opt.ProfileOptions.from_params(locals())  # before any local import
     import pyarrow as pa
-
-    from pipeline.run import close_engines
 
     fmt = check_format(fmt)
     config = checkpoint_config(folder, checkpoint, min_age, profile)
     store = open_store(data_dir)
-    try:
-        if prefect:
-            from pipeline.flows.prefect_flows import checkpoints_flow
+    if prefect:
+        from pipeline.flows.prefect_flows import checkpoints_flow
 
-            done = checkpoints_flow(config, store)
-        else:
-            from pipeline.flows.executors import checkpoints_direct
+        done = checkpoints_flow(config, store)
+    else:
+        from pipeline.flows.executors import checkpoints_direct
 
-            done = checkpoints_direct(config, store)
-    finally:
-        close_engines()
+        done = checkpoints_direct(config, store)
     if not done:
         say("no new checkpoints", fmt)
         if fmt == "table":

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pipeline.cli import options as opt
-from pipeline.cli.options import ADAPTIVE, PROFILE, DataDir, Format, open_store
+from pipeline.cli.options import GRADE_DEFAULTS, DataDir, Format, open_store
 from pipeline.cli.output import SQL_FORMATS, check_format, emit, err_console, print_table, say
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pipeline.run import ProfileConfig
     from pipeline.store import Store
 
 
@@ -122,61 +123,22 @@ def load_cmd(
     )
 
 
-def profile_cmd(
-    model: opt.Model = None,
-    prefect: opt.Prefect = True,
-    dataset: opt.Dataset = PROFILE.dataset,
-    data_file: opt.DataFile = PROFILE.data_file,
-    split: opt.Split = PROFILE.split,
-    limit: opt.Limit = PROFILE.limit,
-    template_file: opt.TemplateFile = PROFILE.template_file,
-    backend: opt.Backend = PROFILE.backend,
-    threads: opt.Threads = PROFILE.threads,
-    base_url: opt.BaseUrl = PROFILE.base_url,
-    request_timeout: opt.RequestTimeout = PROFILE.request_timeout,
-    max_retries: opt.MaxRetries = PROFILE.max_retries,
-    tensor_parallel: opt.TensorParallel = PROFILE.tensor_parallel,
-    pass_rates: opt.PassRates = PROFILE.pass_rates,
-    n: opt.N = PROFILE.n,
-    temperature: opt.Temperature = PROFILE.temperature,
-    top_p: opt.TopP = PROFILE.top_p,
-    max_tokens: opt.MaxTokens = PROFILE.max_tokens,
-    seed: opt.Seed = PROFILE.seed,
-    adaptive: opt.Adaptive = ADAPTIVE.adaptive,
-    n_min: opt.NMin = ADAPTIVE.n_min,
-    n_max: opt.NMax = ADAPTIVE.n_max,
-    round_rule: opt.RoundRuleOption = ADAPTIVE.round_rule,
-    adaptive_prior: opt.AdaptivePrior = ADAPTIVE.adaptive_prior,
-    shard_size: opt.ShardSize = PROFILE.shard_size,
-    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
-    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
-    executor: opt.Executor = PROFILE.executor,
-    ray_address: opt.RayAddress = PROFILE.ray_address,
-    replicas: opt.Replicas = PROFILE.replicas,
-    report: opt.Report = PROFILE.report,
-    data_dir: DataDir = None,
-) -> None:
+@opt.profile_options
+def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: DataDir = None) -> None:
     """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model).
 
     With --adaptive, sample in rounds and stop each prompt once its band (or pass rate to +-h) is decided.
     """
-    params = locals()  # before any local import could shadow a parameter (``report``)
-    config = opt.AdaptiveOptions.from_params(params).apply(opt.ProfileOptions.from_params(params).config(model))
-    from pipeline.run import close_engines
-
     store = open_store(data_dir)
     with progress_bars():
-        try:
-            if prefect:
-                from pipeline.flows.prefect_flows import profile_flow
+        if prefect:
+            from pipeline.flows.prefect_flows import profile_flow
 
-                result = profile_flow(config, store)
-            else:
-                from pipeline.flows.executors import profile_direct
+            result = profile_flow(profile, store)
+        else:
+            from pipeline.flows.executors import profile_direct
 
-                result = profile_direct(config, store)
-        finally:
-            close_engines()
+            result = profile_direct(profile, store)
     print_run_summary(store, result["run_id"])
     print_adaptive_summary(store, result["run_id"])
     say(f"run {result['run_id']} done; tables under {store.root}")
@@ -194,15 +156,15 @@ def grade_cmd(
     answer_col: Annotated[str, typer.Option("--answer-col", help="Gold answer column.")] = "answer",
     completion_col: Annotated[str, typer.Option("--completion-col", help="Completion column.")] = "completion",
     model: Annotated[str, typer.Option("--model", help="Model name recorded on the run.")] = "imported",
-    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
-    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
-    report: opt.Report = PROFILE.report,
+    grade_workers: opt.GradeWorkers = GRADE_DEFAULTS.workers,
+    grade_timeout: opt.GradeTimeout = GRADE_DEFAULTS.timeout_s,
+    report: opt.Report = True,
     data_dir: DataDir = None,
 ) -> None:
     """Grade rollouts you already have (e.g. verl/TRL logs) and store them as a run."""
     from pipeline.ingest import ImportConfig, import_rollouts
 
-    opt.check_grade_workers(grade_workers, grade_timeout)
+    opt.check_grade_options(grade_workers, grade_timeout)
     config = ImportConfig(
         input=str(input),
         dataset=dataset,

@@ -7,13 +7,13 @@ from typing import Annotated
 import typer
 
 from pipeline.cli import options as opt
-from pipeline.cli.options import PROFILE, DataDir, open_store
+from pipeline.cli.options import GRADE_DEFAULTS, DataDir, open_store
 from pipeline.cli.output import say
 from pipeline.cli.pipeline_cmds import print_run_summary
 
 
 def regrade_cmd(
-    run: Annotated[str, typer.Option("--run", help="Run id whose samples to grade again.")],
+    run: opt.Run,
     math_verify: Annotated[
         bool,
         typer.Option(
@@ -21,9 +21,9 @@ def regrade_cmd(
             help="Grade with math-verify (default), or with the exact numeric path and string matching only.",
         ),
     ] = True,
-    grade_workers: opt.GradeWorkers = PROFILE.grade_workers,
-    grade_timeout: opt.GradeTimeout = PROFILE.grade_timeout,
-    report: opt.Report = PROFILE.report,
+    grade_workers: opt.GradeWorkers = GRADE_DEFAULTS.workers,
+    grade_timeout: opt.GradeTimeout = GRADE_DEFAULTS.timeout_s,
+    report: opt.Report = True,
     data_dir: DataDir = None,
 ) -> None:
     """Grade a run's stored samples again with the current grader, as a new run (no sampling).
@@ -34,7 +34,7 @@ def regrade_cmd(
     from pipeline import grade
     from pipeline.regrade import regrade
 
-    opt.check_grade_workers(grade_workers, grade_timeout)
+    opt.check_grade_options(grade_workers, grade_timeout)
     config = grade.GradeConfig(workers=grade_workers, timeout_s=grade_timeout, use_math_verify=math_verify)
     store = open_store(data_dir)
     info = regrade(store, run, config, report=report)

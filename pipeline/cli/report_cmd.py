@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pipeline.cli.options import DataDir, open_store
+from pipeline.cli.options import DataDir, Runs, open_store
 from pipeline.cli.output import say
 from pipeline.errors import ConfigError, StoreError
 
@@ -54,10 +54,7 @@ def plan_outputs(run_ids: list[str], output: Path | None, store: Store) -> tuple
 
 
 def report_cmd(
-    runs: Annotated[
-        list[str] | None,
-        typer.Option("--run", help="Run to report (repeat for several; default: the newest run)."),
-    ] = None,
+    runs: Runs = None,
     output: Annotated[
         Path | None,
         typer.Option(

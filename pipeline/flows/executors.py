@@ -1,30 +1,37 @@
 """The one place that chooses where shards run (this process or Ray), and the runs without Prefect.
 
 Both the Prefect flows and the direct runs below open their executor here, so ``--executor`` means
-the same thing everywhere.
+the same thing everywhere, and both render the report here, once the run is done.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline import history, run
+from pipeline import history, report, run
 from pipeline.store import Store
 
 
 def open_executor(config: run.ProfileConfig):
-    """The executor of ``config.executor``, as a context manager (Ray actors stop on exit)."""
-    if config.executor == "ray":
+    """The executor of ``config.execution.executor``, as a context manager (engines freed on exit)."""
+    if config.execution.executor == "ray":
         from pipeline.flows.ray_exec import RayExecutor  # imports Ray: only when asked for
 
         return RayExecutor(config)
-    return run.LocalExecutor(config)
+    return run.local_executor(config)
+
+
+def with_report(config: run.ProfileConfig, store: Store, result: dict[str, Any]) -> dict[str, Any]:
+    """The run's result with its report rendered (``report``: its path, or None when not asked for)."""
+    path = report.write_run_report(store, result["run_id"]) if config.execution.report else None
+    return {**result, "report": path}
 
 
 def profile_direct(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
-    """The whole profile without Prefect (same stages, same store, same executor choice)."""
+    """The whole profile without Prefect (same driver, same store, same executor choice)."""
     with open_executor(config) as executor:
-        return run.profile(config, store, executor)
+        result = run.profile(config, store, executor)
+    return with_report(config, store, result)
 
 
 def checkpoints_direct(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:

@@ -2,21 +2,22 @@
 
 Importing this module imports Prefect (seconds), so the CLI imports it only in the commands that
 run a flow. Tasks are coarse on purpose: one load task, one task per shard of prompts (retried),
-one finishing task; an adaptive run adds one planning task per round, and its rounds' shards are
-shard tasks like any other. The stage code lives in ``pipeline.run`` and ``pipeline.history``; this module
-only wires it into Prefect.
+one finishing task and one report task; an adaptive run adds one planning task per round, and its
+rounds' shards are shard tasks like any other. The loop itself is the driver's (``run.profile``);
+this module only hands it Prefect tasks as its steps.
 
 Flows:
-    profile: one profile run (``ProfileConfig`` as a dict), named ``<dataset>/<model>/<run id>``.
+    profile: one profile run, named ``<dataset>/<model>/<run id>``: the driver ``run.profile``
+        with its steps (load, shard, round, finish) wrapped as tasks; then the report.
     profile_checkpoints: profile every checkpoint not yet in the ``history`` table.
 
-Both take the store as ``dataclasses.asdict(store)`` (flow parameters must be serialisable).
+Both take their config typed; a served deployment, whose parameters are JSON, passes the same
+configs as dicts (``to_dict()``) and the store as ``asdict(store)``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from typing import Any
 
 from prefect import flow, task
@@ -29,7 +30,7 @@ from prefect.utilities.annotations import quote
 from pipeline import history, run
 from pipeline.errors import BackendUnavailableError
 from pipeline.flows import watchdog
-from pipeline.flows.executors import open_executor
+from pipeline.flows.executors import open_executor, with_report
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,6 @@ SHARD_RETRY_DELAY_S = 2
 # problems to compute a cache key would cost more than some shards.
 _TASK = {"persist_result": False, "cache_policy": None}
 
-load_task = task(run.prepare_run, name="load-and-register", **_TASK)
-
 
 def _worth_retrying(task, task_run, state) -> bool:
     """A server that never answered is not retried again: the backend already spent its own
@@ -53,6 +52,7 @@ def _worth_retrying(task, task_run, state) -> bool:
     return not isinstance(state.data, BackendUnavailableError)
 
 
+load_task = task(run.prepare_run, name="load-and-register", **_TASK)
 shard_task = task(
     run.run_shard,
     name="sample-and-grade-shard",
@@ -62,10 +62,11 @@ shard_task = task(
     retry_condition_fn=_worth_retrying,
     **_TASK,
 )
-finish_task = task(run.finish_run, name="analyze-allocate-report", **_TASK)
 # Adaptive runs: after a round's shards, decide the next round from the stored samples (cheap, and
 # deterministic, so a retry or a rerun plans the same round).
-round_task = task(run.plan_next_round, name="plan-round", **_TASK)
+round_task = task(run.next_round_step, name="plan-round", **_TASK)
+finish_task = task(run.finish_step, name="analyze-allocate", **_TASK)
+report_task = task(with_report, name="report", **_TASK)
 record_history_task = task(history.record_history, name="append-history", **_TASK)
 
 
@@ -75,7 +76,8 @@ def _store(store: Store | dict) -> Store:
 
 def _initial_name() -> str:
     params = runtime_flow_run.parameters or {}
-    return run.run_label(params.get("config") or {})
+    config = params.get("config")
+    return run.run_label(run.ProfileConfig.from_dict(config)) if config else run.run_label(run.ProfileConfig())
 
 
 def rename_flow_run(name: str) -> None:
@@ -87,41 +89,6 @@ def rename_flow_run(name: str) -> None:
         ctx.client.update_flow_run(ctx.flow_run.id, name=name)
     except Exception as exc:  # noqa: BLE001 - a cosmetic failure must not fail a profile
         log.warning("could not rename flow run to %s: %s", name, exc)
-
-
-# Shard tasks run in the flow's thread when the executor runs one shard at a time (local: the
-# sampler already uses every core), and are submitted to this thread pool, one thread per Ray
-# actor, otherwise.
-@flow(
-    name="profile",
-    flow_run_name=_initial_name,
-    persist_result=False,
-    log_prints=False,
-    task_runner=ThreadPoolTaskRunner(max_workers=64),
-    validate_parameters=False,
-)
-def profile(config: dict[str, Any], store: dict[str, Any] | Store) -> dict[str, Any]:
-    """Load, sample and grade every shard (retried, skipping shards already stored), finish.
-
-    Args:
-        config: the fields of ``ProfileConfig``.
-        store: the data directory, as ``asdict(Store)``.
-
-    Returns:
-        ``{"run_id": ..., "report": path or None}``.
-    """
-    cfg = run.ProfileConfig(**config)
-    data = _store(store)
-    with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
-        plan = load_task(cfg, data, executor.model_name)
-        rename_flow_run(run.run_label(cfg, plan.run_id))
-        with run.working_on(data, plan.run_id):
-            _run_shards(data, plan, executor)
-            # An adaptive run: round after round, each one task per shard; a fixed-n run has none.
-            while cfg.adaptive is not None and (nxt := round_task(cfg, data, quote(plan))) is not None:
-                plan = nxt
-                _run_shards(data, plan, executor)
-            return finish_task(cfg, data, quote(plan))
 
 
 def _run_shards(data: Store, plan: run.RunPlan, executor) -> None:
@@ -138,13 +105,53 @@ def _run_shards(data: Store, plan: run.RunPlan, executor) -> None:
             future.result()
 
 
+def _flow_steps(config: run.ProfileConfig) -> run.Steps:
+    """The driver's steps as tasks (arguments that carry the plan quoted)."""
+    return run.Steps(
+        prepare=lambda cfg, data, executor: load_task(cfg, data, executor.model_name),
+        started=lambda plan: rename_flow_run(run.run_label(config, plan.run_id)),
+        run_shards=_run_shards,
+        next_round=lambda cfg, data, plan: round_task(cfg, data, quote(plan)),
+        finish=lambda cfg, data, plan, state: finish_task(cfg, data, quote(plan), quote(state)),
+    )
+
+
+# Shard tasks run in the flow's thread when the executor runs one shard at a time (local: the
+# sampler already uses every core), and are submitted to this thread pool, one thread per Ray
+# actor, otherwise.
+@flow(
+    name="profile",
+    flow_run_name=_initial_name,
+    persist_result=False,
+    log_prints=False,
+    task_runner=ThreadPoolTaskRunner(max_workers=64),
+    validate_parameters=False,
+)
+def profile(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
+    """The driver (``run.profile``) with its steps as tasks: load, one retried task per shard
+    (skipping shards already stored), one planning task per adaptive round, finish, report.
+
+    Args:
+        config: the profile (a served deployment passes ``ProfileConfig.to_dict()``).
+        store: the data directory (a served deployment passes ``asdict(Store)``).
+
+    Returns:
+        ``{"run_id": ..., "report": path or None}``.
+    """
+    cfg = run.ProfileConfig.from_dict(config)
+    data = _store(store)
+    with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
+        result = run.profile(cfg, data, executor, _flow_steps(cfg))
+    return report_task(cfg, data, result)
+
+
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)
-def profile_checkpoints(config: dict[str, Any], store: dict[str, Any] | Store) -> list[dict[str, Any]]:
+def profile_checkpoints(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:
     """Profile every checkpoint not yet in the ``history`` table, each as a ``profile`` subflow.
 
     Args:
-        config: the fields of ``CheckpointConfig`` (its ``profile`` a dict of ``ProfileConfig``).
-        store: the data directory, as ``asdict(Store)``.
+        config: where the checkpoints are and the profile (a served deployment passes ``to_dict()``).
+        store: the data directory.
 
     Returns:
         One dict per checkpoint profiled now (empty when nothing new was found).
@@ -153,7 +160,7 @@ def profile_checkpoints(config: dict[str, Any], store: dict[str, Any] | Store) -
     data = _store(store)
 
     def profile_one(profile_cfg: run.ProfileConfig) -> dict[str, Any]:
-        return profile(config=asdict(profile_cfg), store=asdict(data))
+        return profile(config=profile_cfg, store=data)
 
     return history.profile_new_checkpoints(cfg, data, profile_one, record=record_history_task)
 
@@ -184,11 +191,11 @@ def profile_flow(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
     """Run the profile as a Prefect flow (named ``<dataset>/<model>/<run id>`` in Prefect)."""
     watchdog.guard()  # the ephemeral API server this may start must not outlive a kill -9
     with prefect_settings():
-        return profile(config=asdict(config), store=asdict(store))
+        return profile(config=config, store=store)
 
 
 def checkpoints_flow(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:
     """One pass over the checkpoints as the Prefect ``profile-checkpoints`` flow."""
     watchdog.guard()
     with prefect_settings():
-        return profile_checkpoints(config=config.to_dict(), store=asdict(store))
+        return profile_checkpoints(config=config, store=store)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, Self
 
 from pipeline import run
@@ -40,10 +40,10 @@ def _import_ray():
 
 def actor_resources(config: run.ProfileConfig) -> dict[str, float]:
     """Ray resources of one engine actor for this backend."""
-    opts = config.backend_options
-    if config.backend == "vllm":
+    opts = config.engine.backend_options
+    if config.engine.backend == "vllm":
         return {"num_cpus": 1, "num_gpus": float(opts.get("tensor_parallel_size") or 1)}
-    if config.backend == "llamacpp":
+    if config.engine.backend == "llamacpp":
         return {"num_cpus": float(opts.get("n_threads") or 1), "num_gpus": 0}
     return {"num_cpus": 1, "num_gpus": 0}
 
@@ -53,10 +53,12 @@ def actor_config(config: run.ProfileConfig) -> run.ProfileConfig:
 
     Grading inside an actor uses one worker process: the actor's CPUs are already counted.
     """
-    opts = dict(config.backend_options)
-    if config.backend == "llamacpp":
+    opts = dict(config.engine.backend_options)
+    if config.engine.backend == "llamacpp":
         opts.setdefault("n_threads", 1)
-    return replace(config, backend_options=opts, grade_workers=1)
+    return replace(
+        config, engine=replace(config.engine, backend_options=opts), grading=replace(config.grading, workers=1)
+    )
 
 
 class _Engine:
@@ -66,15 +68,15 @@ class _Engine:
         import logging as _logging
 
         _logging.basicConfig(level=_logging.WARNING)
-        self.config = run.ProfileConfig(**config)
-        self.sampler = run.get_sampler(self.config.backend, self.config.model, self.config.backend_options)
+        self.config = run.ProfileConfig.from_dict(config)
+        engine = self.config.engine
+        self.sampler = run.get_sampler(engine.backend, engine.model, engine.backend_options)
 
     def model_name(self) -> str:
         return self.sampler.model_name
 
     def write_shard(self, store: Store, job: run.ShardJob) -> int:
-        graded = run.sample_and_grade(self.config, job.problems, job.template, job.run_id, self.sampler)
-        return run.write_graded_shard(store, job, graded)
+        return run.write_graded_shard(store, job, run.sample_and_grade(self.config, job, self.sampler))
 
 
 class RayExecutor:
@@ -87,10 +89,10 @@ class RayExecutor:
     """
 
     def __init__(self, config: run.ProfileConfig) -> None:
-        if config.executor != "ray":
-            raise ConfigError(f"executor={config.executor!r}: RayExecutor needs executor='ray'")
+        if config.execution.executor != "ray":
+            raise ConfigError(f"executor={config.execution.executor!r}: RayExecutor needs executor='ray'")
         self.config = actor_config(config)
-        self.concurrency = config.replicas
+        self.concurrency = config.execution.replicas
         self._ray = _import_ray()
         self._started_ray = False
         self._idle: queue.Queue = queue.Queue()
@@ -105,7 +107,8 @@ class RayExecutor:
         ray = self._ray
         if not ray.is_initialized():
             # A local cluster sized to the actors, unless an address says where the cluster is.
-            kwargs: dict[str, Any] = {"address": self.config.ray_address} if self.config.ray_address else {}
+            address = self.config.execution.ray_address
+            kwargs: dict[str, Any] = {"address": address} if address else {}
             ray.init(log_to_driver=False, **kwargs)
             self._started_ray = True
         res = actor_resources(self.config)
@@ -119,7 +122,7 @@ class RayExecutor:
         return self
 
     def _add_actor(self):
-        actor = self._cls.remote(asdict(self.config))
+        actor = self._cls.remote(self.config.to_dict())
         with self._lock:
             self._actors.append(actor)
         self._idle.put(actor)

@@ -19,6 +19,13 @@ from pipeline.report.charts import Chart, Section, TableView
 from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
 from pipeline.report.render import PLOTLY_JS_NAME, render_comparison, render_report, write_plotly_js
 from pipeline.report.sections import build_sections
+from pipeline.store import Store
+
+
+def write_run_report(store: Store, run_id: str) -> str:
+    """Render a finished run's report to its place in the data directory; returns where."""
+    return str(render_report(store, run_id, store.report_path(run_id)))
+
 
 __all__ = [
     "PLOTLY_JS_MODES",
@@ -33,5 +40,6 @@ __all__ = [
     "load_run",
     "render_comparison",
     "render_report",
+    "write_run_report",
     "write_plotly_js",
 ]

@@ -1,0 +1,31 @@
+"""Run ids are a run's identity across versions: a rerun resumes only if its id is the same.
+
+Pinned for the bundled default (``make profile``) and simulate profiles, fixed-n and adaptive,
+as the code computed them before the run stages were reorganised; a change that moves one of
+them is a change of every stored run's identity and must be deliberate.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import run
+from pipeline.sample.llamacpp import BUNDLED_NAME
+
+PINNED = [
+    ({}, BUNDLED_NAME, "e5fde10c1124"),
+    ({"backend": "simulate", "n": 16, "limit": 200}, "simulate", "2e385155a9c1"),
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "884c350d8c90"),
+]
+
+
+@pytest.mark.parametrize(("settings", "model", "run_id"), PINNED)
+def test_run_ids_are_pinned(settings, model, run_id, store):
+    plan = run.prepare_run(run.ProfileConfig.build(**settings), store, model)
+    assert plan.run_id == run_id
+    assert store.get_run(run_id)["status"] == "sampling"
+
+
+def test_a_gsm8k_file_keeps_its_run_id(shared, store):
+    cfg = run.ProfileConfig.build(backend="simulate", data_file=str(shared / "gsm8k" / "test.jsonl"), limit=50)
+    assert run.prepare_run(cfg, store, "simulate").run_id == "fb5a04d2c92d"
