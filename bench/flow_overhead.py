@@ -75,7 +75,7 @@ def main() -> None:
         stages.run_shard(d_dir, plan, shard, executor)
         direct_shards.append(time.perf_counter() - t)
     t = time.perf_counter()
-    stages.finish_run(d_dir, plan, cfg.execution.allocation_budget_factor)
+    stages.finish_run(d_dir, plan)
     if cfg.execution.report:
         report.write_run_report(d_dir, plan.run_id)
     t_finish = time.perf_counter() - t

@@ -118,7 +118,9 @@ def test_checkpoint_pass_without_model_and_drift_views(tmp_path, data_dir, close
     cfg = ckpt.CheckpointConfig(
         paths=tuple(paths),
         min_age_s=0,
-        profile=stages.ProfileConfig.build(backend="simulate", limit=5, n=3, shard_size=2, report=False, grade_workers=1),
+        profile=stages.ProfileConfig.build(
+            backend="simulate", limit=5, n=3, shard_size=2, report=False, grade_workers=1
+        ),
     )
     store = Store.open(data_dir)
     done = executors.checkpoints_direct(cfg, store)

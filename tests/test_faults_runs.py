@@ -28,7 +28,9 @@ SIM = {"backend": "simulate", "limit": 6, "n": 4, "grade_workers": 1, "report": 
 
 def _interrupted_then_resumed(store: Store, first: dict, then: dict, dies_after) -> str:
     with pytest.raises(SamplingError, match="killed"):
-        run.profile(run.ProfileConfig.build(**SIM, **first), store, dies_after(run.ProfileConfig.build(**SIM, **first), 1))
+        run.profile(
+            run.ProfileConfig.build(**SIM, **first), store, dies_after(run.ProfileConfig.build(**SIM, **first), 1)
+        )
     return executors.profile_direct(run.ProfileConfig.build(**SIM, **then), store)["run_id"]
 
 

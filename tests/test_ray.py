@@ -25,10 +25,16 @@ def test_actor_resources_per_backend():
     assert ray_exec.actor_resources(cpu) == {"num_cpus": 1.0, "num_gpus": 0}
     threads = stages.ProfileConfig.build(executor="ray", backend_options={"n_threads": 2})
     assert ray_exec.actor_resources(threads)["num_cpus"] == 2.0
-    gpu = stages.ProfileConfig.build(executor="ray", backend="vllm", model="m", backend_options={"tensor_parallel_size": 2})
+    gpu = stages.ProfileConfig.build(
+        executor="ray", backend="vllm", model="m", backend_options={"tensor_parallel_size": 2}
+    )
     assert ray_exec.actor_resources(gpu) == {"num_cpus": 1, "num_gpus": 2.0}
-    assert ray_exec.actor_resources(stages.ProfileConfig.build(executor="ray", backend="vllm", model="m"))["num_gpus"] == 1.0
-    assert ray_exec.actor_config(cpu).backend_options == {"n_threads": 1}
+    assert (
+        ray_exec.actor_resources(stages.ProfileConfig.build(executor="ray", backend="vllm", model="m"))["num_gpus"]
+        == 1.0
+    )
+    assert ray_exec.actor_config(cpu).engine.backend_options == {"n_threads": 1}
+    assert ray_exec.actor_config(cpu).grading.workers == 1
     with pytest.raises(ValueError, match="executor='local'"):
         ray_exec.RayExecutor(stages.ProfileConfig())
 
@@ -60,7 +66,9 @@ def test_ray_executor_without_prefect_on_simulate(local_ray, tmp_path, check_com
     cfg = stages.ProfileConfig.build(backend="simulate", limit=6, n=3, shard_size=2, report=False)
     ref = executors.profile_direct(cfg, Store.open(tmp_path / "single"))
     on_ray = Store.open(tmp_path / "ray")
-    got = executors.profile_direct(stages.ProfileConfig.build(**{**cfg.flat(), "executor": "ray", "replicas": 2}), on_ray)
+    got = executors.profile_direct(
+        stages.ProfileConfig.build(**{**cfg.flat(), "executor": "ray", "replicas": 2}), on_ray
+    )
     assert got["run_id"] == ref["run_id"]
     check_complete(on_ray, got["run_id"], 3, 6)
     assert sorted_samples(tmp_path / "single", ref["run_id"]).equals(sorted_samples(tmp_path / "ray", got["run_id"]))

@@ -263,8 +263,9 @@ def check_grade_options(workers: int, timeout_s: float) -> None:
     try:
         GradeConfig(workers=workers, timeout_s=timeout_s)
     except (TypeError, ValueError) as exc:
-        flag, value = ("--grade-timeout", timeout_s) if "timeout" in str(exc) else ("--grade-workers", workers)
-        raise ConfigError(f"{flag} {value!r}: {exc}") from exc
+        # GradeConfig names its field (``timeout_s=0.0 is out of range; ...``): say the flag instead.
+        text = str(exc).replace("timeout_s=", "--grade-timeout ").replace("workers=", "--grade-workers ")
+        raise ConfigError(text) from exc
 
 
 # The grading defaults of the commands that grade without profiling (grade, regrade): a profile's.
@@ -310,7 +311,8 @@ _BACKEND_OPTIONS: dict[str, tuple[Any, str, str]] = {
 
 
 def _flag(alias: Any) -> str:
-    return next(m for m in alias.__metadata__ if isinstance(m, typer.models.OptionInfo)).param_decls[0]
+    info = next(m for m in alias.__metadata__ if isinstance(m, typer.models.OptionInfo))
+    return info.param_decls[0] if info.param_decls else info.default  # Annotated: the flag comes first
 
 
 def profile_defaults() -> dict[str, Any]:
@@ -363,15 +365,22 @@ def profile_config(**values: Any) -> ProfileConfig:
 def profile_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command every profile option (``difficulty profile``'s set, the same on every command
     that profiles); the command receives them built, as ``profile: ProfileConfig``."""
-    own = [p for p in inspect.signature(command).parameters.values() if p.name != "profile"]
+    # Typer reads resolved annotations (the command's own are strings under postponed evaluation).
+    own = [
+        p.replace(annotation=eval(p.annotation, command.__globals__))  # noqa: S307 - our own source
+        if isinstance(p.annotation, str)
+        else p
+        for p in inspect.signature(command).parameters.values()
+        if p.name != "profile"
+    ]
     defaults = profile_defaults()
     aliases = _PROFILE_OPTIONS | {name: alias for name, (alias, _, _) in _BACKEND_OPTIONS.items()}
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=alias, default=defaults[name])
         for name, alias in aliases.items()
     ]
-    data_dir = [p for p in own if p.name == "data_dir"]  # kept last in --help
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "data_dir"] + added + data_dir
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    params = [p for p in own if p.name != "data_dir"] + added + [p for p in own if p.name == "data_dir"]
 
     @functools.wraps(command)
     def with_profile(**kwargs: Any) -> Any:
@@ -379,6 +388,5 @@ def profile_options(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(profile=profile_config(**values), **kwargs)
 
     with_profile.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    with_profile.__annotations__ = {**command.__annotations__, **{p.name: p.annotation for p in added}}
-    with_profile.__annotations__.pop("profile", None)
+    with_profile.__annotations__ = {p.name: p.annotation for p in params}
     return with_profile

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline import adaptive, allocate, grade
+from pipeline import adaptive, grade
+from pipeline.adaptive import AdaptiveConfig
 from pipeline.errors import ConfigError
 from pipeline.sample import SamplingParams
 
@@ -109,7 +110,8 @@ class ExecutionConfig:
         ray_address: the Ray cluster to join (default: this process's Ray, or a new local one).
         replicas: Ray actors, one engine each.
         report: write the HTML report at the end (the caller renders it after the run is done).
-        allocation_budget_factor: the default allocation spends this many rollouts per prompt.
+        allocation_budget_factor: the default allocation spends this many rollouts per prompt
+            (None: the allocation's own default, ``allocate.DEFAULT_BUDGET_PER_PROMPT``).
     """
 
     shard_size: int = 256
@@ -117,12 +119,12 @@ class ExecutionConfig:
     ray_address: str | None = None
     replicas: int = 1
     report: bool = True
-    allocation_budget_factor: int = allocate.DEFAULT_BUDGET_PER_PROMPT
+    allocation_budget_factor: int | None = None
 
     def __post_init__(self) -> None:
         if self.shard_size < 1:
             raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
-        if self.allocation_budget_factor < 2:
+        if self.allocation_budget_factor is not None and self.allocation_budget_factor < 2:
             raise ConfigError(f"allocation_budget_factor={self.allocation_budget_factor} must be >= 2")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor={self.executor!r} is unknown: allowed {', '.join(EXECUTORS)}")
@@ -143,7 +145,7 @@ class ProfileConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     grading: grade.GradeConfig = field(default_factory=_profile_grading)
-    adaptive: adaptive.AdaptiveConfig | None = None
+    adaptive: AdaptiveConfig | None = None
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def __post_init__(self) -> None:
@@ -176,8 +178,11 @@ class ProfileConfig:
         adaptive_given = parts.pop("adaptive", {})
         spec = adaptive_given.pop("target", None)
         if spec is None:
-            changed = [ADAPTIVE_SETTINGS[a] for a in ADAPTIVE_SETTINGS if a in adaptive_given
-                       and adaptive_given[a] != known[ADAPTIVE_SETTINGS[a]][2]]
+            changed = [
+                ADAPTIVE_SETTINGS[a]
+                for a in ADAPTIVE_SETTINGS
+                if a in adaptive_given and adaptive_given[a] != known[ADAPTIVE_SETTINGS[a]][2]
+            ]
             if changed:
                 flags = ", ".join("--" + name.replace("_", "-") for name in changed)
                 raise ConfigError(f"{flags}: only with --adaptive (e.g. --adaptive band)")

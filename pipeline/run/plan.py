@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline import adaptive, schema
+from pipeline.adaptive import AdaptiveConfig
 from pipeline.errors import PipelineError
 from pipeline.store import Store
 
@@ -78,7 +79,7 @@ class RunPlan:
     digests: list[str] = field(default_factory=list)
     shards: list[list[int]] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)
-    adaptive: adaptive.AdaptiveConfig | None = None
+    adaptive: AdaptiveConfig | None = None
 
     @classmethod
     def build(cls, run_id: str, entries: list[ShardEntries], problems: pa.Table, **fields: Any) -> RunPlan:

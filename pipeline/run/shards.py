@@ -21,7 +21,7 @@ from typing import Any, Protocol, Self
 
 import pyarrow as pa
 
-from pipeline import analyze, grade
+from pipeline import grade
 from pipeline.errors import PipelineError, StoreError
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import RunPlan, pending_shards
@@ -146,9 +146,7 @@ def write_graded_shard(store: Store, job: ShardJob, graded: pa.Table) -> int:
     """Check a graded shard against its job and write it (one atomic file, with its answer
     counts); returns the samples written."""
     check_shard(job, graded)
-    store.write_shard(
-        job.run_id, job.shard, graded, digest=job.digest, answer_counts=analyze.answer_counts(job.run_id, job.shard, graded)
-    )
+    store.write_shard(job.run_id, job.shard, graded, digest=job.digest)
     return graded.num_rows
 
 

@@ -199,7 +199,8 @@ def next_round_step(config: ProfileConfig, store: Store, plan: RunPlan) -> Round
 
 
 def finish_step(config: ProfileConfig, store: Store, plan: RunPlan, state: AdaptiveState | None) -> dict[str, Any]:
-    return finish_run(store, plan, config.execution.allocation_budget_factor, state)
+    budget = config.execution.allocation_budget_factor or allocate.DEFAULT_BUDGET_PER_PROMPT
+    return finish_run(store, plan, budget, state)
 
 
 def _started(plan: RunPlan) -> None:
@@ -241,4 +242,3 @@ def run_label(config: ProfileConfig, run_id: str | None = None) -> str:
     dataset = data.dataset or (Path(data.data_file).stem if data.data_file else "local")
     model = Path(engine.model).name if engine.model else f"{engine.backend}-default"
     return f"{dataset}/{model}/{run_id or 'pending'}"
-
