@@ -99,6 +99,7 @@ __all__ = [
     "check_timeout",
     "extract_answer",
     "grader_version",
+    "last_box",
     "numeric_verdict",
     "parse_number",
     "read_completion",
