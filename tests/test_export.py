@@ -94,7 +94,9 @@ def test_math500_jsonl_export_round_trips(math_run, shared, tmp_path):
     store, run_id = math_run
     key = measurement_key(run_id)
     stats = _stats(store, run_id)
-    out = tmp_path / "out" / "test.jsonl"  # the source's name: loaded again, the same dataset name
+    # the source's folder and file name: loaded again, the same dataset name (a generic stem such as
+    # ``test`` is named with its folder, datasets.local_name)
+    out = tmp_path / "out" / "math500" / "test.jsonl"
     cli = _cli("export", "--run", run_id, "--output", str(out), "--data-dir", str(store.root))
     assert "dataset local-math500-test has 20 rows" in cli.stdout and "wrote 20 rows" in cli.stdout
     assert "left out 0 rows" in cli.stdout
@@ -186,7 +188,7 @@ def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, 
     assert run["dataset"] == "verl-deepscaler-verl_train_sub" and run["prompt_template"] == "{messages}"
     key = measurement_key(run_id)
     stats = _stats(store, run_id)
-    out = tmp_path / "out" / "verl_train_sub.parquet"
+    out = tmp_path / "out" / "deepscaler" / "verl_train_sub.parquet"
     cli = _cli("export", "--run", run_id, "--output", str(out), "--G", "4", "--data-dir", str(store.root))
     assert f"(verl, measurements in extra_info['{key}'])" in cli.stdout
     source = pq.read_table(shared / "deepscaler/verl_train_sub.parquet").slice(0, 20).to_pylist()
