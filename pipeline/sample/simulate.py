@@ -27,9 +27,10 @@ Outcomes:
 
 Completions:
     A correct sample is ``The answer is \\boxed{<gold>}.`` (surrounding ``$`` removed). A wrong one
-    boxes a different answer the grader reads as wrong: for a plain-number gold (integer,
-    decimal, ``a/b``, ``\\frac{a}{b}``, with ``,`` separators, ``$`` or ``%``) the gold plus a
-    nonzero integer offset in [-9, 9] drawn from the sample's seed; for ``\\infty``-like golds the
+    boxes a different answer the grader reads as wrong: for a gold the grader reads as a plain
+    number (``grade.extract.parse_number``: integer, decimal, ``a/b``, ``\\frac{a}{b}``, with ``,``
+    separators, ``$``, or ``%`` as a hundredth) the gold's value plus a nonzero integer offset in
+    [-9, 9] drawn from the sample's seed; for ``\\infty``-like golds the
     opposite infinity; for any other gold ``<gold>+k`` with k in 1..9. ``n_tokens`` is the number
     of whitespace-separated words and ``finish_reason`` is ``stop``, unless the completion has
     more words than ``max_tokens``: then it is cut to ``max_tokens`` words and finishes with
