@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline import stats
 from pipeline.errors import ConfigError
+from pipeline.specs import parse_spec, spec_name
 
 __all__ = [
     "BANDS",
@@ -64,31 +66,6 @@ BANDS = ("silent_hard", "informative", "silent_easy")
 PRIOR_FLOOR = 0.05
 # Nor above this: counts that look binomial (no spread beyond sampling noise) push a + b to infinity.
 PRIOR_CEIL = 1e4
-
-
-def _spec_params(spec: str, what: str, allowed: dict[str, type]) -> tuple[str, dict[str, Any]]:
-    """``name[:key=value,...]`` -> (name, typed values); ``ConfigError`` names the bad part."""
-    name, _, rest = spec.strip().partition(":")
-    name = name.strip()
-    params: dict[str, Any] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in allowed:
-            raise ConfigError(
-                f"{what} {spec!r}: bad parameter {item!r}; {name} takes {', '.join(allowed) or 'none'} "
-                f"(as {name}:key=value,...)"
-            )
-        try:
-            number = float(value)
-        except ValueError:
-            raise ConfigError(f"{what} {spec!r}: {key}={value.strip()!r} is not a number") from None
-        if allowed[key] is int:
-            if not number.is_integer():
-                raise ConfigError(f"{what} {spec!r}: {key}={value.strip()!r} must be a whole number")
-            number = int(number)
-        params[key] = number
-    return name, params
 
 
 @dataclass(frozen=True)
@@ -129,11 +106,11 @@ class Target:
     @classmethod
     def parse(cls, spec: str) -> Target:
         """``band[:lo=0.1,hi=0.9,delta=0.05]`` or ``width[:h=0.1,delta=0.05]``."""
-        kind = spec.strip().partition(":")[0].strip()
+        kind = spec_name(spec)
         if kind not in TARGETS:
             raise ConfigError(f"adaptive target {kind!r} is unknown: allowed {', '.join(TARGETS)} (from {spec!r})")
         allowed = {"lo": float, "hi": float, "delta": float} if kind == "band" else {"h": float, "delta": float}
-        _, params = _spec_params(spec, "adaptive target", allowed)
+        _, params = parse_spec(spec, "adaptive target", allowed)
         return cls(kind=kind, **params)
 
     @property
@@ -170,11 +147,11 @@ class RoundRule:
     @classmethod
     def parse(cls, spec: str) -> RoundRule:
         """``step[:k=4]`` or ``greedy[:k=1,budget=8]``."""
-        kind = spec.strip().partition(":")[0].strip()
+        kind = spec_name(spec)
         if kind not in ROUND_RULES:
             raise ConfigError(f"round rule {kind!r} is unknown: allowed {', '.join(ROUND_RULES)} (from {spec!r})")
         allowed: dict[str, type] = {"k": int} if kind == "step" else {"k": int, "budget": float}
-        _, params = _spec_params(spec, "round rule", allowed)
+        _, params = parse_spec(spec, "round rule", allowed)
         if kind == "step":
             params.setdefault("k", 4)
         return cls(kind=kind, **params)
@@ -343,11 +320,9 @@ def band_probabilities(alpha, beta, lo: float, hi: float) -> tuple[np.ndarray, n
 
 
 def credible_interval(alpha, beta, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """The central (equal-tailed) ``level`` interval of ``Beta(alpha, beta)`` (quantiles)."""
-    from scipy.special import betaincinv
-
-    tail = (1.0 - level) / 2.0
-    return betaincinv(alpha, beta, tail), betaincinv(alpha, beta, 1.0 - tail)
+    """The central (equal-tailed) ``level`` interval of ``Beta(alpha, beta)`` (quantiles;
+    ``stats.beta_interval``, the one Beta-quantile kernel)."""
+    return stats.beta_interval(alpha, beta, level)
 
 
 @dataclass(frozen=True)

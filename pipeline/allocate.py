@@ -188,22 +188,6 @@ class Allocation:
 # --- value tables -------------------------------------------------------------------------------
 
 
-def _binom_pmf_matrix(n: int, p: np.ndarray) -> np.ndarray:
-    """Binomial(n, p) pmf over k = 0..n for each p (rows), in log space; exact at p in {0, 1}."""
-    from scipy.special import gammaln  # scipy costs seconds to import: only when used
-
-    k = np.arange(n + 1)
-    logc = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
-    inner = (p > 0) & (p < 1)
-    pi = np.where(inner, p, 0.5)
-    out = np.exp(logc + np.log(pi)[:, None] * k + np.log1p(-pi)[:, None] * (n - k))
-    out[p <= 0] = 0.0
-    out[p <= 0, 0] = 1.0
-    out[p >= 1] = 0.0
-    out[p >= 1, n] = 1.0
-    return out
-
-
 def _beta_moment(alpha: np.ndarray, beta: np.ndarray, i, j) -> np.ndarray:
     """``E[p^i q^j]`` under ``Beta(alpha, beta)``."""
     from scipy.special import betaln
@@ -266,7 +250,7 @@ def value_table(
             terms = np.exp(logc + betaln(alpha[:, None] + s + 1, beta[:, None] + n - s) - betaln(alpha, beta)[:, None])
             out[:, j] = terms @ d
         else:
-            out[:, j] = (_binom_pmf_matrix(int(n) - 1, p) @ d) * p * q
+            out[:, j] = (stats.binom_pmf(int(n) - 1, p) @ d) * p * q
     if isinstance(e, est.DAPO) and e.mode == "resample":
         out = value_table_dapo_resample(out, n_grid, p, alpha, beta, e, posterior)
     return out

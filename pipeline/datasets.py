@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from pipeline import schema
 from pipeline.errors import DatasetError
+from pipeline.grade.extract import last_box
 
 log = logging.getLogger(__name__)
 
@@ -175,42 +176,13 @@ def _missing_value(value: Any) -> bool:
     return isinstance(value, str) and not value.strip()
 
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*([{ ])")
-
-
-def last_boxed(text: str | None) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``) of a solution.
-
-    Braces are matched, so ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; an unclosed box gives None.
-    MATH's gold answer is this box of its worked solution when the row has no ``answer``.
-    """
-    if not isinstance(text, str):
-        return None
-    matches = list(_BOXED.finditer(text))
-    for match in reversed(matches):
-        start = match.end()
-        if match[1] == " ":  # \boxed 5: up to the next space, $ or end of line
-            rest = re.match(r"\s*([^\s$]+)", text[start:])
-            if rest:
-                return rest[1]
-            continue
-        depth = 1
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
-    return None
-
-
 def _answer_or_boxed(table: pa.Table) -> list:
-    """Each row's ``answer``, or the last box of its ``solution`` when the answer is missing."""
+    """Each row's ``answer``, or the last box of its ``solution`` when the answer is missing
+    (MATH's gold answer; read by the grader's one box reader, ``grade.extract.last_box``)."""
     n = table.num_rows
     answers = _col(table, "answer") if "answer" in table.column_names else [None] * n
     solutions = _col(table, "solution") if "solution" in table.column_names else [None] * n
-    return [last_boxed(s) if _missing_value(a) else a for a, s in zip(answers, solutions, strict=True)]
+    return [last_box(s) if _missing_value(a) else a for a, s in zip(answers, solutions, strict=True)]
 
 
 def _need_answer(table: pa.Table, adapter: str) -> None:
@@ -448,8 +420,9 @@ ADAPTERS: dict[str, Adapter] = {
     )
 }
 
-# Adapters of local files whose datasets are named after the file (``local-<stem>``): a file
-# loaded as ``local`` before the MATH and TRL adapters existed keeps its name and prompt ids.
+# Adapters of local files whose datasets are named after the file (``local-<stem>``, see
+# ``local_name``): a file loaded as ``local`` before the MATH and TRL adapters existed keeps its
+# name and prompt ids.
 FILE_NAMED = ("local", "math", "trl")
 
 
@@ -969,7 +942,8 @@ def load(
         name: adapter name (``gsm8k``, ``bigmath``, ``deepmath``, ``arithmetic``, ``verl``,
             ``math``, ``trl``, ``local``); with ``data_file`` and no name the adapter is chosen
             from the columns present (``detect_adapter``). A file read as ``verl`` is the dataset
-            ``verl-<stem>``; as ``math``, ``trl`` or ``local``, ``local-<stem>``.
+            ``verl-<stem>``; as ``math``, ``trl`` or ``local``, ``local-<stem>``; a generic stem
+            (``test``, ``train``, ...) takes its folder too, ``local-math500-test`` (``local_name``).
         data_file: a local Parquet / JSON Lines / CSV file or a hub-layout folder.
         split: split to read (hub) or to select (hub-layout folder).
         limit: keep the first ``limit`` problems (after duplicates are collapsed).
@@ -1014,7 +988,66 @@ def load(
     return to_problems(raw, adapter, dataset, split or adapter.split, origin=origin, limit=limit, original=original)
 
 
+# Words that say nothing about what a file holds: a file whose stem is made only of these (and
+# numbers), such as ``test``, ``train``, ``verl_test``, ``verl_train_sub`` or the hub's shard name
+# ``train-00000-of-00001``, is named with its folder too, so that ``math500/test.jsonl`` and
+# ``aime24/test.jsonl`` are two datasets (``local-math500-test``, ``local-aime24-test``).
+GENERIC_WORDS = frozenset(
+    {
+        "data",
+        "dataset",
+        "dev",
+        "eval",
+        "evaluation",
+        "of",
+        "problems",
+        "questions",
+        "sample",
+        "samples",
+        "sub",
+        "subset",
+        "test",
+        "train",
+        "val",
+        "valid",
+        "validation",
+        "verl",
+    }
+)
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+# How many folders up a generic name may look for one that is not generic (data/test/x.parquet).
+_NAME_FOLDERS = 3
+
+
+def is_generic_stem(stem: str) -> bool:
+    """Whether a file or folder name says nothing about its content (see ``GENERIC_WORDS``)."""
+    words = [w for w in _WORD_SPLIT.split(stem.lower()) if w]
+    return not words or all(w in GENERIC_WORDS or w.isdigit() for w in words)
+
+
+def _safe(part: str) -> str:
+    return _UNSAFE.sub("-", part).strip("-")
+
+
 def local_name(path: str | os.PathLike, prefix: str = "local-") -> str:
-    """Dataset name for a local file: the prefix and the file's stem, safe in a partition path."""
-    stem = Path(path).name.split(".")[0]
-    return prefix + (re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-") or "data")
+    """Dataset name for a local file: the prefix and the file's stem, safe in a partition path.
+
+    A generic stem (:func:`is_generic_stem`: ``test``, ``train``, ``verl_test``, ...) is preceded
+    by the folder that holds the file, and by the folders above it while those are generic too
+    (at most ``_NAME_FOLDERS``): ``math500/test.jsonl`` is ``local-math500-test``. Any other stem
+    is the name alone (``local-mine``), as it always was, so those datasets keep their names and
+    prompt ids. The name depends only on the path's own parts (made absolute, symlinks not
+    followed), so a file keeps its name on every load, whatever the working directory.
+    """
+    absolute = Path(os.path.abspath(path))
+    stem = _safe(absolute.name.split(".")[0]) or "data"
+    parts = [stem]
+    if is_generic_stem(stem):
+        for folder in list(absolute.parents)[:_NAME_FOLDERS]:
+            if not _safe(folder.name):
+                break  # the root: nothing more to say
+            parts.insert(0, folder.name)
+            if not is_generic_stem(folder.name):
+                break
+    return prefix + "-".join(p for p in (_safe(p) for p in parts) if p)

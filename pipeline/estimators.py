@@ -31,7 +31,9 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from pipeline import specs
 from pipeline.errors import ConfigError
+from pipeline.stats import binom_pmf  # re-exported: the one binomial pmf lives in stats
 
 __all__ = [
     "ALIASES",
@@ -49,18 +51,6 @@ __all__ = [
     "reco_answer_weight",
     "reco_answer_weight_from_counts",
 ]
-
-
-def binom_pmf(G: int, p: np.ndarray | float, size: int | None = None) -> np.ndarray:
-    """Binomial(G, p) probabilities of k = 0..G, shape ``p.shape + (G + 1,)``.
-
-    Exact at p = 0 and p = 1 (scipy returns the point masses there).
-    """
-    from scipy.stats import binom  # scipy costs seconds to import: only when used
-
-    p = np.asarray(p, dtype=float)
-    k = np.arange(G + 1 if size is None else size)
-    return binom.pmf(k, G, p[..., None])
 
 
 def expect_k(phi: np.ndarray, G: int, p: np.ndarray | float) -> np.ndarray:
@@ -610,37 +600,15 @@ DEFAULT_ESTIMATORS: tuple[str, ...] = (
 )
 
 
-def _convert(value: str, target: type | str) -> object:
-    # with ``from __future__ import annotations`` field types are strings such as "float | None"
-    kind = target if isinstance(target, str) else target.__name__
-    kind = kind.replace(" ", "").removesuffix("|None")
-    if kind == "bool":
-        low = value.lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
-        raise ValueError(f"{value!r} is not true or false")
-    if kind == "int":
-        f = float(value)
-        if not f.is_integer():
-            raise ValueError(f"{value!r} is not an integer")
-        return int(f)
-    if kind == "float":
-        return float(value)
-    return value
-
-
 def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
-    """Split ``name:param=value[,param=value]`` into the name and typed parameters.
+    """Split ``name:param=value[,param=value]`` into the name and typed parameters (the
+    grammar and its messages are :func:`pipeline.specs.parse_spec`'s).
 
     Raises:
-        ValueError: unknown name (the message lists the registry), unknown parameter or a value
+        ConfigError: unknown name (the message lists the registry), unknown parameter or a value
             of the wrong type.
     """
-    text = spec.strip()
-    name, _, rest = text.partition(":")
-    name = name.strip()
+    name = specs.spec_name(spec)
     if name in ALIASES:
         warnings.warn(
             f"estimator {name!r} is now {ALIASES[name]!r} (docs/estimators.md §6)", DeprecationWarning, stacklevel=3
@@ -648,21 +616,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
         name = ALIASES[name]
     if name not in REGISTRY:
         raise ConfigError(f"unknown estimator {name!r}; known: {', '.join(REGISTRY)}")
-    cls = REGISTRY[name]
-    allowed = {f.name: f.type for f in fields(cls)}
-    params: dict[str, object] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in allowed:
-            raise ConfigError(
-                f"estimator {name!r}: bad parameter {item!r}; parameters: "
-                f"{', '.join(allowed) or 'none'} (as {name}:param=value)"
-            )
-        try:
-            params[key] = _convert(value.strip(), allowed[key])
-        except ValueError as exc:
-            raise ConfigError(f"estimator {name!r}: parameter {key}={value!r}: {exc}") from exc
+    _, params = specs.parse_spec(spec, "estimator", {f.name: f.type for f in fields(REGISTRY[name])})
     return name, params
 
 

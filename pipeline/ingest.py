@@ -46,7 +46,7 @@ class ImportConfig:
         shard_size: rows of samples per stored shard.
         grade_workers: math-verify worker processes.
         grade_timeout_s: seconds math-verify may spend on one answer before it is graded
-            ``timeout`` (0 < grade_timeout_s <= 3600).
+            ``timeout`` (0 < grade_timeout_s <= ``grade.MAX_TIMEOUT_S``; ``GradeConfig`` checks it).
         report: write the HTML report of the run.
     """
 

@@ -19,7 +19,9 @@ from pipeline.errors import ConfigError
 __all__ = [
     "StatsConfig",
     "answer_stats_from_histogram",
+    "beta_interval",
     "beta_quadrature",
+    "binom_pmf",
     "jeffreys_interval",
     "pass_at_k",
     "pass_at_k_curves",
@@ -99,15 +101,35 @@ def wilson_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tuple[
     return lo, hi
 
 
+def beta_interval(a, b, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The central (equal-tailed) ``level`` interval of ``Beta(a, b)``: its ``(1 - level) / 2`` and
+    ``1 - (1 - level) / 2`` quantiles (docs/estimators.md §4). The one Beta-quantile kernel: the
+    Jeffreys interval here and the adaptive profile's credible interval (``adaptive``) use it."""
+    from scipy.special import betaincinv  # scipy costs seconds to import: only when used
+
+    tail = (1.0 - level) / 2.0
+    return betaincinv(a, b, tail), betaincinv(a, b, 1.0 - tail)
+
+
 def jeffreys_interval(n: np.ndarray, c: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Equal-tailed Jeffreys interval: quantiles of ``Beta(c + 1/2, n - c + 1/2)`` (docs/estimators.md §4)."""
     n = np.asarray(n, float)
     c = np.asarray(c, float)
-    from scipy.special import betaincinv  # scipy costs seconds to import: only when used
+    return beta_interval(c + 0.5, n - c + 0.5, level)
 
-    a, b = c + 0.5, n - c + 0.5
-    alpha = 1 - level
-    return betaincinv(a, b, alpha / 2), betaincinv(a, b, 1 - alpha / 2)
+
+def binom_pmf(G: int, p: np.ndarray | float, size: int | None = None) -> np.ndarray:
+    """Binomial(G, p) probabilities of k = 0..G (or k < ``size``: zero past G), shape ``p.shape + (G + 1,)``.
+
+    Exact at p = 0 and p = 1 (scipy returns the point masses there). The one binomial-pmf
+    kernel: the estimators' expectations over k (``estimators.expect_k``, ``loo_weight``) and the
+    allocation's value tables use it.
+    """
+    from scipy.stats import binom  # scipy costs seconds to import: only when used
+
+    p = np.asarray(p, dtype=float)
+    k = np.arange(G + 1 if size is None else size)
+    return binom.pmf(k, G, p[..., None])
 
 
 def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:

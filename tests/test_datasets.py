@@ -132,3 +132,49 @@ def test_arithmetic_large_sizes_finish_and_stay_unique():
     # The small tiers ran out of distinct problems (8 for 'add one'); the others filled in.
     tiers = big.column("source").to_pylist()
     assert tiers.count("add one") <= 8 and tiers.count("3x2-digit mul") > 333
+
+
+# --- dataset names of local files -----------------------------------------------------------------
+
+
+def test_two_shared_files_named_test_are_two_datasets(shared):
+    """MATH-500's and AIME 2024's ``test.jsonl`` were both ``local-test``: their problems shared a
+    dataset. A generic stem now takes its folder."""
+    math500 = datasets.load(data_file=shared / "math500/test.jsonl").problems
+    aime24 = datasets.load(data_file=shared / "aime24/test.jsonl").problems
+    assert set(math500.column("dataset").to_pylist()) == {"local-math500-test"}
+    assert set(aime24.column("dataset").to_pylist()) == {"local-aime24-test"}
+    assert not set(math500.column("prompt_id").to_pylist()) & set(aime24.column("prompt_id").to_pylist())
+
+
+@pytest.mark.parametrize("name", ["math500/test.jsonl", "aime24/test.jsonl", "deepscaler/verl_train_sub.parquet"])
+def test_a_file_keeps_its_name_and_ids_on_every_load(shared, name, tmp_path, monkeypatch):
+    first = datasets.load(data_file=shared / name).problems
+    again = datasets.load(data_file=shared / name).problems
+    assert first.column("dataset").equals(again.column("dataset"))
+    assert first.column("prompt_id").equals(again.column("prompt_id"))
+    # from another working directory, by a relative path: the same name
+    monkeypatch.chdir(shared / name.split("/")[0])
+    relative = datasets.load(data_file=name.split("/")[1]).problems
+    assert relative.column("dataset").equals(first.column("dataset"))
+    assert relative.column("prompt_id").equals(first.column("prompt_id"))
+
+
+def test_local_names_generic_stems_take_their_folder(tmp_path):
+    name = datasets.local_name
+    # a stem that names its content keeps today's name (and so its prompt ids and run ids)
+    assert name("/data/x/mine.jsonl") == "local-mine"
+    assert name("/data/x/gsm8k_hard.parquet") == "local-gsm8k_hard"
+    assert name("/data/x/my data!.csv", "verl-") == "verl-my-data"
+    # generic stems: the folder too, and the folders above while those are generic as well
+    assert name("/data/math500/test.jsonl") == "local-math500-test"
+    assert name("/data/aime24/test.jsonl") == "local-aime24-test"
+    assert name("/data/math500/verl_test.parquet", "verl-") == "verl-math500-verl_test"
+    assert name("/x/deepscaler/verl_train_sub.parquet", "verl-") == "verl-deepscaler-verl_train_sub"
+    assert name("/x/gsm8k/data/train-00000-of-00001.parquet") == "local-gsm8k-data-train-00000-of-00001"
+    assert name("/x/bench/data/test/validation.jsonl") == "local-bench-data-test-validation"
+    assert name("/x/bench/data/test/dev/val.jsonl") == "local-data-test-dev-val"  # at most 3 folders
+    assert name("/test.jsonl") == "local-test"  # nothing above
+    assert name("/x/folder/.jsonl") == "local-folder-data"
+    assert datasets.is_generic_stem("Validation_Set") is False
+    assert datasets.is_generic_stem("verl_train_sub") and datasets.is_generic_stem("Test")

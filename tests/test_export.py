@@ -94,9 +94,11 @@ def test_math500_jsonl_export_round_trips(math_run, shared, tmp_path):
     store, run_id = math_run
     key = measurement_key(run_id)
     stats = _stats(store, run_id)
-    out = tmp_path / "out" / "test.jsonl"  # the source's name: loaded again, the same dataset name
+    # the source's folder and file name: loaded again, the same dataset name (a generic stem such as
+    # ``test`` is named with its folder, datasets.local_name)
+    out = tmp_path / "out" / "math500" / "test.jsonl"
     cli = _cli("export", "--run", run_id, "--output", str(out), "--data-dir", str(store.root))
-    assert "dataset local-test has 20 rows" in cli.stdout and "wrote 20 rows" in cli.stdout
+    assert "dataset local-math500-test has 20 rows" in cli.stdout and "wrote 20 rows" in cli.stdout
     assert "left out 0 rows" in cli.stdout
     source = (shared / "math500/test.jsonl").read_text(encoding="utf-8").splitlines()[:20]
     lines = out.read_text(encoding="utf-8").splitlines()
@@ -112,7 +114,7 @@ def test_math500_jsonl_export_round_trips(math_run, shared, tmp_path):
     again = tmp_path / "again"
     _cli("load", "--data-file", str(out), "--data-dir", str(again))
     ids = Store(again).read_table("problems").column("prompt_id").to_pylist()
-    assert ids == store.read_table("problems", {"dataset": "local-test"}).column("prompt_id").to_pylist()
+    assert ids == store.read_table("problems", {"dataset": "local-math500-test"}).column("prompt_id").to_pylist()
     assert set(ids) == set(stats)
     hf_rows = hf.load_dataset("json", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
     assert hf_rows.num_rows == 20 and key in hf_rows.column_names
@@ -154,7 +156,7 @@ def test_filters_partition_the_rows_and_list_what_they_leave_out(math_run, tmp_p
         + ["--data-dir", str(store.root)],
     )
     assert bad.exit_code == 1 and not (tmp_path / "x.jsonl").exists()
-    assert "keeps none of the 20 rows of dataset local-test (" in bad.stderr and "nothing written" in bad.stderr
+    assert "keeps none of the 20 rows of dataset local-math500-test (" in bad.stderr and "nothing written" in bad.stderr
 
 
 def test_math_run_exported_in_verl_format(math_run, tmp_path):
@@ -165,7 +167,7 @@ def test_math_run_exported_in_verl_format(math_run, tmp_path):
     rows = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
     assert rows.num_rows == 20
     template = store.get_run(run_id)["prompt_template"]
-    problems = store.read_table("problems", {"dataset": "local-test"}).to_pylist()
+    problems = store.read_table("problems", {"dataset": "local-math500-test"}).to_pylist()
     for row, problem in zip(rows, problems, strict=True):
         measure = check_verl_row(row, key)
         assert measure["prompt_id"] == problem["prompt_id"]
@@ -183,10 +185,10 @@ def test_math_run_exported_in_verl_format(math_run, tmp_path):
 def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, tmp_path):
     store, run_id = verl_run
     run = store.get_run(run_id)
-    assert run["dataset"] == "verl-verl_train_sub" and run["prompt_template"] == "{messages}"
+    assert run["dataset"] == "verl-deepscaler-verl_train_sub" and run["prompt_template"] == "{messages}"
     key = measurement_key(run_id)
     stats = _stats(store, run_id)
-    out = tmp_path / "out" / "verl_train_sub.parquet"
+    out = tmp_path / "out" / "deepscaler" / "verl_train_sub.parquet"
     cli = _cli("export", "--run", run_id, "--output", str(out), "--G", "4", "--data-dir", str(store.root))
     assert f"(verl, measurements in extra_info['{key}'])" in cli.stdout
     source = pq.read_table(shared / "deepscaler/verl_train_sub.parquet").slice(0, 20).to_pylist()
@@ -210,8 +212,8 @@ def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, 
     # loaded again with the same command: the same ids, the measurements kept in extra_info
     again = tmp_path / "again"
     _cli("load", "--data-file", str(out), "--data-dir", str(again))
-    reloaded = Store(again).read_table("problems", {"dataset": "verl-verl_train_sub"})
-    ids = store.read_table("problems", {"dataset": "verl-verl_train_sub"}).column("prompt_id").to_pylist()
+    reloaded = Store(again).read_table("problems", {"dataset": "verl-deepscaler-verl_train_sub"})
+    ids = store.read_table("problems", {"dataset": "verl-deepscaler-verl_train_sub"}).column("prompt_id").to_pylist()
     assert reloaded.column("prompt_id").to_pylist() == ids and set(ids) == set(stats)
     first = datasets.original_row(reloaded.column("original")[0].as_py())
     assert first["extra_info"][key]["prompt_id"] == reloaded.column("prompt_id")[0].as_py()

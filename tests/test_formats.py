@@ -34,19 +34,19 @@ MATH_FIRST = r"\left( 3, \frac{\pi}{2} \right)"
 # file: adapter detected, dataset name, rows read, problems, duplicates, statuses, first answer
 FILES = {
     "gsm8k/test.jsonl": ("gsm8k", "gsm8k", 1319, 1319, 0, {"ok": 1319}, "18"),
-    "math500/test.jsonl": ("math", "local-test", 500, 500, 0, {"ok": 500}, MATH_FIRST),
-    "math500/verl_test.parquet": ("verl", "verl-verl_test", 500, 500, 0, {"ok": 500}, MATH_FIRST),
+    "math500/test.jsonl": ("math", "local-math500-test", 500, 500, 0, {"ok": 500}, MATH_FIRST),
+    "math500/verl_test.parquet": ("verl", "verl-math500-verl_test", 500, 500, 0, {"ok": 500}, MATH_FIRST),
     # three rows share one problem (two collapse) and one has an empty ground_truth
     "deepscaler/verl_train_sub.parquet": (
         "verl",
-        "verl-verl_train_sub",
+        "verl-deepscaler-verl_train_sub",
         1209,
         1207,
         2,
         {"ok": 1206, "empty_answer": 1},
         r"\frac{3}{7}",
     ),
-    "aime24/test.jsonl": ("trl", "local-test", 30, 30, 0, {"ok": 30}, "204"),
+    "aime24/test.jsonl": ("trl", "local-aime24-test", 30, 30, 0, {"ok": 30}, "204"),
 }
 
 
@@ -107,13 +107,12 @@ def test_detection_rules():
     assert detect(["text"]) == "local"
 
 
-def test_last_boxed():
-    assert datasets.last_boxed(r"so $\boxed{\frac{1}{2}}$.") == r"\frac{1}{2}"
-    assert datasets.last_boxed(r"\boxed{1} then \boxed{ 2 }") == "2"
-    assert datasets.last_boxed(r"thus \boxed 5$.") == "5"
-    assert datasets.last_boxed(r"\fbox{7}") == "7"
-    assert datasets.last_boxed(r"\boxed{unclosed") is None
-    assert datasets.last_boxed("no box") is None and datasets.last_boxed(None) is None
+def test_a_solution_s_last_box_is_the_gold_answer():
+    """MATH's gold from its solution is read by the grader's one box reader (grade.extract.last_box)."""
+    table = pa.table(
+        {"problem": ["p", "q", "r"], "solution": [r"so $\boxed{\frac{1}{2}}$.", r"thus \boxed 5$.", "none"]}
+    )
+    assert datasets.ADAPTERS["math"].convert(table)["answer"] == [r"\frac{1}{2}", "5", None]
 
 
 def test_a_verl_prompt_is_sent_as_its_own_messages(shared, tmp_path):
@@ -136,7 +135,7 @@ def test_a_verl_prompt_is_sent_as_its_own_messages(shared, tmp_path):
     tpl.write_text("Q: {problem}\nA:")
     mine = prepare_prompts(problems, template_for(dataset, tpl))
     assert not isinstance(mine[0].prompt, ChatPrompt) and mine[0].prompt.startswith("Q: Find the probability")
-    assert template_for("local-test") != CHAT_MESSAGES
+    assert template_for("local-math500-test") != CHAT_MESSAGES
     # a problem without its verl row cannot be sent as messages: named, never a silent template
     with pytest.raises(ConfigError, match="has\\s+none"):
         prepare_prompts(problems.drop_columns(["original"]), CHAT_MESSAGES)

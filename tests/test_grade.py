@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from pipeline import grade
+from pipeline.errors import ConfigError
 from pipeline.grade import (
     GradeConfig,
     GradingPool,
@@ -205,6 +206,63 @@ def test_without_math_verify_symbolic_answers_compare_as_strings(monkeypatch):
 def test_config_rejects_out_of_range(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GradeConfig(**kwargs)
+
+
+@pytest.mark.parametrize("value", [0, -1.5, 3600.5, 1e9, float("nan"), float("inf")])
+def test_the_one_timeout_check_names_the_value_and_the_range(value):
+    """``check_timeout`` is the one check of the grade timeout: GradeConfig (and through it the
+    import and regrade configs) call it; the bound is ``MAX_TIMEOUT_S``."""
+    assert grade.MAX_TIMEOUT_S == 3600
+    allowed = re.escape(f"is out of range: allowed (0, {grade.MAX_TIMEOUT_S}] seconds")
+    with pytest.raises(ConfigError, match=re.escape(f"timeout_s={value!r} ") + allowed):
+        GradeConfig(timeout_s=value)
+    with pytest.raises(ConfigError, match=re.escape(f"grade_timeout_s={value!r} ") + allowed):
+        grade.check_timeout(value, "grade_timeout_s")
+
+
+@pytest.mark.parametrize("value", ["5", None, True])
+def test_a_timeout_that_is_not_a_number_is_a_config_error(value):
+    with pytest.raises(ConfigError, match=re.escape(f"timeout_s={value!r} must be a number of seconds in (0, 3600]")):
+        GradeConfig(timeout_s=value)
+
+
+def test_timeouts_in_range_pass():
+    for value in (1e-3, 0.5, 5, 3600, 3600.0):
+        grade.check_timeout(value)
+        assert GradeConfig(timeout_s=value).timeout_s == value
+
+
+@pytest.mark.parametrize(
+    ("text", "box"),
+    [
+        (r"so $\boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),  # braces matched
+        (r"\boxed{1} then \boxed{ 2 }", "2"),  # the last one, stripped
+        (r"thus \boxed 5$.", "5"),  # MATH's box without braces: the word after it
+        (r"\boxed 5}", "5"),
+        (r"\fbox{7}", "7"),
+        (r"\boxed {8}", "8"),  # whitespace before the brace
+        ("\\boxed\n{9}", "9"),
+        (r"\boxed{3} and \boxed{}", "3"),  # an empty box is passed over
+        (r"\boxed{3} and \boxed{  }", "3"),
+        (r"\boxed{3} and \boxed{unclosed", "3"),  # so is an unbalanced one
+        (r"\boxed{3} and \boxedx{4}", "3"),  # \boxedx is no box
+        (r"\boxed{\boxed{6}}", "6"),
+        (r"\boxed{unclosed", None),
+        (r"\boxed $5$", None),
+        ("no box", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_last_box_is_the_one_box_reader(text, box):
+    """The grader's string fallback and MATH's gold answer (pipeline.datasets) read boxes here."""
+    assert grade.last_box(text) == box
+
+
+def test_last_box_looks_back_at_most_boxed_tries_boxes():
+    text = r"\boxed{1}" + r"\boxed{}" * grade.BOXED_TRIES
+    assert grade.last_box(text) is None
+    assert grade.last_box(r"\boxed{1}" + r"\boxed{}" * (grade.BOXED_TRIES - 1)) == "1"
 
 
 def test_config_defaults_and_types():

@@ -16,10 +16,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 # Left to right: a module may import its own layer's package and anything to its left.
 LAYERS = (
     "errors",
+    "specs",
     "schema",
+    "grade",
     "datasets",
     "sample",
-    "grade",
     "store",
     "sql",
     "stats",

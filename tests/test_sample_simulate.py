@@ -286,3 +286,19 @@ def test_fail_once_fails_the_first_attempt_only():
     again = sampler.sample(problems, params)
     assert again.num_rows == 6
     assert again.equals(make_sampler("simulate").sample(problems, params))
+
+
+def test_wrong_answers_read_the_gold_as_the_grader_does():
+    """A plain-number gold is read by the grader's one reader (grade.extract.parse_number): a
+    percentage is its hundredth, a signed fraction a number, and a gold the fast path leaves to
+    math-verify (``023``) gets ``<gold>+k``."""
+    from fractions import Fraction
+
+    from pipeline.grade.extract import parse_number
+    from pipeline.sample.simulate import wrong_answer
+
+    for gold in ("42", "-7", "1,000", "3/4", "\\frac{-15647}{390625}", "10\\%", "$0.5$"):
+        golden = parse_number(gold.strip("$"))
+        offsets = {parse_number(wrong_answer(gold, seed)) - golden for seed in range(18)}
+        assert offsets == {Fraction(k) for k in range(-9, 10) if k}, gold
+    assert wrong_answer("10\\%", 9) == "1.1" and wrong_answer("023", 2) == "023+3"

@@ -185,3 +185,93 @@ def test_errors_print_plain_numbers():
         with pytest.raises(ValueError) as err:
             call()
         assert shown in str(err.value) and "np." not in str(err.value), str(err.value)
+
+
+# --- the merged kernels: the one Beta quantile and the one binomial pmf, against the copies they replace
+
+
+def _old_jeffreys(n, c, level):
+    """``stats.jeffreys_interval`` before it called ``beta_interval`` (verbatim)."""
+    from scipy.special import betaincinv
+
+    n, c = np.asarray(n, float), np.asarray(c, float)
+    a, b = c + 0.5, n - c + 0.5
+    alpha = 1 - level
+    return betaincinv(a, b, alpha / 2), betaincinv(a, b, 1 - alpha / 2)
+
+
+def _old_credible(alpha, beta, level):
+    """``adaptive.credible_interval`` before it called ``beta_interval`` (verbatim)."""
+    from scipy.special import betaincinv
+
+    tail = (1.0 - level) / 2.0
+    return betaincinv(alpha, beta, tail), betaincinv(alpha, beta, 1.0 - tail)
+
+
+def _old_allocate_pmf(n, p):
+    """``allocate._binom_pmf_matrix`` (log space) before it called ``stats.binom_pmf`` (verbatim)."""
+    from scipy.special import gammaln
+
+    k = np.arange(n + 1)
+    logc = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+    inner = (p > 0) & (p < 1)
+    pi = np.where(inner, p, 0.5)
+    out = np.exp(logc + np.log(pi)[:, None] * k + np.log1p(-pi)[:, None] * (n - k))
+    out[p <= 0] = 0.0
+    out[p <= 0, 0] = 1.0
+    out[p >= 1] = 0.0
+    out[p >= 1, n] = 1.0
+    return out
+
+
+P_GRID = np.concatenate([[0.0, 1.0, 1e-300, 1e-12, 1 - 1e-12, 0.5], np.linspace(0, 1, 257)])
+
+
+def test_beta_interval_is_bit_for_bit_both_old_copies():
+    from pipeline import adaptive
+
+    n = np.repeat(np.arange(0, 65), 65)
+    c = np.concatenate([np.arange(0, 65)] * 65)
+    keep = c <= n
+    n, c = n[keep], c[keep]
+    for level in (0.5, 0.8, 0.9, 0.95, 0.99, 1 - 1e-9):
+        for got, want in zip(stats.jeffreys_interval(n, c, level), _old_jeffreys(n, c, level), strict=True):
+            np.testing.assert_array_equal(got, want)
+        a, b = c + 0.05 + n / 7, n - c + 0.3
+        for got, want in zip(adaptive.credible_interval(a, b, level), _old_credible(a, b, level), strict=True):
+            np.testing.assert_array_equal(got, want)
+        for got, want in zip(stats.beta_interval(a, b, level), _old_credible(a, b, level), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_binom_pmf_is_the_estimators_old_kernel_and_within_rounding_of_allocate_s():
+    from pipeline import estimators as est
+
+    assert est.binom_pmf is stats.binom_pmf
+    for G in (0, 1, 2, 3, 7, 16, 63, 200):
+        got = stats.binom_pmf(G, P_GRID)
+        np.testing.assert_array_equal(got, binom.pmf(np.arange(G + 1), G, P_GRID[:, None]))  # estimators' copy
+        old = _old_allocate_pmf(G, P_GRID)
+        np.testing.assert_array_equal(got[P_GRID == 0], old[P_GRID == 0])  # exact point masses, as before
+        np.testing.assert_array_equal(got[P_GRID == 1], old[P_GRID == 1])
+        # allocate's log-space copy rounded differently: at most a few 1e-13, relative
+        np.testing.assert_allclose(got, old, rtol=2e-12, atol=1e-300)
+    np.testing.assert_array_equal(stats.binom_pmf(3, 0.25, size=6)[4:], [0.0, 0.0])  # zero past G
+    assert stats.binom_pmf(4, np.full((2, 3), 0.5)).shape == (2, 3, 5)
+
+
+def test_allocations_are_unchanged_by_the_pmf_merge(monkeypatch):
+    """The point-estimate allocation on a grid of counts, with allocate's old pmf and with the one
+    kernel, gives the same rollouts per prompt (the integers the table stores)."""
+    from pipeline import allocate
+
+    rng = np.random.default_rng(3)
+    n = rng.integers(1, 40, size=300)
+    c = rng.binomial(n, rng.beta(0.5, 0.5, size=300))
+    for estimator in ("grpo", "rloo", "dr_grpo", "maxrl"):
+        config = allocate.AllocationConfig(budget=8 * 300, estimator=estimator, n_max=64, posterior=False)
+        new = allocate.allocate(n, c, config)
+        with monkeypatch.context() as m:
+            m.setattr(allocate.stats, "binom_pmf", lambda G, p: _old_allocate_pmf(G, np.asarray(p, float)))
+            old = allocate.allocate(n, c, config)
+        np.testing.assert_array_equal(new.n, old.n)

@@ -34,6 +34,8 @@ from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 
+from pipeline.errors import ConfigError
+
 # The same values as pipeline.schema.GRADE_STATUSES, spelled here so that worker processes need
 # not import pyarrow (through pipeline.schema) to start.
 CORRECT, INCORRECT, UNPARSED, TIMEOUT, ERROR = STATUSES = (
@@ -54,6 +56,10 @@ BOXED_TRIES = 8  # earlier boxes tried by the string fallback (use_math_verify=F
 # its regex pass costs about 0.4 ms per KiB, so this keeps one item near 25 ms before sympy.
 MAX_PARSE_CHARS = 65_536
 LINE_SEARCH_CHARS = 2_048  # how far past the cut the tail window looks for a line start
+
+# The grade timeout (seconds one item may take in math-verify) is in (0, MAX_TIMEOUT_S]: an hour
+# per answer is already far past any useful grading; check_timeout is the one check of it.
+MAX_TIMEOUT_S = 3600
 
 # Hard deadline = timeout_s + max(HARD_GRACE_MIN_S, HARD_GRACE_FRACTION * timeout_s): the soft
 # SIGALRM inside the worker normally fires first; the kill is for code that ignores signals.
@@ -85,6 +91,18 @@ def _default_workers() -> int:
     return max(1, min(2, cpus))
 
 
+def check_timeout(timeout_s: object, name: str = "timeout_s") -> None:
+    """The one check of a grade timeout: a number of seconds in ``(0, MAX_TIMEOUT_S]``.
+
+    ``name`` is how the caller's user spells the setting (``grade_timeout_s`` in a run's config);
+    the ``ConfigError`` (a ``ValueError``) names it, the value and the range.
+    """
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise ConfigError(f"{name}={timeout_s!r} must be a number of seconds in (0, {MAX_TIMEOUT_S}]")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise ConfigError(f"{name}={timeout_s!r} is out of range: allowed (0, {MAX_TIMEOUT_S}] seconds")
+
+
 @dataclass(frozen=True)
 class GradeConfig:
     """Settings of the grading stage.
@@ -92,8 +110,8 @@ class GradeConfig:
     Attributes:
         workers: Worker processes running math-verify (1 to 256).
         timeout_s: Wall-clock seconds one item may take in math-verify before it is marked
-            ``timeout`` (0 < timeout_s <= 3600). A worker that ignores the soft deadline is
-            killed a grace period later and replaced.
+            ``timeout`` (0 < timeout_s <= :data:`MAX_TIMEOUT_S`, :func:`check_timeout`). A worker
+            that ignores the soft deadline is killed a grace period later and replaced.
         batch_size: Items sent to a worker per message (1 to 10,000).
         use_math_verify: When False, answers that the numeric fast path cannot settle are
             compared as whitespace-normalised strings and no worker process is started.
@@ -109,10 +127,7 @@ class GradeConfig:
             raise TypeError(f"workers must be an int, got {self.workers!r}")
         if not 1 <= self.workers <= 256:
             raise ValueError(f"workers={self.workers} is out of range; allowed 1 to 256")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float):
-            raise TypeError(f"timeout_s must be a number, got {self.timeout_s!r}")
-        if not 0 < self.timeout_s <= 3600:
-            raise ValueError(f"timeout_s={self.timeout_s} is out of range; allowed (0, 3600]")
+        check_timeout(self.timeout_s)
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
             raise TypeError(f"batch_size must be an int, got {self.batch_size!r}")
         if not 1 <= self.batch_size <= 10_000:
@@ -637,20 +652,40 @@ def read_gold(gold: str) -> Number | None:
 # --------------------------------------------------------------------------- without math-verify
 
 
-def last_box(text: str) -> str | None:
-    """Content of the last balanced, non-empty ``\\boxed{}`` or ``\\fbox{}`` (string fallback)."""
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+# The content of a box written without braces, ``\boxed 5``: up to the next space or ``$``.
+_BARE_BOX = re.compile(r"[^\s${}]+")
+
+
+def last_box(text: str | None) -> str | None:
+    """Content of the last readable ``\\boxed{}`` or ``\\fbox{}``, stripped; None if there is none.
+
+    The one box reader without math-verify: the string fallback of grading
+    (``use_math_verify=False``) and a MATH solution's gold answer (``pipeline.datasets``). Braces
+    are matched, so ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; whitespace may separate the
+    command from its brace; ``\\boxed 5`` (no braces, as some MATH solutions write it) gives the
+    word after it, up to a space or ``$``. A box that is unbalanced within
+    :data:`BOXED_SCAN_CHARS`, empty or unreadable is passed over for the one before it, at most
+    :data:`BOXED_TRIES` boxes back.
+    """
+    if not isinstance(text, str):
+        return None
     end = len(text)
     for _ in range(BOXED_TRIES):
-        pos, cmd = max((text.rfind(c, 0, end), c) for c in ("\\boxed", "\\fbox"))
+        pos, cmd = max((text.rfind(c, 0, end), c) for c in _BOX_COMMANDS)
         if pos < 0:
             return None
-        brace = pos + len(cmd)
-        while brace < len(text) and text[brace] == " ":
+        after = brace = pos + len(cmd)
+        while brace < len(text) and text[brace].isspace():
             brace += 1
         if brace < len(text) and text[brace] == "{":
             close = _box_content(text, brace)
             if close is not None and text[brace + 1 : close].strip():
                 return text[brace + 1 : close].strip()
+        elif brace > after:
+            bare = _BARE_BOX.match(text, brace)
+            if bare is not None:
+                return bare.group()
         end = pos
     return None
 

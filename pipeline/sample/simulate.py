@@ -27,9 +27,10 @@ Outcomes:
 
 Completions:
     A correct sample is ``The answer is \\boxed{<gold>}.`` (surrounding ``$`` removed). A wrong one
-    boxes a different answer the grader reads as wrong: for a plain-number gold (integer,
-    decimal, ``a/b``, ``\\frac{a}{b}``, with ``,`` separators, ``$`` or ``%``) the gold plus a
-    nonzero integer offset in [-9, 9] drawn from the sample's seed; for ``\\infty``-like golds the
+    boxes a different answer the grader reads as wrong: for a gold the grader reads as a plain
+    number (``grade.extract.parse_number``: integer, decimal, ``a/b``, ``\\frac{a}{b}``, with ``,``
+    separators, ``$``, or ``%`` as a hundredth) the gold's value plus a nonzero integer offset in
+    [-9, 9] drawn from the sample's seed; for ``\\infty``-like golds the
     opposite infinity; for any other gold ``<gold>+k`` with k in 1..9. ``n_tokens`` is the number
     of whitespace-separated words and ``finish_reason`` is ``stop``, unless the completion has
     more words than ``max_tokens``: then it is cut to ``max_tokens`` words and finishes with
@@ -56,6 +57,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from pipeline.errors import ConfigError, DatasetError, SamplingError
+from pipeline.grade.extract import parse_number
 from pipeline.sample.base import (
     Progress,
     SamplingParams,
@@ -70,7 +72,6 @@ __all__ = [
     "default_pass_rate",
     "format_number",
     "load_pass_rates",
-    "read_number",
     "wrong_answer",
 ]
 
@@ -246,9 +247,6 @@ def _problems(problems: Any, template: str | None) -> list[_Problem]:
 
 # --- completions --------------------------------------------------------------------------------
 
-_PLAIN = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
-_SLASH = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
-_TEX_FRAC = re.compile(r"([+-]?)\\[dt]?frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}")
 _INFINITY = re.compile(r"([+-]?)\s*(?:\\infty|\\infinity|oo|inf|infinity|∞)", re.IGNORECASE)
 
 
@@ -257,26 +255,6 @@ def _unwrap(gold: str) -> str:
     if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
         s = s[1:-1].strip()
     return s
-
-
-def read_number(text: str) -> Fraction | None:
-    """The exact value of a plain-number answer, or None (a conservative reader of what the
-    grader's numeric fast path accepts: integers, decimals, ``a/b``, ``\\frac{a}{b}``, ``,``
-    thousands separators, ``$`` and ``%``)."""
-    s = text.replace("\\$", "").replace("\\%", "").replace("{,}", ",").replace("$", "").replace("%", "")
-    s = s.strip().rstrip(".").strip()
-    m = _TEX_FRAC.fullmatch(s)
-    if m is not None:
-        sign, num, den = m.groups()
-        if int(den) == 0:
-            return None
-        return Fraction(int(num), int(den)) * (-1 if sign == "-" else 1)
-    if _PLAIN.fullmatch(s) is not None:
-        return Fraction(s.replace(",", ""))
-    m = _SLASH.fullmatch(s)
-    if m is not None and int(m.group(2)) != 0:
-        return Fraction(int(m.group(1)), int(m.group(2)))
-    return None
 
 
 def format_number(value: Fraction) -> str:
@@ -296,7 +274,7 @@ def wrong_answer(gold: str, sample_seed: int) -> str:
     """A different answer that the grader grades incorrect (see the module docstring)."""
     s = _unwrap(gold)
     k = sample_seed % 9 + 1
-    value = read_number(s)
+    value = parse_number(s)  # the grader's own reading of a plain number (grade.extract)
     if value is not None:
         return format_number(value + (k if (sample_seed // 9) % 2 else -k))
     m = _INFINITY.fullmatch(s)
