@@ -1,4 +1,4 @@
-"""Benchmark of adaptive profiling (shared/spec/adaptive.md, "What the benchmark measures").
+"""Benchmark of adaptive profiling (docs/adaptive.md §10, what the benchmark measures).
 
 For each of the spec's four truth distributions of per-prompt pass rates (U-shaped Beta(0.3, 0.4),
 uniform, easy-skewed Beta(4, 1), and a mixture with point masses at 0 and 1), the prompts are

@@ -9,7 +9,7 @@ runs in this process (the pool's workers are its children), on the same items:
 1. ``mixed``: ``grade_table`` with a warm pool against the baseline, a plain loop of the reference
    ``verify(parse("\\boxed{" + gold + "}"), parse(completion))`` in this process on every item
    (math-verify on the whole completion, with its own signal timeouts). Target: at least 1.6x on
-   2 cores. Also printed: how often the two agree (any difference must be one of the README's
+   2 cores. Also printed: how often the two agree (any difference must be one of docs/guide/grading.md's
    deliberate differences) and the share of items the numeric fast path decided.
 2. ``pool``: symbolic pairs only, each pair unique, ``GradingPool.grade`` against the same
    function (:func:`pipeline.grade.math_verify_grade`, same gold cache) called in this process:

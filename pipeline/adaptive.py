@@ -1,6 +1,6 @@
 """Adaptive profiling: the prior fit, the posterior decisions, the stopping rule and the round rules.
 
-The math is ``shared/spec/adaptive.md``. A prompt's pass rate has the posterior
+The math is ``docs/adaptive.md`` (§1-§5). A prompt's pass rate has the posterior
 ``Beta(a0 + c, b0 + n - c)``; the prior ``(a0, b0)`` is fitted to the round-0 counts of the whole
 dataset (empirical Bayes: the beta-binomial marginal likelihood, floored at ``PRIOR_FLOOR``) or is
 Jeffreys' ``(1/2, 1/2)``. A prompt is *decided* when

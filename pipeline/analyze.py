@@ -11,7 +11,7 @@ Definitions (``docs/estimators.md``): weights and update masses are at the point
 ``p = c/n``; zero-signal rates are unbiased (hypergeometric) for ``n >= G`` and the Beta posterior
 mean for ``n < G``; plug-in values appear only in columns and metrics named ``*_plugin``.
 
-An adaptive run (``shared/spec/adaptive.md``) stops each prompt when its samples decided it, so
+An adaptive run (``docs/adaptive.md`` §7) stops each prompt when its samples decided it, so
 its ``n`` depends on the data: ``c/n``, the hypergeometric zero-signal rate and the unbiased
 pass@k are biased there, while posterior expectations stay valid. ``AnalyzeConfig(posterior=True)``
 with the run's prior gives them: ``E[p^G + q^G]`` from the Beta moments (§3), ``E[w(p, G)]`` and

@@ -73,7 +73,7 @@ RUNS = pa.schema(
         pa.field("created_at", pa.timestamp("us", tz="UTC")),
         pa.field("updated_at", pa.timestamp("us", tz="UTC")),
         pa.field("status", pa.string()),  # created, sampling, done, failed
-        # Adaptive runs only (null otherwise; shared/spec/adaptive.md): the settings as JSON (target,
+        # Adaptive runs only (null otherwise; docs/adaptive.md §8): the settings as JSON (target,
         # n_min, n_max, round rule, prior choice), the prior the posteriors use, and the rounds as
         # JSON (per round: prompts sampled, rollouts, shards, prompts still open after it).
         pa.field("adaptive", pa.string()),
@@ -172,7 +172,7 @@ PROMPT_STATS = pa.schema(
         pa.field("answer_entropy", pa.float64()),  # nats
         pa.field("modal_correct_share_grpo", pa.float64()),
         pa.field("modal_correct_share_reco", pa.float64()),
-        # Adaptive runs only (null otherwise; shared/spec/adaptive.md). The posterior is
+        # Adaptive runs only (null otherwise; docs/adaptive.md §8). The posterior is
         # Beta(prior_a + c, prior_b + n - c) with the run's prior (runs.prior_a, runs.prior_b).
         pa.field("stop_round", pa.int32()),  # the round of the prompt's last samples
         pa.field("decided_band", pa.string()),  # silent_hard, informative, silent_easy (band target)

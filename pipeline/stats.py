@@ -191,7 +191,7 @@ def silent_rates(
     (hypergeometric); for ``n < G`` the Beta(a + c, b + n - c) posterior means
     ``prod_{j<G} (a + c + j)/(a + b + n + j)`` and the mirror term. With ``posterior`` the
     posterior means for every n: what an adaptive run needs, whose data-dependent n leaves the
-    hypergeometric ratio biased while the posterior stays valid (shared/spec/adaptive.md).
+    hypergeometric ratio biased while the posterior stays valid (docs/adaptive.md §7).
     """
     if int(G) != G or G < 1:
         raise ConfigError(f"group size G={_plain(G)!r} must be an integer >= 1")

@@ -1,4 +1,4 @@
-"""Adaptive profiling (shared/spec/adaptive.md).
+"""Adaptive profiling (docs/adaptive.md §2-§9).
 
 The math, exactly and by Monte Carlo: the prior fit recovers known Beta parameters, band
 probabilities and intervals are scipy's, the stopping rule never stops a prompt the spec calls

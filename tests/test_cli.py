@@ -432,7 +432,8 @@ def test_schedule_serves_the_profile_or_checkpoints_flow(monkeypatch, tmp_path):
     assert out.exit_code == 0, out.output
     (flow, name, params), kwargs = served.pop()
     assert (flow, name, kwargs["interval"]) == ("checkpoints", "ck", 90)
-    assert params["config"]["folder"] == str(tmp_path) and params["config"]["profile"]["engine"]["backend"] == "simulate"
+    assert params["config"]["folder"] == str(tmp_path)
+    assert params["config"]["profile"]["engine"]["backend"] == "simulate"
 
     out = runner.invoke(app, [*base, "--cron", "every day"])
     assert out.exit_code == 1 and "error:" in out.output and "every day" in out.output

@@ -9,7 +9,7 @@ The reference is math-verify 0.9.0 on the whole completion, gold first and the g
 as a literal; ``test_table_is_still_math_verify`` recomputes it so a math-verify upgrade that
 changes a verdict shows here. The pipeline must agree on every row, and no row is a false
 "correct": where math-verify says correct, the answer is right. ``DELIBERATE`` lists the rows
-where the pipeline differs on purpose, with the rule (README, "Grading rules"). The differential
+where the pipeline differs on purpose, with the rule (docs/guide/grading.md). The differential
 test grades generated pairs both ways and allows disagreement only in those rules' classes.
 """
 
@@ -420,7 +420,7 @@ _FRACTION = re.compile(r"(\()?-?\d+\s*/\s*\d+(?(1)\))\.?")
 
 
 def deliberate_rule(completion: str, parsed: list) -> str | None:
-    """The README rule under which the pipeline may differ from math-verify on this pair."""
+    """The rule (docs/guide/grading.md) under which the pipeline may differ from math-verify on this pair."""
     if "####" in completion and "\\boxed" not in completion and "\\fbox" not in completion:
         return "hash"
     if len(completion) > MAX_PARSE_CHARS:

@@ -18,10 +18,10 @@ from pipeline.cli.options import (
     RunId,
     ints,
     open_store,
-    split_estimators,
 )
 from pipeline.cli.output import check_format, emit_sections, say
 from pipeline.errors import ConfigError, DatasetError
+from pipeline.specs import split_specs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -103,7 +103,7 @@ def analyze_cmd(
     fmt = check_format(fmt)
     config = analyze.AnalyzeConfig(
         group_sizes=tuple(ints(group_sizes, "--G")),
-        estimators=tuple(split_estimators(estimators)),
+        estimators=tuple(split_specs(estimators)),
         level=level,
         reco_answers=tuple(ints(reco_answers, "--reco-answers")) if reco_answers.strip() else (),
     )

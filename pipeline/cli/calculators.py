@@ -6,9 +6,10 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.options import DEFAULT_ESTIMATORS, Estimators, Format, floats, split_estimators
+from pipeline.cli.options import DEFAULT_ESTIMATORS, Estimators, Format, floats
 from pipeline.cli.output import check_format, emit
 from pipeline.errors import ConfigError
+from pipeline.specs import split_specs
 
 DEFAULT_P = "0.01,0.05,0.1,0.2,0.3,0.5,0.7,0.8,0.9,0.95,0.99"
 
@@ -43,7 +44,7 @@ def weights_cmd(
     if G < 1:
         raise ConfigError(f"--G {G} must be >= 1")
     rows = []
-    for spec in split_estimators(estimators):
+    for spec in split_specs(estimators):
         e = est.get(spec)
         rows += [
             {"estimator": e.spec, "G": G, "p": float(pi), "weight": float(wi), "mass": float(mi)}

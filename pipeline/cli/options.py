@@ -19,7 +19,7 @@ import typer
 from pipeline.adaptive import PRIORS as ADAPTIVE_PRIORS
 from pipeline.errors import ConfigError
 from pipeline.estimators import DEFAULT_ESTIMATORS as DEFAULT_ESTIMATOR_SPECS
-from pipeline.grade import GradeConfig
+from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout
 from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
 from pipeline.store import DATA_DIR_ENV, Store
 
@@ -76,23 +76,6 @@ def ints(text: str, flag: str) -> list[int]:
     if any(v != int(v) for v in values):
         raise ConfigError(f"{flag} must be whole numbers, got {text!r}")
     return [int(v) for v in values]
-
-
-def split_estimators(text: str) -> list[str]:
-    """Split a comma-separated estimator list whose specs may hold commas themselves.
-
-    ``"grpo,dapo:mode=resample,T=4,softmax_grpo:tau=0.3"`` gives three specs: a token with ``=``
-    and no ``:`` is one more parameter of the spec before it.
-    """
-    specs: list[str] = []
-    for token in (t.strip() for t in text.split(",")):
-        if not token:
-            continue
-        if "=" in token and ":" not in token and specs:
-            specs[-1] += "," + token
-        else:
-            specs.append(token)
-    return specs
 
 
 # --- the profile options (profile, schedule, checkpoints) -------------------------------------
@@ -236,7 +219,7 @@ GradeTimeout = Annotated[
     typer.Option(
         "--grade-timeout",
         metavar="SECONDS",
-        help="Seconds math-verify may spend on one answer before it is graded 'timeout' (> 0, at most 3600).",
+        help=f"Seconds math-verify may spend on one answer before it is graded 'timeout' (> 0, <= {MAX_TIMEOUT_S}).",
         rich_help_panel=_EXECUTION,
     ),
 ]
@@ -260,12 +243,11 @@ Report = Annotated[
 def check_grade_options(workers: int, timeout_s: float) -> None:
     """``ConfigError`` naming the flag when ``--grade-workers`` or ``--grade-timeout`` is out of
     range (checked by ``GradeConfig``, before any work starts)."""
+    check_timeout(timeout_s, "--grade-timeout")
     try:
         GradeConfig(workers=workers, timeout_s=timeout_s)
     except (TypeError, ValueError) as exc:
-        # GradeConfig names its field (``timeout_s=0.0 is out of range; ...``): say the flag instead.
-        text = str(exc).replace("timeout_s=", "--grade-timeout ").replace("workers=", "--grade-workers ")
-        raise ConfigError(text) from exc
+        raise ConfigError(f"--grade-workers {workers!r}: {exc}") from exc
 
 
 # The grading defaults of the commands that grade without profiling (grade, regrade): a profile's.

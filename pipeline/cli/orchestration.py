@@ -70,7 +70,7 @@ def schedule_cmd(
     min_age: MinAge = 60.0,
     data_dir: DataDir = None,
 ) -> None:
-    """Serve the profile flow on a schedule (needs a Prefect server: see the README).
+    """Serve the profile flow on a schedule (needs a Prefect server: see docs/guide/schedules.md).
 
     With --checkpoints DIR (or --checkpoint PATH), each scheduled run profiles the checkpoints
     not yet profiled and appends them to the history table instead.

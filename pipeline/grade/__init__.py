@@ -19,7 +19,7 @@ steps:
    worker that does not answer in time is killed and replaced, and its other items are
    re-queued, so one pathological item can neither hang the stage nor stall the rest.
 
-The deliberate differences from the reference are listed in the README's "Grading rules". Every
+The deliberate differences from the reference are listed in docs/guide/grading.md. Every
 row gets one of the statuses in :data:`pipeline.schema.GRADE_STATUSES` and a short reason; rows
 are never dropped and keep their order.
 

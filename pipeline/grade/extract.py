@@ -14,7 +14,7 @@ cheaply and in the calling process, how much of that can be known without sympy:
   comparison, its percent rules, its 6-digit float rounding) where the outcome is certain, and
   returns None (defer to math-verify) where it is not.
 
-Deliberate differences from the reference are few and listed in the README's "Grading rules":
+Deliberate differences from the reference are few and listed in docs/guide/grading.md:
 the GSM8K ``####`` line, plain-text arithmetic that restates the problem, very long completions
 and boxes longer than :data:`MAX_ANSWER_CHARS`.
 
@@ -412,7 +412,7 @@ def _expr_number(m: re.Match[str]) -> Number | None:
     expr = groups.get("expr") or ""
     f = _PLAIN_FRACTION.fullmatch(expr.strip())
     if f is None:
-        return None  # arithmetic in prose is not evaluated (README, "Grading rules")
+        return None  # arithmetic in prose is not evaluated (docs/guide/grading.md)
     num, den, dot = int(f.group(2)), int(f.group(3)), f.group(4)
     if dot and f.group(1):
         return None  # "(3/4)." is not Python: math-verify's parse_expr fails on it too

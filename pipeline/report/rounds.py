@@ -1,4 +1,4 @@
-"""The report section of an adaptive run (``shared/spec/adaptive.md``): rounds, prior, savings.
+"""The report section of an adaptive run (``docs/adaptive.md`` §2, §5, §10): rounds, prior, savings.
 
 Shown only for a run registered with adaptive settings: per round, the prompts still open and the
 rollouts spent; the fitted prior over the pass-rate histogram; where the prompts stopped; and the
@@ -54,7 +54,7 @@ def posterior_note(data: RunData, short: bool = False) -> str | None:
         f"This run is adaptive: each prompt stopped when its samples decided it, so c/n and the unbiased "
         f"estimators are biased here. Its estimates (zero-signal rates, weights and mass, pass@k, the mean "
         f"pass rate of the summary) are posterior means under the fitted prior Beta({prior.a:.3g}, "
-        f"{prior.b:.3g}) (shared/spec/adaptive.md, 'Estimates under adaptive stopping')."
+        f"{prior.b:.3g}) (docs/adaptive.md §7, estimates under adaptive stopping)."
     )
 
 
