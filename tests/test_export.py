@@ -175,7 +175,7 @@ def test_math_run_exported_in_verl_format(math_run, tmp_path):
         assert row["reward_model"]["ground_truth"] == problem["answer"]
         original = datasets.original_row(problem["original"])
         assert {k: row["extra_info"][k] for k in original} == original  # every original field, under extra_info
-    # loaded again, a verl file: its problem is the rendered prompt, so these are new ids (said in docs/guide/formats.md)
+    # loaded again, a verl file: its problem is the rendered prompt, so these are new ids (docs/guide/formats.md)
     assert datasets.detect_adapter(pq.read_schema(out).names) == "verl"
 
 
