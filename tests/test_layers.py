@@ -126,3 +126,24 @@ def test_cycle_finder_finds_a_function_level_circle():
     assert cycle is not None and cycle[0] == cycle[-1]
     assert set(cycle) == {"pipeline.flows.profile", "pipeline.flows.prefect_flows"}
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Inside a package that holds a stage's rooms, the rooms form their own order, left to right: a room
+# imports only rooms to its left (and never its package's facade, which imports the rooms).
+ROOMS = {
+    "run": ("config", "plan", "shards", "rounds", "driver"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(ROOMS))
+def test_rooms_import_only_to_the_left(package):
+    order = ROOMS[package]
+    prefix = f"pipeline.{package}."
+    rooms = sorted(m[len(prefix) :] for m in MODULES if m.startswith(prefix))
+    assert rooms == sorted(order), f"pipeline/{package}/: list every module in ROOMS (found {rooms})"
+    for room in order:
+        for target in sorted(imported_modules(prefix + room)):
+            assert target != f"pipeline.{package}", f"{prefix}{room} imports its package's facade"
+            if target.startswith(prefix):
+                other = target[len(prefix) :].split(".")[0]
+                assert order.index(other) < order.index(room), f"{prefix}{room} imports {target}, to its right"
