@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from pipeline import datasets, grade, schema
+from pipeline import analyze, datasets, grade, schema
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.run import ProfileConfig, RunPlan, ShardEntries, finish_run, finished_shards, working_on
 from pipeline.store import Store
@@ -211,7 +211,8 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
                 part = part.drop_columns(["gold"]).append_column(
                     "run_id", pa.array([run_id] * part.num_rows, pa.string())
                 )
-                store.write_shard(run_id, shard, part, digest=plan.digests[shard])
+                counts = analyze.answer_counts(run_id, shard, part)
+                store.write_shard(run_id, shard, part, digest=plan.digests[shard], answer_counts=counts)
         info = finish_run(ProfileConfig(report=config.report), store, plan)
     statuses = store.named_query("grade_statuses", {"run_id": run_id})
     info["grade_status"] = dict(

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import grade
+from pipeline import analyze, grade
 from pipeline.errors import ConfigError, StoreError
 from pipeline.run import ProfileConfig, RunPlan, entries_from_plan_table, finish_run, working_on
 from pipeline.store import Store
@@ -109,7 +109,8 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
             items = samples.append_column("gold", pa.array([gold[p] for p in ids], pa.string()))
             graded = grade.grade_table(items, config, pool=pool).drop_columns(["gold"])
             graded = graded.append_column("run_id", pa.array([new_id] * graded.num_rows, pa.string()))
-            store.write_shard(new_id, shard, graded, digest=plan.digests[shard])
+            counts = analyze.answer_counts(new_id, shard, graded)
+            store.write_shard(new_id, shard, graded, digest=plan.digests[shard], answer_counts=counts)
         info = finish_run(ProfileConfig(report=report), store, plan)
     changes = store.named_query("regrade_changes", {"old": run_id, "new": new_id})
     changed = {f"{r['old']} -> {r['new']}": r["n"] for r in changes.to_pylist()}

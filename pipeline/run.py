@@ -580,7 +580,8 @@ def check_shard(job: ShardJob, graded: pa.Table) -> None:
 def write_graded_shard(store: Store, job: ShardJob, graded: pa.Table) -> int:
     """Check a graded shard against its job and write it (one atomic file); the samples written."""
     check_shard(job, graded)
-    store.write_shard(job.run_id, job.shard, graded, digest=job.digest)
+    counts = analyze.answer_counts(job.run_id, job.shard, graded)
+    store.write_shard(job.run_id, job.shard, graded, digest=job.digest, answer_counts=counts)
     return graded.num_rows
 
 
