@@ -234,12 +234,7 @@ def quarantine_file(s: Facade, table: str, path: Location, reason: str) -> FileP
     entry = {"at": now().isoformat(), "file": rel, "table": table, "reason": reason, "moved_to": moved}
     log_loc = fs.location(s, QUARANTINE_DIR, "log.jsonl")
     try:
-        if s.remote:  # no append on an object store: rewrite (quarantining is rare)
-            old = fs.read_bytes(s, log_loc) if fs.exists(s, log_loc) else b""
-            fs.put(s, log_loc, old + (json.dumps(entry) + "\n").encode())
-        else:  # an append: two processes quarantining at once both keep their line
-            with open(log_loc, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(entry) + "\n")
+        fs.append(s, log_loc, (json.dumps(entry) + "\n").encode())
     except (OSError, StoreError) as exc:
         log.warning("cannot append to %s: %s", log_loc, exc)
     return FileProblem(rel, table, reason, f"moved to {moved}")

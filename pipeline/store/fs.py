@@ -21,7 +21,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -339,8 +342,35 @@ def duckdb_connection(s: Rooted) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def fetch(s: Rooted, files: list[Location], folder: str) -> list[str]:
-    """Copies of ``files`` in the local ``folder``, fetched concurrently; their paths."""
-    local = [os.path.join(folder, f"{i:06d}.parquet") for i in range(len(files))]
-    call(s, f"cannot read {len(files)} files", s.fs.get, [key(s, f) for f in files], local)
-    return local
+def append(s: Rooted, loc: Location, data: bytes) -> None:
+    """Add ``data`` at the end of a file (made when missing): an append on a disk, so two
+    processes appending at once both keep theirs; a rewrite of the whole object on an object
+    store, which has no append (for rare, small files: the quarantine log)."""
+    if s.remote:
+        old = read_bytes(s, loc) if exists(s, loc) else b""
+        put(s, loc, old + data)
+        return
+    with open(loc, "ab") as fh:
+        fh.write(data)
+
+
+@contextmanager
+def local_paths(s: Rooted, files: list[Location]) -> Iterator[list[str]]:
+    """Local paths of ``files`` for a reader that needs them (DuckDB's native reader): on a disk
+    the files themselves; on an object store copies fetched concurrently into a temporary folder,
+    removed after."""
+    if not s.remote:
+        yield [str(f) for f in files]
+        return
+    with tempfile.TemporaryDirectory(prefix="difficulty-stage-") as tmp:
+        local = [os.path.join(tmp, f"{i:06d}.parquet") for i in range(len(files))]
+        call(s, f"cannot read {len(files)} files", s.fs.get, [key(s, f) for f in files], local)
+        yield local
+
+
+def confinement(s: Rooted) -> tuple[list[str], Path]:
+    """Where a confined DuckDB connection may read and write (the data directory, as DuckDB
+    names it), and the local folder it spills to."""
+    if s.remote:
+        return [s.root + "/"], Path(os.environ.get("TMPDIR", "/tmp")) / f"difficulty-duckdb-{uuid.uuid4().hex}"
+    return sorted({str(s.root.absolute()), str(s.root.resolve())}), s.root.resolve() / ".duckdb-tmp"

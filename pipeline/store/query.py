@@ -4,14 +4,8 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import threading
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import resources
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -52,12 +46,7 @@ def connect(s: Facade, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
         for view in DERIVED_VIEWS:
             con.sql(load_sql(view)).create_view(view)
         if confined:
-            if s.remote:
-                roots = [s.root + "/"]
-                spill = Path(os.environ.get("TMPDIR", "/tmp")) / f"difficulty-duckdb-{uuid.uuid4().hex}"
-            else:
-                roots = sorted({str(s.root.absolute()), str(s.root.resolve())})
-                spill = s.root.resolve() / ".duckdb-tmp"
+            roots, spill = fs.confinement(s)
             params = {"allowed_directories": roots, "temp_directory": str(spill)}
             for statement in duckdb.extract_statements(load_sql("confine_connection")):
                 con.execute(statement.query, {k: params[k] for k in statement.named_parameters})
@@ -90,22 +79,11 @@ def files_db() -> tuple[duckdb.DuckDBPyConnection, threading.Lock]:
 def files_query(s: Facade, name: str, found: list[Location], params: dict | None = None) -> pa.Table:
     """See ``Store.files_query``."""
     con, lock = s._files_db
-    with staged(s, found) as local, lock:
+    with fs.local_paths(s, found) as local, lock:
         try:
             return con.sql(load_sql(name), params={"files": local, **(params or {})}).to_arrow_table()
         except duckdb.Error as exc:
             raise StoreError(f"{name}: cannot read {len(found)} files under {s.root}: {exc}") from exc
-
-
-@contextmanager
-def staged(s: Facade, found: list[Location]) -> Iterator[list[str]]:
-    """Local paths of ``found``: themselves in a local store, temporary copies of remote ones
-    (removed after)."""
-    if not s.remote:  # a disk's files are read where they are
-        yield [str(f) for f in found]
-        return
-    with tempfile.TemporaryDirectory(prefix="difficulty-stage-") as tmp:
-        yield fs.fetch(s, found, tmp)
 
 
 def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
