@@ -57,7 +57,7 @@ def main() -> None:
             t0 = time.perf_counter()
             con = store.connect()
             times.append(time.perf_counter() - t0)
-            assert con.sql("select count(*) from samples").fetchone()[0] == 4 * args.shards
+            assert con.sql("select count(*) from samples").fetchall() == [(4 * args.shards,)]
             con.close()
         print(f"connect, first (files checked): {times[0] * 1000:.1f} ms")
         print(f"connect, best of {args.repeat}: {min(times[1:]) * 1000:.1f} ms")
