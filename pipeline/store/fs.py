@@ -283,8 +283,8 @@ def move(s: Rooted, src: Location, dst: Location) -> None:
 
 
 def metadata(s: Rooted, loc: Location) -> pq.FileMetaData:
-    """A Parquet file's footer (a disk's file read natively: pyarrow maps fsspec's local
-    filesystem to its own)."""
+    """A Parquet file's footer: a disk's file read by pyarrow from its path, an object's through
+    the filesystem's file object."""
     if s.remote:
         with s.fs.open(key(s, loc), "rb") as fh:
             return pq.read_metadata(fh)
@@ -292,6 +292,7 @@ def metadata(s: Rooted, loc: Location) -> pq.FileMetaData:
 
 
 def read_parquet(s: Rooted, loc: Location, columns: list[str] | None = None) -> pa.Table:
+    """One Parquet file (pyarrow reads fsspec's local filesystem with its own native one)."""
     return call(s, f"cannot read {_named(s, loc)}", pq.read_table, key(s, loc), columns=columns, filesystem=s.fs)
 
 
