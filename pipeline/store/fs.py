@@ -223,7 +223,7 @@ def listing(s: Rooted, folder: Location, suffix: str) -> list[tuple[Location, tu
     """Files under ``folder`` (recursively) whose name ends in ``suffix`` and is not hidden,
     sorted, each with its ``stamp``. On a disk a folder named like such a file is listed too (its
     check then refuses it); an object store has no folders of its own."""
-    base = str(s.fs._strip_protocol(str(key(s, folder)))).rstrip("/")
+    base = str(key(s, folder)).rstrip("/")
     if s.remote:
         found = call(s, "cannot list the data directory", s.fs.find, base, detail=True)
     else:
