@@ -39,14 +39,16 @@ RUN_ID = "bench"
 
 def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
     """Write the synthetic samples in shards, in a child process (see ``main``), each with its
-    answer counts as ``Store.write_shard`` writes them (same write id in both footers). The samples
-    keep this bench's own layout (dictionary-encoded strings, 1 Mi-row groups), so the floor stays
-    the one earlier numbers were measured against; prints what the answer counts add to the writes."""
+    answer counts as ``Store.write_shard`` writes them (``analyze.answer_counts``, same write id in
+    both footers). The samples keep this bench's own layout (dictionary-encoded strings, 1 Mi-row
+    groups), so the floor stays the one earlier numbers were measured against; prints what the
+    answer counts add to the writes."""
     import uuid
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from pipeline import analyze
     from pipeline import store as store_module
 
     rng = np.random.default_rng(seed)
@@ -84,7 +86,7 @@ def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
         pq.write_table(table.replace_schema_metadata(write_id), folder / f"{name}.parquet", row_group_size=1 << 20)
         write_s += time.perf_counter() - t0
         t0 = time.perf_counter()
-        counts = store_module._answer_counts(RUN_ID, shard, store_module.conform(table, "samples"))
+        counts = analyze.answer_counts(RUN_ID, shard, table)
         store.write_table("answer_counts", counts, {"run_id": RUN_ID}, part=name, metadata=write_id)
         counts_s += time.perf_counter() - t0
     print(

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from pipeline import estimators as est
 from pipeline import schema, stats
 from pipeline.errors import ConfigError
-from pipeline.store import Store
+from pipeline.store import Store, conform
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ __all__ = [
     "AnalyzeConfig",
     "Band",
     "analyze",
+    "answer_counts",
     "counts_from_priors",
     "counts_from_samples",
     "prompt_stats",
@@ -263,6 +264,29 @@ def counts_from_samples(store: Store, run_id: str, answers: bool = True) -> pa.T
     """
     flat = store.sample_counts(run_id, answers=answers)
     return _counts_from_histogram(flat) if answers else flat
+
+
+def answer_counts(run_id: str, shard: int, samples: pa.Table) -> pa.Table:
+    """A shard's ``answer_counts`` rows (``Store.write_shard(..., answer_counts=...)`` writes them
+    beside the shard): per (prompt, extracted answer, null included) its samples and how many were
+    graded correct (a null grade counts as not correct, as in the SQL). ``samples`` is conformed
+    to the samples table first, so a shard without extracted answers counts them as null."""
+    samples = conform(samples, "samples")
+    ok = pc.cast(pc.fill_null(samples.column("correct"), False), pa.int64())
+    keyed = pa.table({"prompt_id": samples.column("prompt_id"), "extracted_answer": samples.column("extracted_answer")})
+    grouped = keyed.append_column("ok", ok).group_by(["prompt_id", "extracted_answer"], use_threads=False)
+    table = grouped.aggregate([([], "count_all"), ("ok", "sum")])
+    rows = table.num_rows
+    return pa.table(
+        {
+            "run_id": pa.array([run_id] * rows, pa.string()),
+            "shard": pa.array(np.full(rows, shard, np.int32)),
+            "prompt_id": table.column("prompt_id"),
+            "extracted_answer": table.column("extracted_answer"),
+            "cnt": table.column("count_all"),
+            "cc": pc.fill_null(table.column("ok_sum"), 0),
+        }
+    )
 
 
 def counts_from_priors(problems: pa.Table) -> pa.Table:

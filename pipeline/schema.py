@@ -115,10 +115,10 @@ PLANS = pa.schema(
     ]
 )
 
-# Per shard, its (prompt, extracted answer) counts: written with each shard (Store.write_shard),
-# from the samples already in memory, so the analysis reads 1 row per distinct answer instead of
-# 1 per sample. A shard's counts file carries the shard file's write id in its footer: counts of
-# an older copy of the shard are never used.
+# Per shard, its (prompt, extracted answer) counts: written with each shard (Store.write_shard,
+# given analyze.answer_counts of the samples already in memory), so the analysis reads 1 row per
+# distinct answer instead of 1 per sample. A shard's counts file carries the shard file's write id
+# in its footer: counts of an older copy of the shard are never used.
 ANSWER_COUNTS = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),

@@ -157,7 +157,8 @@ def build_run(
     samples = pa.Table.from_pylist(rows, schema=schema.SAMPLES)
     bounds = np.linspace(0, len(ids), shards + 1).astype(int) * n_samples
     for shard in range(shards):
-        store.write_shard(run_id, shard, samples.slice(bounds[shard], bounds[shard + 1] - bounds[shard]))
+        part = samples.slice(bounds[shard], bounds[shard + 1] - bounds[shard])
+        store.write_shard(run_id, shard, part, answer_counts=analyze.answer_counts(run_id, shard, part))
 
     if analysis:
         write_analysis(store, run_id, group_sizes=group_sizes)

@@ -47,12 +47,17 @@ def _random_rows(seed: int, prompts: int = 30):
     return rows
 
 
+def _write_shard(store: Store, run_id: str, shard: int, samples: pa.Table) -> None:
+    """A shard written as a run writes it: with its answer counts (``an.answer_counts``)."""
+    store.write_shard(run_id, shard, samples, answer_counts=an.answer_counts(run_id, shard, samples))
+
+
 def test_counts_from_samples_matches_python(data_dir):
     rows = _random_rows(0)
     samples = _samples("r1", rows)
-    Store(data_dir).write_shard("r1", 0, samples.slice(0, 100))
-    Store(data_dir).write_shard("r1", 1, samples.slice(100))
-    Store(data_dir).write_shard("r2", 0, _samples("r2", [("q000", "9", True)]))
+    _write_shard(Store(data_dir), "r1", 0, samples.slice(0, 100))
+    _write_shard(Store(data_dir), "r1", 1, samples.slice(100))
+    _write_shard(Store(data_dir), "r2", 0, _samples("r2", [("q000", "9", True)]))
     expect_n = Counter(pid for pid, _, _ in rows)
     expect_c = Counter(pid for pid, _, ok in rows if ok)
     via_dir = an.counts_from_samples(Store(data_dir), "r1")
@@ -143,7 +148,7 @@ def test_counts_from_samples_with_answers_match_a_reference(data_dir):
     samples = _samples("r", rows)
     third = samples.num_rows // 3
     for shard, (start, stop) in enumerate([(0, third), (third, 2 * third), (2 * third, samples.num_rows)]):
-        Store(data_dir).write_shard("r", shard, samples.slice(start, stop - start))
+        _write_shard(Store(data_dir), "r", shard, samples.slice(start, stop - start))
     expected = _reference_counts(rows)
     assert any(not r["answer_values"] for r in expected)  # prompts without any answer
     assert any(len(set(r["answer_counts"])) < len(r["answer_counts"]) for r in expected)  # ties
@@ -479,7 +484,7 @@ def test_stored_answer_counts_equal_the_samples_and_stale_ones_are_never_used(da
     half = samples.num_rows // 2  # a prompt may straddle the two shards, as in adaptive rounds
     store = Store(data_dir)
     for shard, part in enumerate([samples.slice(0, half), samples.slice(half)]):
-        store.write_shard("r", shard, part)
+        _write_shard(store, "r", shard, part)
     used = []
     query = Store.files_query
     monkeypatch.setattr(
@@ -498,5 +503,7 @@ def test_stored_answer_counts_equal_the_samples_and_stale_ones_are_never_used(da
     assert histograms() == expected and used[-1] == "answer_histogram"
     (folder / "shard-00001.parquet").unlink()
     assert histograms() == expected and used[-1] == "answer_histogram"
-    store.write_shard("r", 1, samples.slice(half))  # written again: its counts with it
+    _write_shard(store, "r", 1, samples.slice(half))  # written again: its counts with it
     assert histograms() == expected and used[-1] == "answer_histogram_stored"
+    store.write_shard("r", 1, samples.slice(half))  # without counts: the earlier ones are another write's
+    assert histograms() == expected and used[-1] == "answer_histogram"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -46,8 +47,7 @@ def plan_outputs(run_ids: list[str], output: Path | None, store: Store) -> tuple
     folder = output.parent if as_file else output
     per_run = {r: path(r, folder) for r in run_ids}
     comparison = output if as_file else path(comparison_name(run_ids), folder)
-    same = (lambda a, b: a == b) if isinstance(comparison, str) else (lambda a, b: a.resolve() == b.resolve())
-    clash = [r for r, p in per_run.items() if same(p, comparison)]
+    clash = [r for r, p in per_run.items() if os.path.realpath(p) == os.path.realpath(comparison)]
     if clash:
         raise ConfigError(f"--output {str(output)!r} would overwrite the report of run {clash[0]!r}")
     return per_run, comparison
@@ -88,10 +88,8 @@ def report_cmd(
     for run_id, path in per_run.items():
         written = report.render_report(store, run_id, path, plotly_js=plotly_js, G=G)
         say(f"report of {run_id}: {written}")
-    if comparison is not None:
-        if isinstance(comparison, str):  # object storage: the default reports share one folder
-            links = {r: p.rsplit("/", 1)[1] for r, p in per_run.items()}
-        else:
-            links = {r: os.path.relpath(p, comparison.parent) for r, p in per_run.items()}
+    if comparison is not None:  # each run's report as a link relative to the comparison's folder
+        folder = posixpath.dirname(str(comparison))
+        links = {r: posixpath.relpath(str(p), folder) for r, p in per_run.items()}
         written = report.render_comparison(store, run_ids, comparison, links=links, plotly_js=plotly_js, G=G)
         say(f"comparison of {len(run_ids)} runs: {written}")

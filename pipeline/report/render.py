@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from pipeline.errors import ReportError
 from pipeline.report.compare import compare_sections
 from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, load_run
 from pipeline.report.sections import build_sections
-from pipeline.store import Location, Store, is_remote
+from pipeline.store import Location, Store
 
 log = logging.getLogger(__name__)
 
@@ -41,39 +40,27 @@ def _env() -> Environment:
     )
 
 
-def write_plotly_js(folder: str | os.PathLike) -> Path:
-    """Write (or keep, when already current) the shared ``plotly.min.js`` in ``folder``."""
-    path = Path(folder) / PLOTLY_JS_NAME
+def write_plotly_js(folder: str | os.PathLike, store: Store | None = None) -> Location:
+    """Write (or keep, when already current) the shared ``plotly.min.js`` in ``folder`` (a local
+    folder, or with ``store`` a folder of its data directory), atomically through the store."""
+    store = store if store is not None else Store(Path(folder))
+    path = store.as_location(f"{folder}/{PLOTLY_JS_NAME}")
     js = get_plotlyjs().encode()
-    if path.exists() and path.stat().st_size == len(js) and path.read_bytes() == js:
+    if store.exists(path) and store.read_bytes(path) == js:
         return path
-    _atomic_write(path, js)
-    return path
-
-
-def _atomic_write(path: Path, content: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        tmp.write_bytes(content)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return store.write_bytes(path, js)
 
 
 def _plotly_context(store: Store, output: Location, mode: str) -> dict:
     if mode == "inline":
         return {"plotly_inline": Markup(get_plotlyjs()), "plotly_src": None}
-    if is_remote(str(output)):
-        store.write_bytes(f"{str(output).rsplit('/', 1)[0]}/{PLOTLY_JS_NAME}", get_plotlyjs().encode())
-    else:
-        write_plotly_js(Path(output).parent)
+    write_plotly_js(os.path.dirname(str(output)) or ".", store)
     return {"plotly_inline": None, "plotly_src": PLOTLY_JS_NAME}
 
 
-def _render(store: Store, template: str, output: Location, mode: str, **context) -> Location:
+def _render(store: Store, template: str, output: str | os.PathLike, mode: str, **context) -> Location:
     """Render ``template`` to ``output``: a local file, or a URL in the store's object storage."""
-    output = str(output) if is_remote(str(output)) else Path(output)
+    output = store.as_location(str(output))
     text = (
         _env()
         .get_template(template)

@@ -21,7 +21,7 @@ from typing import Any, Protocol, Self
 
 import pyarrow as pa
 
-from pipeline import grade
+from pipeline import analyze, grade
 from pipeline.errors import PipelineError, StoreError
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import RunPlan, pending_shards
@@ -146,7 +146,8 @@ def write_graded_shard(store: Store, job: ShardJob, graded: pa.Table) -> int:
     """Check a graded shard against its job and write it (one atomic file, with its answer
     counts); returns the samples written."""
     check_shard(job, graded)
-    store.write_shard(job.run_id, job.shard, graded, digest=job.digest)
+    counts = analyze.answer_counts(job.run_id, job.shard, graded)
+    store.write_shard(job.run_id, job.shard, graded, digest=job.digest, answer_counts=counts)
     return graded.num_rows
 
 

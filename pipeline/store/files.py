@@ -1,0 +1,400 @@
+"""Table files: the layout, writes and reads of tables, and the checks every file read passes.
+
+A file under a table's folder is read only if it is a complete Parquet file of that table: a
+footer that parses and a schema that conforms (no unknown column, every required one present,
+types castable). Anything else (a truncated shard, a stray copy, another program's output) is
+moved to ``<root>/quarantine/<UTC time>/<its relative path>``, never deleted, so one bad file
+cannot break every query and a quarantined shard is sampled again by the next run.
+
+A shard file is kept only if its footer digest equals the digest registered for that shard in
+``plans`` (``shard_files``); a run with no stored plan keeps all its shard files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import schema
+from pipeline.errors import StoreError
+from pipeline.store import fs
+from pipeline.store.fs import Facade, Location
+
+log = logging.getLogger("pipeline.store")
+
+QUARANTINE_DIR = "quarantine"
+TMP_MAX_AGE_S = 3600  # a write's temporary file older than this was left by a dead writer
+SHARD_FILE = re.compile(r"^shard-(\d{5,})\.parquet$")  # shard_name(); more digits past 99999
+TMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # fs.put's temporary names
+PARTITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
+SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
+WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def shard_name(shard: int) -> str:
+    return f"shard-{shard:05d}"
+
+
+def conform(data: pa.Table, table: str) -> pa.Table:
+    """Cast ``data`` to the table's schema: missing nullable columns become nulls, extras are an error."""
+    target = schema.SCHEMAS[table]
+    extra = set(data.column_names) - set(target.names)
+    if extra:
+        raise StoreError(f"table {table!r} has no columns {sorted(extra)}; expected {target.names}")
+    columns = []
+    for field in target:
+        if field.name in data.column_names:
+            col = data.column(field.name)
+            if col.type != field.type:
+                col = col.cast(field.type)
+        else:
+            if not field.nullable:
+                raise StoreError(f"table {table!r} needs column {field.name!r}")
+            col = pa.nulls(data.num_rows, field.type)
+        if not field.nullable and col.null_count:
+            raise StoreError(f"table {table!r}: column {field.name!r} has {col.null_count} nulls")
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether a stored column type reads as the declared one without changing what it means:
+    dictionary encoding aside, the same type or one of the same family (integers to integers or
+    floats, floats, strings, timestamps, lists of castable items)."""
+    src = src.value_type if pa.types.is_dictionary(src) else src
+    dst = dst.value_type if pa.types.is_dictionary(dst) else dst
+    if src == dst or pa.types.is_null(src):
+        return True
+    t = pa.types
+    if t.is_integer(src):
+        return t.is_integer(dst) or t.is_floating(dst)
+    strings = (t.is_string, t.is_large_string, t.is_string_view)
+    lists = (t.is_list, t.is_large_list, t.is_fixed_size_list, t.is_list_view, t.is_large_list_view)
+    for family in (strings, lists, (t.is_floating,), (t.is_timestamp,)):
+        if any(f(src) for f in family) and any(f(dst) for f in family):
+            return family is not lists or _castable(src.value_type, dst.value_type)
+    return False
+
+
+def schema_problem(stored: pa.Schema, table: str) -> str | None:
+    """Why a file's schema cannot be read as ``table`` (what ``conform`` would refuse), or None."""
+    target = schema.SCHEMAS[table]
+    names = stored.names
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        return f"duplicated columns {duplicated}"
+    unknown = [n for n in names if n not in target.names]
+    if unknown:
+        return f"unknown columns {unknown} (table {table!r} has {target.names})"
+    missing = [f.name for f in target if not f.nullable and f.name not in names]
+    if missing:
+        return f"missing required columns {missing}"
+    wrong = [
+        f"{f.name} is {stored.field(f.name).type}, not {f.type}"
+        for f in target
+        if f.name in names and not _castable(stored.field(f.name).type, f.type)
+    ]
+    return f"column types do not match: {'; '.join(wrong)}" if wrong else None
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """A file found bad (or a temporary leftover) and what was done with it; paths relative to the root."""
+
+    file: str
+    table: str
+    reason: str
+    action: str
+
+
+# --- layout -----------------------------------------------------------------------------------
+
+
+def partition_dir(s: Facade, table: str, partition: dict[str, str] | None = None) -> Location:
+    parts = [table]
+    for name, value in (partition or {}).items():
+        value = str(value)
+        if not fs.SAFE_VALUE.match(value):
+            raise StoreError(f"partition value {value!r} for {name!r} has characters unsafe in a path")
+        parts.append(f"{name}={value}")
+    return fs.location(s, *parts)
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+
+def scan(s: Facade, table: str, where: dict[str, str] | None = None) -> tuple[list[Location], list[FileProblem]]:
+    """The good files of a table (or partition), and the bad ones found and quarantined."""
+    good, bad = [], []
+    listed = fs.listing(s, partition_dir(s, table, where), ".parquet")
+    footers = fs.tails(s, listed)
+    for loc, st in listed:
+        try:
+            reason = check(s, table, loc, st, footers.get(str(loc)))
+        except FileNotFoundError:
+            log.info("%s disappeared while it was checked (replaced or moved by another process)", loc)
+            continue
+        if reason is None:
+            good.append(loc)
+        else:
+            bad.append(quarantine_file(s, table, loc, reason))
+    return good, bad
+
+
+def check_file(s: Facade, table: str, path: Location) -> str | None:
+    """Why ``path`` is not a complete Parquet file of ``table`` (None when it is one); see
+    ``Store.check_file``."""
+    return check(s, table, fs.as_location(s, str(path)), fs.info_stamp(s, path))
+
+
+def check(s: Facade, table: str, loc: Location, st: tuple, meta: pq.FileMetaData | None = None) -> str | None:
+    """``file_problem`` of ``loc``, cached per process by (location, stamp)."""
+    cached = (str(loc), *st)
+    if cached in fs.CHECKED:
+        fs.LATEST[str(loc)] = cached
+        return fs.CHECKED[cached]
+    found: list[pq.FileMetaData] = [meta] if meta is not None else []
+    reason = file_problem(s, table, loc, st, found)
+    if len(fs.CHECKED) >= fs.CHECKED_MAX:
+        fs.CHECKED.clear()
+        fs.FOOTERS.clear()
+        fs.LATEST.clear()
+    fs.CHECKED[cached] = reason
+    if reason is None and found:
+        fs.FOOTERS[cached] = found[0].metadata or {}
+        fs.LATEST[str(loc)] = cached
+    return reason
+
+
+def file_problem(s: Facade, table: str, loc: Location, st: tuple, found: list[pq.FileMetaData]) -> str | None:
+    """Why ``loc`` is bad, or None; the footer read (or given, in ``found``) is left in ``found``."""
+    if st[-1] == "directory":
+        return "a folder named like a Parquet file"
+    parts = fs.relative(s, loc).split("/")
+    for part in parts[1:-1]:
+        match = PARTITION.match(part)
+        if not match or match[1] not in schema.SCHEMAS[table].names or not fs.SAFE_VALUE.match(match[2]):
+            return f"folder {part!r} is not a partition folder (<column>=<value>) of table {table!r}"
+    if table == "samples" and not SHARD_FILE.match(parts[-1]):
+        return "not a shard's name (shard-NNNNN.parquet)"
+    try:
+        if not found:
+            found.append(fs.metadata(s, loc))
+        stored = found[0].schema.to_arrow_schema()
+    except pa.ArrowInvalid as exc:
+        return f"not a complete Parquet file: {exc}"
+    except OSError as exc:
+        if exc.errno is not None:  # the file system's error, not the file's content
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise StoreError(f"cannot read {loc}: {exc.strerror or exc}") from exc
+        if s.remote and not isinstance(exc, pa.ArrowException):
+            raise fs.remote_error(exc, f"cannot read {fs.relative(s, loc)}", s.root) from exc
+        return f"not a complete Parquet file: {exc}"  # e.g. a footer that does not deserialize
+    except Exception as exc:
+        if s.remote:  # botocore's errors: the store's fault, never the file's
+            raise fs.remote_error(exc, f"cannot read {fs.relative(s, loc)}", s.root) from exc
+        raise
+    return schema_problem(stored, table)
+
+
+# --- quarantine and doctor ----------------------------------------------------------------------
+
+
+def quarantine_file(s: Facade, table: str, path: Location, reason: str) -> FileProblem:
+    """Move a bad file to ``<root>/quarantine/<UTC time>/<relative path>`` (never deleted) and
+    append a line to ``quarantine/log.jsonl``; a file that cannot be moved is only left out."""
+    rel = fs.relative(s, path)
+    dest = fs.location(s, QUARANTINE_DIR, now().strftime("%Y%m%dT%H%M%SZ"), *rel.split("/"))
+    if fs.exists(s, dest):
+        dest = fs.as_location(s, f"{dest}.{uuid.uuid4().hex[:8]}")
+    try:
+        fs.move(s, path, dest)
+    except FileNotFoundError:
+        log.info("%s (%s) was moved by another process first", rel, reason)
+        return FileProblem(rel, table, reason, "already moved by another process")
+    except (OSError, StoreError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        log.warning("skipping %s: %s; it cannot be moved to quarantine (%s)", path, reason, why)
+        return FileProblem(rel, table, reason, f"left in place and skipped: {why}")
+    moved = fs.relative(s, dest)
+    log.warning("quarantined %s: %s; moved to %s", path, reason, dest)
+    entry = {"at": now().isoformat(), "file": rel, "table": table, "reason": reason, "moved_to": moved}
+    log_loc = fs.location(s, QUARANTINE_DIR, "log.jsonl")
+    try:
+        fs.append(s, log_loc, (json.dumps(entry) + "\n").encode())
+    except (OSError, StoreError) as exc:
+        log.warning("cannot append to %s: %s", log_loc, exc)
+    return FileProblem(rel, table, reason, f"moved to {moved}")
+
+
+def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
+    """See ``Store.doctor``."""
+    found: list[FileProblem] = []
+    current = time.time()
+    for table in schema.SCHEMAS:
+        found += scan(s, table)[1]
+        folder = fs.location(s, table)
+        if s.remote or not folder.exists():  # an object store has no temporary files
+            continue
+        for tmp in sorted(folder.rglob(".*.tmp")):
+            try:
+                age = current - tmp.stat().st_mtime
+                if not TMP_FILE.match(tmp.name) or not tmp.is_file() or age < tmp_max_age_s:
+                    continue
+                tmp.unlink()
+            except FileNotFoundError:  # renamed into place or removed meanwhile: not a leftover
+                log.info("%s was renamed or removed while the data directory was checked", tmp)
+                continue
+            reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
+            found.append(FileProblem(str(tmp.relative_to(s.root)), table, reason, "removed"))
+    return found
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+
+def write_table(
+    s: Facade,
+    table: str,
+    data: pa.Table,
+    partition: dict[str, str] | None = None,
+    part: str = "part-0",
+    metadata: dict[str, str] | None = None,
+) -> Location:
+    """See ``Store.write_table``."""
+    data = conform(data, table)
+    if metadata:
+        data = data.replace_schema_metadata(metadata)
+    final = fs.child(s, partition_dir(s, table, partition), f"{part}.parquet")
+    fs.put(s, final, data)
+    return final
+
+
+def replace_partition(s: Facade, table: str, data: pa.Table, partition: dict[str, str], part: str) -> Location:
+    final = s.write_table(table, data, partition, part)
+    for file in s.files(table, partition):
+        if str(file) != str(final):
+            fs.unlink(s, file)
+    return final
+
+
+def delete_partition(s: Facade, table: str, partition: dict[str, str]) -> None:
+    for file in s.files(table, partition):
+        fs.unlink(s, file)
+
+
+def read_table(s: Facade, table: str, where: dict[str, str] | None = None) -> pa.Table:
+    files = s.files(table, where)
+    if not files:
+        return schema.SCHEMAS[table].empty_table()
+    return pa.concat_tables([conform(fs.read_parquet(s, f), table) for f in files])
+
+
+# --- shards -----------------------------------------------------------------------------------
+
+
+def shard_location(s: Facade, run_id: str, shard: int) -> Location:
+    return fs.child(s, partition_dir(s, "samples", {"run_id": run_id}), f"{shard_name(shard)}.parquet")
+
+
+def write_shard(
+    s: Facade,
+    run_id: str,
+    shard: int,
+    samples: pa.Table,
+    digest: str | None = None,
+    answer_counts: pa.Table | None = None,
+) -> Location:
+    """See ``Store.write_shard``."""
+    samples = conform(samples, "samples")
+    write_id = uuid.uuid4().hex
+    metadata = {WRITE_ID_KEY: write_id, **({SHARD_DIGEST_KEY: digest} if digest else {})}
+    where = {"run_id": run_id}
+    path = s.write_table("samples", samples, where, part=shard_name(shard), metadata=metadata)
+    if answer_counts is not None:
+        s.write_table("answer_counts", answer_counts, where, part=shard_name(shard), metadata={WRITE_ID_KEY: write_id})
+    return path
+
+
+def stored_answer_counts(s: Facade, run_id: str, shards: dict[int, Location]) -> list[Location] | None:
+    """The answer counts files of every one of ``shards``, each written with its shard (the same
+    write id); None when any shard lacks them (a run written before they existed, a shard written
+    without them, a kill between the two writes), and the samples are read instead."""
+    counts = {}
+    for loc in s.files("answer_counts", {"run_id": run_id}):
+        match = SHARD_FILE.match(str(loc).rsplit("/", 1)[-1])
+        if match:
+            counts[int(match[1])] = loc
+    out = []
+    for shard, loc in sorted(shards.items()):
+        stored = counts.get(shard)
+        write_id = fs.footer_value(s, loc, WRITE_ID_KEY)
+        if stored is None or write_id is None or fs.footer_value(s, stored, WRITE_ID_KEY) != write_id:
+            log.info("run %s shard %d has no answer counts of its own; reading the samples", run_id, shard)
+            return None
+        out.append(stored)
+    return out
+
+
+def read_shard(s: Facade, run_id: str, shard: int, columns: list[str] | None = None) -> pa.Table:
+    path = s.shard_files(run_id).get(shard)
+    if path is None:
+        raise StoreError(f"run {run_id} has no shard {shard}")
+    return fs.read_parquet(s, path, columns=columns)
+
+
+def shard_digest(s: Facade, run_id: str, shard: int) -> str | None:
+    """The plan digest in one shard file's footer (None: no such file, a bad one, or no digest)."""
+    path = shard_location(s, run_id, shard)
+    try:
+        reason = s.check_file("samples", path)  # this file only: run_shard asks once per shard
+    except FileNotFoundError:
+        return None
+    if reason is not None:
+        quarantine_file(s, "samples", path, reason)
+        return None
+    return fs.footer_value(s, path, SHARD_DIGEST_KEY)
+
+
+def shard_digests(s: Facade, run_id: str) -> dict[int, tuple[Location, str | None]]:
+    """Every shard file of a run: its location and the plan digest in its footer."""
+    out = {}
+    for path in s.files("samples", {"run_id": run_id}):
+        match = SHARD_FILE.match(str(path).rsplit("/", 1)[-1])
+        if match:
+            out[int(match[1])] = (path, fs.footer_value(s, path, SHARD_DIGEST_KEY))
+    return out
+
+
+def shard_files(s: Facade, run_id: str) -> dict[int, Location]:
+    """The run's shard files whose footer digest is their shard's in the stored plan.
+
+    A shard file is kept only if its footer digest equals the digest registered for that shard in
+    ``plans``. A file that is not its plan's (a copy under another shard's name, a leftover of
+    another plan, a file of a version that wrote no digest) is moved to quarantine, so every
+    reader (resume, analysis, report) counts each (prompt, sample index) once. A run with no
+    stored plan (imported before plans existed) keeps all its shard files.
+    """
+    plan = s.read_table("plans", {"run_id": run_id})
+    planned = dict(zip(plan.column("shard").to_pylist(), plan.column("digest").to_pylist(), strict=True))
+    out = {}
+    for shard, (path, digest) in s.shard_digests(run_id).items():
+        if not planned or planned.get(shard) == digest:
+            out[shard] = path
+        else:
+            why = "no shard of that number" if shard not in planned else "another content"
+            s.quarantine(path, f"shard {shard} is not what run {run_id}'s plan says ({why})")
+    return out

@@ -1,0 +1,409 @@
+"""The filesystem seam: every byte a ``Store`` reads or writes goes through these functions.
+
+A data directory is a folder of one fsspec filesystem: fsspec's ``LocalFileSystem`` for a local
+folder, ``s3fs`` for an ``s3://bucket/prefix``. The functions here take the store (its ``root``,
+``remote`` and ``fs``) and work the same on both; what differs between a disk and an object store
+is said once, here:
+
+- the atomic write (``put``): on a disk, a hidden temporary file in the same folder renamed into
+  place (``os.replace``); on an object store, one PUT of the finished bytes (S3 has no rename, and
+  an object never shows half an upload);
+- errors (``call``): an object store's failures become a ``StoreError`` that names the cause a user
+  can fix (``remote_error``); a disk's ``OSError`` is passed through as it is;
+- footers of many files (``tails``): fetched concurrently from an object store (one ranged GET
+  each), read one by one from a disk (a read there costs no round trip).
+
+Locations handed out are Paths in a local store and full URLs (``s3://bucket/key``) in a remote one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import MissingDependencyError, StoreError
+
+log = logging.getLogger("pipeline.store")
+
+DATA_DIR_ENV = "DIFFICULTY_DATA"
+DEFAULT_DATA_DIR = "difficulty-data"
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:+-]+$")
+REMOTE_SCHEMES = ("s3",)  # object stores the data directory may live on (through fsspec)
+
+# A location: a Path in a local data directory, a full URL (s3://bucket/key) in a remote one.
+Location = Path | str
+
+# Object-store requests: short connect timeout and few retries, so an unreachable endpoint or a
+# refused credential fails in seconds with a named error instead of retrying for minutes.
+S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+
+# Per process: (location, size, version, type) -> None for a good file, else why it is bad. A file
+# changed in place gets a new key, so it is checked again; an unchanged one costs nothing past the
+# listing. Filled by ``files.check``; read here so a footer batch skips the files already checked.
+CHECKED: dict[tuple, str | None] = {}
+CHECKED_MAX = 500_000
+# The footer key-values of the files checked (same keys), and each location's latest key: a
+# shard's plan digest is then read once per process, with its check.
+FOOTERS: dict[tuple, dict[bytes, bytes]] = {}
+LATEST: dict[str, tuple] = {}
+# An object's last bytes fetched to read its footer in one ranged GET (a shard's footer is a few KB).
+FOOTER_TAIL = 1 << 16
+
+
+class Rooted(Protocol):
+    """What these functions need of a store: its root, whether it is remote, its filesystem."""
+
+    root: Location
+
+    @property
+    def remote(self) -> bool: ...
+
+    @property
+    def fs(self) -> Any: ...
+
+
+# The ``Store`` facade as the other rooms take it (``files``, ``registry``, ``query``). Not imported:
+# the facade imports them, and no module of this package imports the facade.
+Facade = Any
+
+
+def is_remote(data_dir: str | os.PathLike) -> bool:
+    """Whether ``data_dir`` names an object store (``s3://...``) rather than a local folder."""
+    return isinstance(data_dir, str) and "://" in data_dir and not data_dir.startswith("file://")
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Location:
+    """The data directory: the flag, then ``$DIFFICULTY_DATA``, then ``./difficulty-data``; a local
+    one as an absolute Path, a remote one as its URL without a trailing slash."""
+    raw = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR)
+    if is_remote(raw):
+        scheme, _, rest = str(raw).partition("://")
+        if scheme.lower() not in REMOTE_SCHEMES:
+            raise StoreError(
+                f"data directory {raw!r}: scheme {scheme!r} is not supported; use a local folder or "
+                f"{' or '.join(s + '://bucket/prefix' for s in REMOTE_SCHEMES)}"
+            )
+        bucket = rest.strip("/").split("/", 1)[0]
+        if len(bucket) < 3:
+            raise StoreError(f"data directory {raw!r}: {bucket!r} is not a bucket name (3 to 63 characters)")
+        return f"{scheme.lower()}://{rest.strip('/')}"
+    if isinstance(raw, str) and raw.startswith("file://"):
+        raw = raw[len("file://") :]
+    return Path(raw).expanduser().resolve()
+
+
+def filesystem(root: Location):
+    """The fsspec filesystem of a data directory: the local one, or an object store's.
+
+    An object store's credentials, region and endpoint come from the standard AWS environment
+    variables and config files (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_ENDPOINT_URL``, ``~/.aws/...``), never from an argument: no secret is ever part of a
+    Store, a flow parameter or a table."""
+    if not isinstance(root, str):
+        from fsspec.implementations.local import LocalFileSystem
+
+        return LocalFileSystem()
+    try:
+        import s3fs
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "an s3:// data directory needs s3fs; install it with: pip install 'difficulty-pipeline[s3]'"
+        ) from exc
+    # No listing cache: another process (a Ray actor) may write a shard at any time.
+    return s3fs.S3FileSystem(config_kwargs=S3_CLIENT_CONFIG, use_listings_cache=False, skip_instance_cache=True)
+
+
+def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
+    """An object store's failure as a StoreError that names the cause a user can fix."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower():
+        bucket = root.split("://", 1)[1].split("/", 1)[0]
+        return StoreError(f"{what}: bucket {bucket!r} does not exist ({root}); create it or fix --data-dir")
+    if isinstance(exc, PermissionError) or any(
+        k in text for k in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Forbidden", "credentials")
+    ):
+        return StoreError(
+            f"{what}: the object store refused the credentials for {root} ({exc}); check AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the bucket's policy"
+        )
+    if any(k in text for k in ("EndpointConnectionError", "ConnectTimeout", "Could not connect", "ConnectionError")):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the default AWS"
+        return StoreError(
+            f"{what}: cannot reach the object store at {endpoint} endpoint ({exc}); check AWS_ENDPOINT_URL"
+        )
+    return StoreError(f"{what} on {root}: {text}")
+
+
+def parquet_bytes(data: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(data, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+# --- locations --------------------------------------------------------------------------------
+
+
+def location(s: Rooted, *parts: str) -> Location:
+    """``root/parts...``: a Path locally, a URL on an object store."""
+    return child(s, s.root, *parts)
+
+
+def as_location(s: Rooted, text: str) -> Location:
+    """A location from its full name (a path, or a URL)."""
+    return text if s.remote else Path(text)
+
+
+def child(s: Rooted, loc: Location, *names: str) -> Location:
+    """``loc/names...``, a location of the same kind."""
+    return as_location(s, "/".join([str(loc), *names])) if names else loc
+
+
+def relative(s: Rooted, loc: Location) -> str:
+    """A location's path below the root, with ``/`` separators."""
+    if s.remote:
+        return str(loc)[len(s.root) + 1 :]
+    return Path(loc).relative_to(s.root).as_posix()
+
+
+def _named(s: Rooted, loc: Location) -> str:
+    """A location as an error message names it: below the root, or whole when it is elsewhere."""
+    try:
+        return relative(s, loc)
+    except ValueError:
+        return str(loc)
+
+
+def key(s: Rooted, loc: Location) -> Location:
+    """The filesystem's name of a location: the local Path itself, or ``bucket/prefix/...`` (no
+    scheme) on an object store. Both fsspec and pyarrow (``filesystem=s.fs``) take it."""
+    return str(loc).split("://", 1)[1] if s.remote else Path(loc)
+
+
+def stamp(info: dict) -> tuple:
+    """What changes when a file does, from its fsspec info: size, version (an object's ETag or
+    modification time, a local file's modification time), inode (local) and type."""
+    return (
+        info.get("size"),
+        info.get("ETag") or info.get("LastModified") or info.get("mtime"),
+        info.get("ino"),
+        info.get("type"),
+    )
+
+
+# --- calls ------------------------------------------------------------------------------------
+
+
+def call(s: Rooted, what: str, fn, *args, **kwargs):
+    """Run a filesystem call; an object store's failure becomes a StoreError naming the cause (a
+    missing key stays a FileNotFoundError); a disk's OSError is raised as it is."""
+    if not s.remote:
+        return fn(*args, **kwargs)
+    try:
+        return fn(*args, **kwargs)
+    except FileNotFoundError as exc:
+        if "bucket" in str(exc).lower():
+            raise remote_error(exc, what, s.root) from exc
+        raise
+    except Exception as exc:
+        raise remote_error(exc, what, s.root) from exc
+
+
+def listing(s: Rooted, folder: Location, suffix: str) -> list[tuple[Location, tuple]]:
+    """Files under ``folder`` (recursively) whose name ends in ``suffix`` and is not hidden,
+    sorted, each with its ``stamp``. On a disk a folder named like such a file is listed too (its
+    check then refuses it); an object store has no folders of its own."""
+    base = str(key(s, folder)).rstrip("/")
+    if s.remote:
+        found = call(s, "cannot list the data directory", s.fs.find, base, detail=True)
+    else:
+        found = _find_local(base)
+    out = []
+    for name, info in found.items():
+        leaf = name.rsplit("/", 1)[-1]
+        if leaf.endswith(suffix) and not leaf.startswith(".") and info.get("type") in ("file", "directory"):
+            out.append((name[len(base) + 1 :].split("/"), info))
+    out.sort(key=lambda item: item[0])  # by path parts, as Paths sort
+    return [(child(s, folder, *parts), stamp(info)) for parts, info in out]
+
+
+def _find_local(base: str) -> dict[str, dict]:
+    """What ``LocalFileSystem.find(base, detail=True, withdirs=True)`` gives (every file and folder
+    below ``base``, with the info fields of ``stamp``), from one ``os.scandir`` walk: fsspec's
+    builds a full info per entry, 3 times the cost over thousands of shards
+    (``bench/store_connect.py``). Symlinked folders are not entered."""
+    out: dict[str, dict] = {}
+    todo = [base]
+    while todo:
+        try:
+            entries = os.scandir(todo.pop())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat()
+                    is_dir = entry.is_dir()
+                except FileNotFoundError:
+                    log.info("%s disappeared while it was listed (replaced or moved by another process)", entry.path)
+                    continue
+                if is_dir and not entry.is_symlink():
+                    todo.append(entry.path)
+                kind = "directory" if is_dir else "file"
+                out[entry.path] = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": kind}
+    return out
+
+
+def info_stamp(s: Rooted, loc: Location) -> tuple:
+    """One file's ``stamp`` (FileNotFoundError when it is gone)."""
+    return stamp(call(s, "cannot read the data directory", s.fs.info, key(s, loc)))
+
+
+def exists(s: Rooted, loc: Location) -> bool:
+    return bool(call(s, "cannot read the data directory", s.fs.exists, key(s, loc)))
+
+
+def read_bytes(s: Rooted, loc: Location) -> bytes:
+    return call(s, f"cannot read {_named(s, loc)}", s.fs.cat_file, key(s, loc))
+
+
+def put(s: Rooted, loc: Location, data: bytes | pa.Table) -> None:
+    """The one atomic write: make ``loc`` hold ``data`` (bytes, or a table as Parquet), all at once,
+    so a reader sees the old file, or the new one whole.
+
+    On a disk, written under a hidden temporary name in the same folder (``.<stem>.<hex>.tmp``,
+    which ``doctor`` removes when a dead writer left it) and renamed into place; a table is
+    streamed to the file, never held twice in memory. On an object store, one PUT of the finished
+    bytes under the final key: S3 shows an object only when its upload is complete."""
+    if s.remote:
+        body = parquet_bytes(data) if isinstance(data, pa.Table) else data
+        call(s, f"cannot write {_named(s, loc)}", s.fs.pipe, key(s, loc), body)
+        return
+    loc = Path(loc)
+    loc.parent.mkdir(parents=True, exist_ok=True)
+    tmp = loc.parent / f".{loc.stem}.{uuid.uuid4().hex}.tmp"
+    try:
+        if isinstance(data, pa.Table):
+            pq.write_table(data, tmp, compression="zstd")
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, loc)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def unlink(s: Rooted, loc: Location) -> None:
+    call(s, f"cannot remove {_named(s, loc)}", s.fs.rm, key(s, loc))
+
+
+def move(s: Rooted, src: Location, dst: Location) -> None:
+    """Move a file (a rename on a disk, its folder made first; a copy then delete on an object
+    store, which has no folders to make)."""
+    if not s.remote:
+        s.fs.makedirs(s.fs._parent(str(key(s, dst))), exist_ok=True)
+    call(s, f"cannot move {_named(s, src)}", s.fs.mv, key(s, src), key(s, dst))
+
+
+def metadata(s: Rooted, loc: Location) -> pq.FileMetaData:
+    """A Parquet file's footer: a disk's file read by pyarrow from its path, an object's through
+    the filesystem's file object."""
+    if s.remote:
+        with s.fs.open(key(s, loc), "rb") as fh:
+            return pq.read_metadata(fh)
+    return pq.read_metadata(key(s, loc))
+
+
+def read_parquet(s: Rooted, loc: Location, columns: list[str] | None = None) -> pa.Table:
+    """One Parquet file (pyarrow reads fsspec's local filesystem with its own native one)."""
+    return call(s, f"cannot read {_named(s, loc)}", pq.read_table, key(s, loc), columns=columns, filesystem=s.fs)
+
+
+def footer_value(s: Rooted, loc: Location, name: str) -> str | None:
+    """One key of a file's footer metadata (from the check's cache when the file was checked)."""
+    cached = LATEST.get(str(loc))
+    meta = FOOTERS.get(cached) if cached is not None else None
+    if meta is None:
+        meta = metadata(s, loc).metadata or {}
+    value = meta.get(name.encode())
+    return value.decode() if value else None
+
+
+def tails(s: Rooted, listed: list[tuple[Location, tuple]]) -> dict[str, pq.FileMetaData]:
+    """The footers of an object store's files, their last bytes fetched concurrently (one ranged
+    GET each). A file whose footer is not within the fetched bytes, or is not a footer, is left
+    out: the one-by-one check then reads (or refuses) it. A disk's files are read one by one (no
+    round trip to save): nothing is fetched."""
+    if not s.remote:
+        return {}
+    todo = [(loc, st[0]) for loc, st in listed if (str(loc), *st) not in CHECKED and st[0]]
+    if not todo:
+        return {}
+    keys = [key(s, loc) for loc, _ in todo]
+    starts = [max(0, size - FOOTER_TAIL) for _, size in todo]
+    ends = [size for _, size in todo]
+    fetched = call(s, "cannot read the data directory", s.fs.cat_ranges, keys, starts, ends, on_error="return")
+    out = {}
+    for (loc, _), start, tail in zip(todo, starts, fetched, strict=True):
+        if not isinstance(tail, bytes) or len(tail) < 12 or tail[-4:] != b"PAR1":
+            continue
+        if int.from_bytes(tail[-8:-4], "little") + 8 > len(tail) and start > 0:
+            continue
+        try:
+            out[str(loc)] = pq.read_metadata(pa.BufferReader(tail))
+        except (pa.ArrowException, OSError):
+            continue
+    return out
+
+
+def duckdb_connection(s: Rooted) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection that can read this store's files: local paths natively,
+    ``s3://`` URLs through the registered fsspec filesystem (DuckDB 2.0's httpfs cannot be
+    installed offline)."""
+    con = duckdb.connect(":memory:")
+    if s.remote:
+        con.register_filesystem(s.fs)
+    return con
+
+
+def append(s: Rooted, loc: Location, data: bytes) -> None:
+    """Add ``data`` at the end of a file (made when missing): an append on a disk, so two
+    processes appending at once both keep theirs; a rewrite of the whole object on an object
+    store, which has no append (for rare, small files: the quarantine log)."""
+    if s.remote:
+        old = read_bytes(s, loc) if exists(s, loc) else b""
+        put(s, loc, old + data)
+        return
+    with open(loc, "ab") as fh:
+        fh.write(data)
+
+
+@contextmanager
+def local_paths(s: Rooted, files: list[Location]) -> Iterator[list[str]]:
+    """Local paths of ``files`` for a reader that needs them (DuckDB's native reader): on a disk
+    the files themselves; on an object store copies fetched concurrently into a temporary folder,
+    removed after."""
+    if not s.remote:
+        yield [str(f) for f in files]
+        return
+    with tempfile.TemporaryDirectory(prefix="difficulty-stage-") as tmp:
+        local = [os.path.join(tmp, f"{i:06d}.parquet") for i in range(len(files))]
+        call(s, f"cannot read {len(files)} files", s.fs.get, [key(s, f) for f in files], local)
+        yield local
+
+
+def confinement(s: Rooted) -> tuple[list[str], Path]:
+    """Where a confined DuckDB connection may read and write (the data directory, as DuckDB
+    names it), and the local folder it spills to."""
+    if s.remote:
+        return [s.root + "/"], Path(os.environ.get("TMPDIR", "/tmp")) / f"difficulty-duckdb-{uuid.uuid4().hex}"
+    return sorted({str(s.root.absolute()), str(s.root.resolve())}), s.root.resolve() / ".duckdb-tmp"
