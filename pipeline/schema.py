@@ -256,3 +256,36 @@ HISTORY = pa.schema(
 )
 
 SCHEMAS["history"] = HISTORY
+
+# Observations (pipeline/observe/): per (source, step, prompt) the outcomes some model drew for a
+# prompt, from any source a user already has: a profile run (step 0), a trainer's rollouts (verl
+# dumps, the TRL recorder, a generic table), or pass rates shipped with a dataset (labels). One
+# file per (source, step): partition source=<source>, part ``step-<step>``, so importing a step
+# again replaces it and a rerun adds nothing twice.
+ObservationKind = Literal["profile", "training", "label"]
+OBSERVATION_KINDS: tuple[str, ...] = get_args(ObservationKind)
+OBSERVATIONS = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),  # e.g. verl:grpo-run-3, trl:run-1, profile:<run id>
+        pa.field("kind", pa.string(), nullable=False),  # OBSERVATION_KINDS
+        pa.field("step", pa.int64(), nullable=False),  # training step (0 for a profile or a label)
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("model", pa.string()),  # the model or training run that drew the outcomes
+        pa.field("n", pa.int32(), nullable=False),  # outcomes observed
+        pa.field("c", pa.int32(), nullable=False),  # of them correct
+        pa.field("observed_at", pa.timestamp("us", tz="UTC")),  # when the source drew them (else imported)
+    ]
+)
+# Rows of a source that matched no prompt of the dataset: kept, with why, never dropped silently.
+UNMATCHED = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("row", pa.int64(), nullable=False),  # row (or line) number in the source file, from 0
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("text", pa.string()),  # the row's prompt, problem or id as read (cut to 500 characters)
+    ]
+)
+
+SCHEMAS.update({"observations": OBSERVATIONS, "unmatched": UNMATCHED})
