@@ -1,0 +1,281 @@
+"""Each prompt's current difficulty from all its observations (``docs/observations.md``).
+
+Training moves the policy, so an outcome drawn many steps ago says less about the prompt now than
+one drawn at the last step. With a forgetting factor ``lambda`` in (0, 1], an observation of step
+``s`` counts with weight ``w = lambda ** (T - s)``, ``T`` the latest step seen for the dataset, and
+the prompt's pass rate has the posterior
+
+    Beta(a + sum w c, b + sum w (n - c)),
+
+the conjugate update on discounted counts (``lambda = 1``: every outcome counts fully, the plain
+pooled posterior). Everything reported is a posterior expectation: the mean, the central interval,
+and the probability that a group of ``G`` rollouts is silent, ``E[p^G] + E[(1-p)^G]``.
+
+Only the current policy's own outcomes are pooled by default (kinds ``profile`` and ``training``);
+labels measured by other models stay apart unless asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import schema, stats
+from pipeline.errors import ConfigError
+
+CURRENT = pa.schema(
+    [
+        pa.field("dataset", pa.string()),
+        pa.field("prompt_id", pa.string()),
+        pa.field("n_obs", pa.int64()),  # outcomes observed, undiscounted
+        pa.field("c_obs", pa.int64()),
+        pa.field("n_eff", pa.float64()),  # discounted: sum w n
+        pa.field("c_eff", pa.float64()),
+        pa.field("last_step", pa.int64()),
+        pa.field("sources", pa.int32()),
+        pa.field("post_mean", pa.float64()),
+        pa.field("post_lo", pa.float64()),
+        pa.field("post_hi", pa.float64()),
+        pa.field("silent", pa.float64()),  # P(a group of group_size is all right or all wrong)
+    ]
+)
+
+
+@dataclass(frozen=True)
+class CurrentConfig:
+    """How the current difficulty is computed.
+
+    Attributes:
+        forgetting: lambda in (0, 1]; an observation ``k`` steps older than the latest counts
+            ``lambda ** k`` (1: no forgetting).
+        prior_a, prior_b: the Beta prior (Jeffreys' by default).
+        group_size: G of the silent probability.
+        level: the central credible interval's level.
+        kinds: which kinds of observations are pooled (labels of other models are not, by default).
+    """
+
+    forgetting: float = 1.0
+    prior_a: float = 0.5
+    prior_b: float = 0.5
+    group_size: int = 8
+    level: float = 0.95
+    kinds: tuple[str, ...] = ("profile", "training")
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.forgetting, int | float) and 0.0 < self.forgetting <= 1.0):
+            raise ConfigError(f"forgetting={self.forgetting!r} is out of range: allowed (0, 1]")
+        if not (self.prior_a > 0 and self.prior_b > 0):
+            raise ConfigError(f"prior ({self.prior_a}, {self.prior_b}) must have both parameters > 0")
+        if int(self.group_size) != self.group_size or self.group_size < 1:
+            raise ConfigError(f"group_size={self.group_size!r} must be an integer >= 1")
+        if not 0.0 < self.level < 1.0:
+            raise ConfigError(f"level={self.level!r} is out of range: allowed (0, 1)")
+        bad = [k for k in self.kinds if k not in schema.OBSERVATION_KINDS]
+        if bad or not self.kinds:
+            raise ConfigError(f"kinds {list(self.kinds)}: allowed a non-empty subset of {schema.OBSERVATION_KINDS}")
+
+
+def _weights(step: np.ndarray, latest: np.ndarray, forgetting: float) -> np.ndarray:
+    if forgetting == 1.0:
+        return np.ones(step.shape)
+    return np.exp((latest - step) * math.log(forgetting))
+
+
+def current_difficulty(observations: pa.Table, config: CurrentConfig | None = None) -> pa.Table:
+    """Per (dataset, prompt) the discounted counts and the posterior summaries (``CURRENT``)."""
+    config = config or CurrentConfig()
+    obs = observations.filter(pc.is_in(observations.column("kind"), pa.array(list(config.kinds))))
+    if obs.num_rows == 0:
+        return CURRENT.empty_table()
+    dataset = obs.column("dataset").to_numpy(zero_copy_only=False).astype(str)
+    step = obs.column("step").to_numpy().astype(float)
+    latest_of = {d: -np.inf for d in set(dataset.tolist())}
+    for d, s in zip(dataset.tolist(), step.tolist(), strict=True):
+        latest_of[d] = max(latest_of[d], s)
+    latest = np.array([latest_of[d] for d in dataset.tolist()])
+    w = _weights(step, latest, config.forgetting)
+    n = obs.column("n").to_numpy().astype(float)
+    c = obs.column("c").to_numpy().astype(float)
+    grouped = (
+        pa.table(
+            {
+                "dataset": obs.column("dataset"),
+                "prompt_id": obs.column("prompt_id"),
+                "source": obs.column("source"),
+                "n": n.astype(np.int64),
+                "c": c.astype(np.int64),
+                "wn": w * n,
+                "wc": w * c,
+                "step": obs.column("step"),
+            }
+        )
+        .group_by(["dataset", "prompt_id"])
+        .aggregate(
+            [
+                ("n", "sum"),
+                ("c", "sum"),
+                ("wn", "sum"),
+                ("wc", "sum"),
+                ("step", "max"),
+                ("source", "count_distinct"),
+            ]
+        )
+        .sort_by([("dataset", "ascending"), ("prompt_id", "ascending")])
+    )
+    n_eff = grouped.column("wn_sum").to_numpy()
+    c_eff = grouped.column("wc_sum").to_numpy()
+    a = config.prior_a + c_eff
+    b = config.prior_b + n_eff - c_eff
+    lo, hi = stats.beta_interval(a, b, config.level)
+    plus, minus = stats.silent_rates(n_eff, c_eff, config.group_size, config.prior_a, config.prior_b, posterior=True)
+    return pa.Table.from_arrays(
+        [
+            grouped.column("dataset"),
+            grouped.column("prompt_id"),
+            grouped.column("n_sum"),
+            grouped.column("c_sum"),
+            pa.array(n_eff),
+            pa.array(c_eff),
+            grouped.column("step_max"),
+            grouped.column("source_count_distinct").cast(pa.int32()),
+            pa.array(a / (a + b)),
+            pa.array(lo),
+            pa.array(hi),
+            pa.array(plus + minus),
+        ],
+        schema=CURRENT,
+    )
+
+
+def _band(p: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    return np.where(p < lo, "hard", np.where(p > hi, "easy", "medium"))
+
+
+def moved_prompts(
+    observations: pa.Table, config: CurrentConfig | None = None, lo: float = 0.1, hi: float = 0.9
+) -> pa.Table:
+    """Prompts whose band (hard below ``lo``, easy above ``hi``, medium between; by posterior
+    mean) at their first observed step differs from their current band, among prompts observed
+    again since: what became easy or hard."""
+    config = config or CurrentConfig()
+    now = current_difficulty(observations, config)
+    if now.num_rows == 0:
+        return pa.table({"dataset": [], "prompt_id": [], "before": [], "now": [], "mean_before": [], "mean_now": []})
+    # Each prompt's own first step: its band when it was first seen.
+    ids = list(
+        zip(observations.column("dataset").to_pylist(), observations.column("prompt_id").to_pylist(), strict=True)
+    )
+    steps = observations.column("step").to_pylist()
+    first_of: dict[tuple[str, str], int] = {}
+    for key, s in zip(ids, steps, strict=True):
+        first_of[key] = min(first_of.get(key, s), s)
+    earliest = pa.array([first_of[key] == s for key, s in zip(ids, steps, strict=True)])
+    first = current_difficulty(observations.filter(earliest), replace(config, forgetting=1.0))
+    before = {
+        (d, p): m
+        for d, p, m in zip(*(first.column(k).to_pylist() for k in ("dataset", "prompt_id", "post_mean")), strict=True)
+    }
+    keys = list(zip(now.column("dataset").to_pylist(), now.column("prompt_id").to_pylist(), strict=True))
+    m_now = now.column("post_mean").to_numpy()
+    m_before = np.array([before.get(k, np.nan) for k in keys])
+    band_now, band_before = _band(m_now, lo, hi), _band(m_before, lo, hi)
+    # Only prompts seen again after their first step: a prompt never seen since keeps its band
+    # (its posterior only widens with forgetting; that is not a move).
+    seen_later = np.array(
+        [last > first_of[k] for k, last in zip(keys, now.column("last_step").to_pylist(), strict=True)]
+    )
+    keep = ~np.isnan(m_before) & (band_now != band_before) & seen_later
+    idx = np.flatnonzero(keep)
+    return pa.table(
+        {
+            "dataset": [keys[i][0] for i in idx],
+            "prompt_id": [keys[i][1] for i in idx],
+            "before": band_before[idx].tolist(),
+            "now": band_now[idx].tolist(),
+            "mean_before": m_before[idx],
+            "mean_now": m_now[idx],
+        }
+    )
+
+
+def profile_vs_training(
+    observations: pa.Table, profile: str, training: str, bins: int = 5, config: CurrentConfig | None = None
+) -> pa.Table:
+    """The offline profile's prediction against what training then drew: prompts grouped into
+    ``bins`` equal-width bins of the profile's posterior mean; per bin the predicted and the
+    observed pass rate, and the predicted and observed share of silent training groups (each
+    training row is one group of its own size ``n``). A calibrated profile has them agree
+    within binomial noise."""
+    config = config or CurrentConfig()
+    src = observations.column("source")
+    prof = observations.filter(pc.equal(src, profile))
+    train = observations.filter(pc.equal(src, training))
+    if prof.num_rows == 0 or train.num_rows == 0:
+        raise ConfigError(
+            f"need observations of both sources: {profile!r} has {prof.num_rows}, {training!r} {train.num_rows}"
+        )
+    p_n = prof.column("n").to_numpy().astype(float)
+    p_c = prof.column("c").to_numpy().astype(float)
+    a, b = config.prior_a + p_c, config.prior_b + p_n - p_c
+    mean = dict(zip(prof.column("prompt_id").to_pylist(), (a / (a + b)).tolist(), strict=True))
+    post = dict(zip(prof.column("prompt_id").to_pylist(), zip(p_n.tolist(), p_c.tolist(), strict=True), strict=True))
+    rows: dict[int, dict[str, float]] = {}
+    for pid, n, c in zip(*(train.column(k).to_pylist() for k in ("prompt_id", "n", "c")), strict=True):
+        if pid not in mean:
+            continue
+        k = min(int(mean[pid] * bins), bins - 1)
+        pn, pc_ = post[pid]
+        plus, minus = stats.silent_rates(
+            np.array([pn]), np.array([pc_]), int(n), config.prior_a, config.prior_b, posterior=True
+        )
+        r = rows.setdefault(k, {"groups": 0, "rollouts": 0, "pred": 0.0, "correct": 0, "pred_silent": 0.0, "silent": 0})
+        r["groups"] += 1
+        r["rollouts"] += n
+        r["pred"] += mean[pid] * n
+        r["correct"] += c
+        r["pred_silent"] += float(plus[0] + minus[0])
+        r["silent"] += int(c in (0, n))
+    ks = sorted(rows)
+    return pa.table(
+        {
+            "bin_lo": [k / bins for k in ks],
+            "bin_hi": [(k + 1) / bins for k in ks],
+            "groups": [rows[k]["groups"] for k in ks],
+            "predicted_pass_rate": [rows[k]["pred"] / rows[k]["rollouts"] for k in ks],
+            "observed_pass_rate": [rows[k]["correct"] / rows[k]["rollouts"] for k in ks],
+            "predicted_silent": [rows[k]["pred_silent"] / rows[k]["groups"] for k in ks],
+            "observed_silent": [rows[k]["silent"] / rows[k]["groups"] for k in ks],
+        }
+    )
+
+
+def label_agreement(observations: pa.Table, first: str, second: str, level: float = 0.95) -> dict[str, float]:
+    """How often two sources' pass rates (two models' labels, say) agree within binomial noise:
+    per prompt in both, a two-proportion test at ``level`` (pooled rate; identical rates agree).
+    Two sources measuring the same pass rates agree on about ``level`` of the prompts."""
+    from statistics import NormalDist
+
+    def rates(source: str) -> dict[str, tuple[int, int]]:
+        t = observations.filter(pc.equal(observations.column("source"), source))
+        out: dict[str, tuple[int, int]] = {}
+        for pid, n, c in zip(*(t.column(k).to_pylist() for k in ("prompt_id", "n", "c")), strict=True):
+            n0, c0 = out.get(pid, (0, 0))
+            out[pid] = (n0 + n, c0 + c)
+        return out
+
+    x, y = rates(first), rates(second)
+    both = sorted(x.keys() & y.keys())
+    if not both:
+        raise ConfigError(f"sources {first!r} and {second!r} share no prompt")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    agree = 0
+    for pid in both:
+        (n1, c1), (n2, c2) = x[pid], y[pid]
+        pooled = (c1 + c2) / (n1 + n2)
+        diff = abs(c1 / n1 - c2 / n2)
+        agree += diff <= z * math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)) + 1e-12
+    return {"prompts": len(both), "agree": agree, "share": agree / len(both), "level": level}
