@@ -33,6 +33,10 @@ def test_profile_flow_end_to_end_with_llama_cpp(prefect_api, store, tiny, check_
     assert store.finished_shards(run_id) == {0, 1}
     for table in ("prompt_stats", "weights", "summary", "allocation"):
         assert store.read_table(table, {"run_id": run_id}).num_rows > 0, table
+    # The profile is the observations source profile:<run id>, step 0: each prompt's samples.
+    observed = store.read_table("observations", {"source": f"profile:{run_id}"})
+    assert observed.num_rows == 4 and set(observed.column("n").to_pylist()) == {cfg.sampling.n}
+    assert observed.column("step").to_pylist() == [0] * 4
     assert Path(result["report"]).is_file()
 
     # The flow run is named after dataset, model and run id, and has coarse tasks only.
@@ -45,7 +49,7 @@ def test_profile_flow_end_to_end_with_llama_cpp(prefect_api, store, tiny, check_
         assert fr.state.is_completed()
     runs = task_runs(fr.id, lambda runs: len(runs) >= 5)
     names = sorted(t.name.rsplit("-", 1)[0] if not t.name.startswith("shard") else t.name for t in runs)
-    assert names == ["analyze-allocate", "load-and-register", "report", "shard-0", "shard-1"]
+    assert names == ["analyze-allocate", "load-and-register", "observe-and-report", "shard-0", "shard-1"]
 
     # A rerun of the same profile writes nothing new and completes.
     before = {p: p.stat().st_mtime_ns for p in (store.root / "samples").rglob("*.parquet")}

@@ -1,7 +1,7 @@
 """The one place that chooses where shards run (this process or Ray), and the runs without Prefect.
 
 Both the Prefect flows and the direct runs below open their executor here, so ``--executor`` means
-the same thing everywhere, and both render the report here, once the run is done.
+the same thing everywhere, and both record the run's observations and render its report here, once the run is done.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline import history, report, run
+from pipeline.observe import track
 from pipeline.store import Store
 
 
@@ -21,8 +22,10 @@ def open_executor(config: run.ProfileConfig):
     return run.local_executor(config)
 
 
-def with_report(config: run.ProfileConfig, store: Store, result: dict[str, Any]) -> dict[str, Any]:
-    """The run's result with its report rendered (``report``: its path, or None when not asked for)."""
+def after_run(config: run.ProfileConfig, store: Store, result: dict[str, Any]) -> dict[str, Any]:
+    """What follows a finished run: its outcomes recorded as the observations source
+    ``profile:<run id>``, then its report rendered (``report``: its path, or None when not asked for)."""
+    track.track_run(store, result["run_id"])
     path = report.write_run_report(store, result["run_id"]) if config.execution.report else None
     return {**result, "report": path}
 
@@ -31,7 +34,7 @@ def profile_direct(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
     """The whole profile without Prefect (same driver, same store, same executor choice)."""
     with open_executor(config) as executor:
         result = run.profile(config, store, executor)
-    return with_report(config, store, result)
+    return after_run(config, store, result)
 
 
 def checkpoints_direct(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:

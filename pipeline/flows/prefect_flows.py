@@ -2,9 +2,10 @@
 
 Importing this module imports Prefect (seconds), so the CLI imports it only in the commands that
 run a flow. Tasks are coarse on purpose: one load task, one task per shard of prompts (retried),
-one finishing task and one report task; an adaptive run adds one planning task per round, and its
-rounds' shards are shard tasks like any other. The loop itself is the driver's (``run.profile``);
-this module only hands it Prefect tasks as its steps.
+one finishing task, and one task that records the run's observations and renders its report; an
+adaptive run adds one planning task per round, and its rounds' shards are shard tasks like any
+other. The loop itself is the driver's (``run.profile``); this module only hands it Prefect tasks
+as its steps.
 
 Flows:
     profile: one profile run, named ``<dataset>/<model>/<run id>``: the driver ``run.profile``
@@ -30,7 +31,7 @@ from prefect.utilities.annotations import quote
 from pipeline import history, run
 from pipeline.errors import BackendUnavailableError
 from pipeline.flows import watchdog
-from pipeline.flows.executors import open_executor, with_report
+from pipeline.flows.executors import after_run, open_executor
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ shard_task = task(
 # deterministic, so a retry or a rerun plans the same round).
 round_task = task(run.next_round_step, name="plan-round", **_TASK)
 finish_task = task(run.finish_step, name="analyze-allocate", **_TASK)
-report_task = task(with_report, name="report", **_TASK)
+after_task = task(after_run, name="observe-and-report", **_TASK)
 record_history_task = task(history.record_history, name="append-history", **_TASK)
 
 
@@ -142,7 +143,7 @@ def profile(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
     data = _store(store)
     with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
         result = run.profile(cfg, data, executor, _flow_steps(cfg))
-    return report_task(cfg, data, result)
+    return after_task(cfg, data, result)
 
 
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)

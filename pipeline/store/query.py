@@ -18,7 +18,13 @@ from pipeline.store.fs import Facade, Location
 log = logging.getLogger("pipeline.store")
 
 # SQL views over the base tables, defined in sql/ (created after the tables' own views).
-DERIVED_VIEWS = ("history_drift", "history_silent", "history_zero_signal", "history_checkpoints")
+DERIVED_VIEWS = (
+    "history_drift",
+    "history_silent",
+    "history_zero_signal",
+    "history_checkpoints",
+    "observation_steps",
+)
 
 
 def load_sql(name: str) -> str:

@@ -1,0 +1,162 @@
+"""Observations: ``track`` (import a source) and ``current`` (difficulty now, from all of them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.options import DataDir, Format, RunId, open_store
+from pipeline.cli.output import check_format, emit, say
+from pipeline.errors import ConfigError
+
+SourceName = Annotated[
+    str | None,
+    typer.Option("--source", help="Name of the source in the table (default: from the format and the path)."),
+]
+ObsDataset = Annotated[
+    str | None, typer.Option("--dataset", help="Stored dataset the source's prompts belong to (see `difficulty sql`).")
+]
+ObsDataFile = Annotated[
+    Path | None, typer.Option("--data-file", help="Or: the dataset file itself (loaded and stored now).")
+]
+
+
+def track_cmd(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="verl rollout folder (trainer.rollout_data_dir) or a table file; none with --label/--run."),
+    ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option("--format", help="verl, table or label (default: a folder is verl, a file a table)."),
+    ] = None,
+    source: SourceName = None,
+    dataset: ObsDataset = None,
+    data_file: ObsDataFile = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="The model or training run the outcomes come from.")
+    ] = None,
+    correct_field: Annotated[
+        str | None,
+        typer.Option("--correct-field", help="verl: the binary correctness field (default: acc, if present)."),
+    ] = None,
+    score_threshold: Annotated[
+        float | None,
+        typer.Option("--score-threshold", help="verl: count score >= this as correct (only when no binary field)."),
+    ] = None,
+    label: Annotated[
+        str | None, typer.Option("--label", help="A pass-rate column of the dataset (llama8b_solve_rate, ...).")
+    ] = None,
+    label_n: Annotated[
+        int | None, typer.Option("--label-n", help="Rollouts behind the label (when not known).")
+    ] = None,
+    counts: Annotated[
+        str | None, typer.Option("--counts", help="Skywork model_difficulty: does it count correct or wrong answers?")
+    ] = None,
+    run: RunId = None,
+    fmt: Format = "table",
+    data_dir: DataDir = None,
+) -> None:
+    """Import per-prompt outcomes you already have (a training log, a dataset's labels, a profile run)."""
+    import pyarrow as pa
+
+    from pipeline.observe import track
+
+    fmt = check_format(fmt)
+    store = open_store(data_dir)
+    if run is not None:
+        result = track.track_run(store, run)
+    else:
+        problems = track.dataset_problems(store, dataset, data_file)
+        kind = kind or ("label" if label else ("verl" if path is not None and path.is_dir() else "table"))
+        if kind == "label":
+            if label is None:
+                raise ConfigError("--format label needs --label COLUMN")
+            result = track.track_labels(store, problems, label, source=source, model=model, n=label_n, counts=counts)
+        elif path is None:
+            raise ConfigError(f"--format {kind} needs the PATH of the source")
+        elif kind == "verl":
+            result = track.track_verl(
+                store,
+                path,
+                problems,
+                source=source,
+                model=model,
+                correct_field=correct_field,
+                score_threshold=score_threshold,
+            )
+        elif kind == "table":
+            result = track.track_table(store, path, problems, source=source, model=model)
+        else:
+            raise ConfigError(f"--format {kind!r} is unknown: allowed verl, table, label")
+    info = result.to_dict()
+    if fmt != "table":
+        emit(pa.Table.from_pylist([{**info, "unmatched_reasons": json.dumps(info["unmatched_reasons"])}]), fmt)
+        return
+    say(
+        f"source {info['source']}: {info['steps_written']} steps written "
+        f"({info['steps_already_recorded']} recorded before, {info['steps_pending']} still being written), "
+        f"{info['observations']:,} prompt observations of {info['rollouts']:,} rollouts"
+    )
+    if result.notes:
+        for note in result.notes:
+            say(f"note: {note}")
+    if info["unmatched_rows"]:
+        reasons = "; ".join(f"{k}: {v}" for k, v in info["unmatched_reasons"].items())
+        say(
+            f"{info['unmatched_rows']:,} rows matched no prompt ({reasons}); kept in the table `unmatched`: "
+            f"difficulty sql \"select * from unmatched where source = '{info['source']}'\""
+        )
+
+
+def current_cmd(
+    dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset.")] = None,
+    forgetting: Annotated[
+        float, typer.Option("--forgetting", help="Weight of an observation one step older (1: no forgetting).")
+    ] = 1.0,
+    group_size: Annotated[int, typer.Option("--group-size", help="G of the silent probability.")] = 8,
+    with_labels: Annotated[
+        bool, typer.Option("--with-labels", help="Pool other models' labels too (not by default).")
+    ] = False,
+    moved: Annotated[bool, typer.Option("--moved", help="List the prompts that became easy or hard.")] = False,
+    compare: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--compare", help="PROFILE TRAINING: the profile's prediction against what training drew."),
+    ] = None,
+    agree: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--agree", help="SOURCE SOURCE: how often two sources agree within binomial noise."),
+    ] = None,
+    output: Annotated[Path | None, typer.Option("--output", help="Write the result to this file.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
+    data_dir: DataDir = None,
+) -> None:
+    """Each prompt's difficulty now, from every observation (older steps discounted by --forgetting)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pipeline.cli.output import SQL_FORMATS
+    from pipeline.observe import current, record
+
+    fmt = check_format(fmt, SQL_FORMATS)
+    kinds = ("profile", "training", "label") if with_labels else ("profile", "training")
+    config = current.CurrentConfig(forgetting=forgetting, group_size=group_size, kinds=kinds)
+    obs = record.read_observations(open_store(data_dir))
+    if dataset is not None:
+        obs = obs.filter(pc.equal(obs.column("dataset"), dataset))
+    if obs.num_rows == 0:
+        raise ConfigError(
+            "no observations yet" + (f" of dataset {dataset!r}" if dataset else "") + ": `difficulty track` first"
+        )
+    if compare is not None:
+        table = current.profile_vs_training(obs, compare[0], compare[1], config=config)
+    elif agree is not None:
+        table = pa.Table.from_pylist([current.label_agreement(obs, agree[0], agree[1])])
+    elif moved:
+        table = current.moved_prompts(obs, config)
+    else:
+        table = current.current_difficulty(obs, config)
+    emit(table, fmt, output)

@@ -1,0 +1,105 @@
+"""One import of a source into ``observations``: what ``difficulty track`` and its flow run.
+
+Each function reads what is new in its source (a training log's steps not yet recorded; a label
+or a profile run once), matches its rows to the dataset's prompts and writes one file per step
+(``record.write_step``), so a rerun adds nothing twice and a killed import resumes at its first
+unwritten step. The result says what was read, matched and left unmatched (and why).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import datasets
+from pipeline.errors import ConfigError, DatasetError
+from pipeline.observe import record
+from pipeline.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrackResult:
+    """What one import did."""
+
+    source: str
+    steps: list[int] = field(default_factory=list)  # steps written now
+    already: int = 0  # steps recorded by an earlier import, not read again
+    pending: list[int] = field(default_factory=list)  # steps still being written by the trainer
+    observations: int = 0  # (step, prompt) rows written
+    rollouts: int = 0  # outcomes they hold
+    unmatched: int = 0  # source rows that matched no prompt
+    reasons: Counter = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)  # what the user should know (a shaped score read with a threshold)
+
+    def add(self, step: int, rows: pa.Table, unmatched: pa.Table | None) -> None:
+        self.steps.append(step)
+        self.observations += rows.num_rows
+        self.rollouts += int(pc.sum(rows.column("n")).as_py() or 0)
+        if unmatched is not None and unmatched.num_rows:
+            self.unmatched += unmatched.num_rows
+            self.reasons.update(unmatched.column("reason").to_pylist())
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "steps_written": len(self.steps),
+            "first_step": min(self.steps) if self.steps else None,
+            "last_step": max(self.steps) if self.steps else None,
+            "steps_already_recorded": self.already,
+            "steps_pending": len(self.pending),
+            "observations": self.observations,
+            "rollouts": self.rollouts,
+            "unmatched_rows": self.unmatched,
+            "unmatched_reasons": dict(self.reasons.most_common()),
+        }
+
+
+def dataset_problems(store: Store, dataset: str | None = None, data_file: str | Path | None = None) -> pa.Table:
+    """The problems a source is matched to: a file loaded now (and stored, as ``load`` does) or a
+    dataset already in the store (``DatasetError`` names what to do when there is none)."""
+    if data_file is not None:
+        problems = datasets.load(dataset, data_file=data_file).problems
+        if problems.num_rows:
+            store.write_table("problems", problems, {"dataset": problems.column("dataset")[0].as_py()})
+        return problems
+    if dataset is None:
+        raise ConfigError("name the dataset the source's prompts belong to: --dataset NAME or --data-file PATH")
+    problems = store.read_table("problems", {"dataset": dataset})
+    if problems.num_rows == 0:
+        stored = store.query("select distinct dataset from problems order by 1").column("dataset").to_pylist()
+        raise DatasetError(
+            f"no problems of dataset {dataset!r} under {store.root} (stored: {stored or 'none'}); "
+            "load it first (`difficulty load ...`) or give --data-file"
+        )
+    return problems
+
+
+def track_run(store: Store, run_id: str) -> TrackResult:
+    """A finished profile run as the source ``profile:<run id>`` (step 0): each prompt's samples."""
+    run = store.get_run(run_id)
+    stats = store.read_table("prompt_stats", {"run_id": run_id})
+    if stats.num_rows == 0:
+        raise DatasetError(f"run {run_id} has no analysis yet (status {run.get('status')!r}): finish it first")
+    source = record.check_source(f"profile:{run_id}")
+    result = TrackResult(source)
+    rows = record.observation_rows(
+        source,
+        "profile",
+        0,
+        run["dataset"],
+        stats.column("prompt_id").to_pylist(),
+        stats.column("n").to_pylist(),
+        stats.column("c").to_pylist(),
+        run.get("model"),
+        observed_at=run.get("updated_at"),
+    )
+    record.write_step(store, rows)
+    result.add(0, rows, None)
+    return result
