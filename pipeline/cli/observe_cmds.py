@@ -57,41 +57,53 @@ def track_cmd(
         str | None, typer.Option("--counts", help="Skywork model_difficulty: does it count correct or wrong answers?")
     ] = None,
     run: RunId = None,
+    cron: Annotated[str | None, typer.Option("--cron", help="Import what is new on this schedule (served).")] = None,
+    interval: Annotated[
+        float | None, typer.Option("--interval", help="Import what is new every SECONDS (served).")
+    ] = None,
     fmt: Format = "table",
     data_dir: DataDir = None,
 ) -> None:
-    """Import per-prompt outcomes you already have (a training log, a dataset's labels, a profile run)."""
+    """Import per-prompt outcomes you already have (a training log, a dataset's labels, a profile run).
+
+    Incremental: only steps not yet recorded are read, so a rerun adds nothing twice. With --cron or
+    --interval, a Prefect deployment imports what is new on that schedule (needs a Prefect server).
+    """
     import pyarrow as pa
 
     from pipeline.observe import track
 
     fmt = check_format(fmt)
+    config = track.TrackConfig(
+        path=str(path) if path is not None else None,
+        kind=kind,
+        source=source,
+        dataset=dataset,
+        data_file=str(data_file) if data_file is not None else None,
+        model=model,
+        correct_field=correct_field,
+        score_threshold=score_threshold,
+        label=label,
+        label_n=label_n,
+        counts=counts,
+        run=run,
+    )
+    config.resolved_kind()  # a bad combination fails before anything is read
     store = open_store(data_dir)
-    if run is not None:
-        result = track.track_run(store, run)
-    else:
-        problems = track.dataset_problems(store, dataset, data_file)
-        kind = kind or ("label" if label else ("verl" if path is not None and path.is_dir() else "table"))
-        if kind == "label":
-            if label is None:
-                raise ConfigError("--format label needs --label COLUMN")
-            result = track.track_labels(store, problems, label, source=source, model=model, n=label_n, counts=counts)
-        elif path is None:
-            raise ConfigError(f"--format {kind} needs the PATH of the source")
-        elif kind == "verl":
-            result = track.track_verl(
-                store,
-                path,
-                problems,
-                source=source,
-                model=model,
-                correct_field=correct_field,
-                score_threshold=score_threshold,
-            )
-        elif kind == "table":
-            result = track.track_table(store, path, problems, source=source, model=model)
-        else:
-            raise ConfigError(f"--format {kind!r} is unknown: allowed verl, table, label")
+    if cron is not None or interval is not None:
+        from dataclasses import asdict
+
+        from pipeline.cli.orchestration import check_schedule
+        from pipeline.flows import schedule
+
+        check_schedule(cron, interval, None)
+        name = f"track-{config.source or Path(config.path or config.label or 'source').name}"
+        say(f"serving deployment {name!r} ({'cron ' + cron if cron else f'every {interval:g} s'}); Ctrl-C stops it")
+        schedule.serve_flow(
+            "track", name, {"config": asdict(config), "store": asdict(store)}, cron=cron, interval=interval
+        )
+        return
+    result = track.run_track(store, config)
     info = result.to_dict()
     if fmt != "table":
         emit(pa.Table.from_pylist([{**info, "unmatched_reasons": json.dumps(info["unmatched_reasons"])}]), fmt)

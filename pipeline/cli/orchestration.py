@@ -41,7 +41,8 @@ def checkpoint_config(folder: Path | None, checkpoints: list[str] | None, min_ag
     )
 
 
-def _check_schedule(cron: str | None, interval: float | None, timezone: str | None) -> None:
+def check_schedule(cron: str | None, interval: float | None, timezone: str | None) -> None:
+    """``ConfigError`` for a bad schedule, or when no Prefect server is named (schedules need one)."""
     if (cron is None) == (interval is None):
         raise ConfigError("give exactly one of --cron EXPR or --interval SECONDS")
     if interval is not None and interval <= 0:
@@ -53,6 +54,16 @@ def _check_schedule(cron: str | None, interval: float | None, timezone: str | No
             ZoneInfo(timezone)
         except (ZoneInfoNotFoundError, ValueError):
             raise ConfigError(f"--timezone {timezone!r} is not an IANA time zone (e.g. Europe/Paris)") from None
+    if not os.environ.get("PREFECT_API_URL"):
+        raise ConfigError(
+            "schedules need a running Prefect server: start one with `prefect server start` and "
+            "export PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
+    if cron is not None:
+        from prefect.schedules import Cron
+
+        with config_errors():  # Prefect rejects a bad cron expression with a plain ValueError
+            Cron(cron, timezone=timezone or "UTC")
 
 
 @opt.profile_options
@@ -75,12 +86,7 @@ def schedule_cmd(
     With --checkpoints DIR (or --checkpoint PATH), each scheduled run profiles the checkpoints
     not yet profiled and appends them to the history table instead.
     """
-    _check_schedule(cron, interval, timezone)
-    if not os.environ.get("PREFECT_API_URL"):
-        raise ConfigError(
-            "schedules need a running Prefect server: start one with `prefect server start` and "
-            "export PREFECT_API_URL=http://127.0.0.1:4200/api"
-        )
+    check_schedule(cron, interval, timezone)
     store = open_store(data_dir)
     if checkpoints is not None or checkpoint:
         flow = "checkpoints"
@@ -88,13 +94,8 @@ def schedule_cmd(
     else:
         flow = "profile"
         config = profile.to_dict()
-    from prefect.schedules import Cron
-
     from pipeline.flows import schedule
 
-    if cron is not None:
-        with config_errors():  # Prefect rejects a bad cron expression with a plain ValueError
-            Cron(cron, timezone=timezone or "UTC")
     deployment = name or schedule.default_name(flow, profile.data.dataset)
     say(
         f"serving deployment {deployment!r} ({'cron ' + cron if cron else f'every {interval:g} s'}); "

@@ -11,6 +11,7 @@ Flows:
     profile: one profile run, named ``<dataset>/<model>/<run id>``: the driver ``run.profile``
         with its steps (load, shard, round, finish) wrapped as tasks; then the report.
     profile_checkpoints: profile every checkpoint not yet in the ``history`` table.
+    track_source: import what is new in an observations source (a training log, on a schedule).
 
 Both take their config typed; a served deployment, whose parameters are JSON, passes the same
 configs as dicts (``to_dict()``) and the store as ``asdict(store)``.
@@ -32,6 +33,7 @@ from pipeline import history, run
 from pipeline.errors import BackendUnavailableError
 from pipeline.flows import watchdog
 from pipeline.flows.executors import after_run, open_executor
+from pipeline.observe.track import TrackConfig, run_track
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ round_task = task(run.next_round_step, name="plan-round", **_TASK)
 finish_task = task(run.finish_step, name="analyze-allocate", **_TASK)
 after_task = task(after_run, name="observe-and-report", **_TASK)
 record_history_task = task(history.record_history, name="append-history", **_TASK)
+track_task = task(run_track, name="import-new-steps", **_TASK)
 
 
 def _store(store: Store | dict) -> Store:
@@ -164,6 +167,22 @@ def profile_checkpoints(config: history.CheckpointConfig, store: Store) -> list[
         return profile(config=profile_cfg, store=data)
 
     return history.profile_new_checkpoints(cfg, data, profile_one, record=record_history_task)
+
+
+@flow(name="track", persist_result=False, log_prints=False, validate_parameters=False)
+def track_source(config: TrackConfig | dict[str, Any], store: Store) -> dict[str, Any]:
+    """Import what is new in one observations source (``track.run_track``): on a schedule, a
+    training log is read step by step as the trainer writes it.
+
+    Args:
+        config: the source (a served deployment passes ``asdict(TrackConfig)``).
+        store: the data directory.
+
+    Returns:
+        What the import did (``TrackResult.to_dict``).
+    """
+    cfg = config if isinstance(config, TrackConfig) else TrackConfig(**config)
+    return track_task(_store(store), cfg).to_dict()
 
 
 def prefect_settings(**extra: Any):

@@ -19,7 +19,7 @@ from pipeline.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FLOWS = {"profile": "profile", "checkpoints": "profile_checkpoints"}
+FLOWS = {"profile": "profile", "checkpoints": "profile_checkpoints", "track": "track_source"}
 
 
 def default_name(flow: str, dataset: str | None) -> str:
@@ -37,10 +37,10 @@ def make_deployment(
     interval: float | None = None,
     timezone: str | None = None,
 ):
-    """A Prefect ``RunnerDeployment`` of the ``profile`` or ``checkpoints`` flow.
+    """A Prefect ``RunnerDeployment`` of the ``profile``, ``checkpoints`` or ``track`` flow.
 
     Args:
-        flow: ``profile`` or ``checkpoints``.
+        flow: ``profile``, ``checkpoints`` or ``track``.
         name: deployment name.
         parameters: the flow's parameters (``config`` dict and ``store``, as ``asdict(Store)``).
         cron: cron expression (e.g. ``"0 3 * * *"``), or

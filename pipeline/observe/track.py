@@ -103,3 +103,81 @@ def track_run(store: Store, run_id: str) -> TrackResult:
     record.write_step(store, rows)
     result.add(0, rows, None)
     return result
+
+
+TRACK_KINDS = ("verl", "table", "label", "run")
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    """One source to import, as ``difficulty track`` takes it (JSON-able: a scheduled flow's parameter).
+
+    Attributes:
+        path: a verl rollout folder or a table file (none for a label or a run).
+        kind: ``verl``, ``table``, ``label`` or ``run`` (None: a folder is verl, a file a table).
+        source: the source's name in the table (None: from the kind and the path).
+        dataset, data_file: the dataset its prompts belong to (stored, or a file loaded now).
+        model: the model or training run the outcomes come from.
+        correct_field, score_threshold: how a verl rollout's correctness is read.
+        label, label_n, counts: a label column, the rollouts behind it, what it counts.
+        run: a profile run to record.
+    """
+
+    path: str | None = None
+    kind: str | None = None
+    source: str | None = None
+    dataset: str | None = None
+    data_file: str | None = None
+    model: str | None = None
+    correct_field: str | None = None
+    score_threshold: float | None = None
+    label: str | None = None
+    label_n: int | None = None
+    counts: str | None = None
+    run: str | None = None
+
+    def resolved_kind(self) -> str:
+        if self.run is not None:
+            return "run"
+        if self.kind is not None:
+            if self.kind not in TRACK_KINDS:
+                raise ConfigError(f"format {self.kind!r} is unknown: allowed {', '.join(TRACK_KINDS[:3])}")
+            return self.kind
+        if self.label is not None:
+            return "label"
+        if self.path is None:
+            raise ConfigError("give the PATH of a verl rollout folder or a table, --label COLUMN or --run RUN")
+        return "verl" if Path(self.path).is_dir() else "table"
+
+
+def run_track(store: Store, config: TrackConfig) -> TrackResult:
+    """Import what is new in the configured source."""
+    kind = config.resolved_kind()
+    if kind == "run":
+        return track_run(store, config.run)
+    problems = dataset_problems(store, config.dataset, config.data_file)
+    if kind == "label":
+        if config.label is None:
+            raise ConfigError("--format label needs --label COLUMN")
+        return track_labels(
+            store,
+            problems,
+            config.label,
+            source=config.source,
+            model=config.model,
+            n=config.label_n,
+            counts=config.counts,
+        )
+    if config.path is None:
+        raise ConfigError(f"--format {kind} needs the PATH of the source")
+    if kind == "verl":
+        return track_verl(
+            store,
+            Path(config.path),
+            problems,
+            source=config.source,
+            model=config.model,
+            correct_field=config.correct_field,
+            score_threshold=config.score_threshold,
+        )
+    return track_table(store, Path(config.path), problems, source=config.source, model=config.model)
