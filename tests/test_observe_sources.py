@@ -1,0 +1,371 @@
+"""observe/match and observe/sources: verl rollout dumps, generic tables and dataset labels, read
+from real files (DeepScaleR's verl file, GSM8K, MATH-500) and the committed verl dump fixture
+(``tests/fixtures/make_verl_dump.py``, verl 0.9.1's own writer)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import datasets
+from pipeline.errors import ConfigError, DatasetError
+from pipeline.observe import match, record, sources
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "verl_dump"
+
+
+@pytest.fixture(scope="module")
+def deepscaler(shared) -> pa.Table:
+    return datasets.load(data_file=shared / "deepscaler" / "verl_train_sub.parquet").problems
+
+
+@pytest.fixture(scope="module")
+def matcher(deepscaler) -> match.Matcher:
+    return match.Matcher.from_problems(deepscaler)
+
+
+@pytest.fixture
+def dump(tmp_path) -> Path:
+    folder = tmp_path / "rollouts"
+    shutil.copytree(FIXTURE, folder)
+    return folder
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _expected(path: Path, problems: pa.Table, field: str = "acc") -> dict[str, tuple[int, int]]:
+    """Per prompt (n, c) of a dump file, found by brute force: the problem whose text is in the input."""
+    texts = {
+        datasets.normalize_problem(t): pid
+        for t, pid in zip(problems["problem"].to_pylist(), problems["prompt_id"].to_pylist(), strict=True)
+    }
+    out: dict[str, list[int]] = {}
+    for row in _lines(path):
+        norm = datasets.normalize_problem(row["input"])
+        (pid,) = [p for t, p in texts.items() if t in norm]
+        tot = out.setdefault(pid, [0, 0])
+        tot[0] += 1
+        tot[1] += int(row[field])
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _counts(obs: pa.Table) -> dict[str, tuple[int, int]]:
+    return {
+        p: (n, c)
+        for p, n, c in zip(obs["prompt_id"].to_pylist(), obs["n"].to_pylist(), obs["c"].to_pylist(), strict=True)
+    }
+
+
+# --- verl dumps ----------------------------------------------------------------------------------
+
+
+def test_verl_fixture_lands_counts_of_the_source_rows(dump, deepscaler, matcher):
+    steps = sources.verl_steps(dump)
+    assert [s for s, _ in steps] == [1, 2, 3]
+    seen = set()
+    for step, path in steps:
+        obs, unmatched = sources.read_verl_step(path, step, matcher, source="verl:run-1", model="qwen")
+        assert unmatched.num_rows == 0
+        assert _counts(obs) == _expected(path, deepscaler)
+        assert obs.num_rows == 8 and sum(obs["n"].to_pylist()) == 32
+        assert set(obs["step"].to_pylist()) == {step} and set(obs["kind"].to_pylist()) == {"training"}
+        assert set(obs["dataset"].to_pylist()) == {"verl-deepscaler-verl_train_sub"}
+        seen |= set(obs["c"].to_pylist())
+    assert seen > {0, 4}  # the fixture has silent and mixed prompts
+
+
+def test_rerun_adds_nothing_twice(dump, matcher, store):
+    def run() -> int:
+        done, written = record.recorded_steps(store, "verl:run-1"), 0
+        for step, path in sources.verl_steps(dump):
+            if step not in done:
+                written += record.write_step(
+                    store, *sources.read_verl_step(path, step, matcher, source="verl:run-1", model="q")
+                )
+        return written
+
+    assert run() == 24
+    assert run() == 0
+    assert record.read_observations(store, "verl:run-1").num_rows == 24
+    shutil.copy(dump / "3.jsonl", dump / "4.jsonl")
+    text = (dump / "4.jsonl").read_text().replace('"step": 3', '"step": 4')
+    (dump / "4.jsonl").write_text(text)
+    assert run() == 8
+    assert record.recorded_steps(store, "verl:run-1") == {1, 2, 3, 4}
+
+
+def test_dump_of_another_dataset_is_unmatched_with_reasons(dump, shared):
+    math500 = match.Matcher.from_problems(datasets.load(data_file=shared / "math500" / "verl_test.parquet").problems)
+    obs, unmatched = sources.read_verl_step(dump / "1.jsonl", 1, math500, source="verl:x", model=None)
+    assert obs.num_rows == 0
+    assert unmatched.num_rows == 32
+    assert unmatched["row"].to_pylist() == list(range(32))
+    (reason,) = set(unmatched["reason"].to_pylist())
+    assert reason == "no problem of verl-math500-verl_test is contained in the chat prompt"
+    assert unmatched["text"][0].as_py().startswith("system\n")
+
+
+def test_gold_answer_mismatch_is_unmatched(dump, matcher):
+    rows = _lines(dump / "2.jsonl")
+    wrong = rows[0]["input"]
+    for row in rows:
+        if row["input"] == wrong:
+            row["gts"] = "not the gold"
+    (dump / "2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    obs, unmatched = sources.read_verl_step(dump / "2.jsonl", 2, matcher, source="verl:x", model=None)
+    assert obs.num_rows == 7 and unmatched.num_rows == 4
+    assert all(r.startswith("gold answer 'not the gold' differs from") for r in unmatched["reason"].to_pylist())
+
+
+def test_last_file_cut_mid_line_is_skipped(dump, matcher, caplog):
+    data = (dump / "3.jsonl").read_bytes()
+    (dump / "3.jsonl").write_bytes(data[: len(data) // 2])
+    with caplog.at_level(logging.WARNING):
+        assert sources.read_verl_step(dump / "3.jsonl", 3, matcher, source="verl:x", model=None) is None
+    assert "still writing step 3" in caplog.text
+    (dump / "3.jsonl").write_bytes(b"")
+    assert sources.read_verl_step(dump / "3.jsonl", 3, matcher, source="verl:x", model=None) is None
+    assert sources.read_verl_step(dump / "2.jsonl", 2, matcher, source="verl:x", model=None)[0].num_rows == 8
+
+
+def test_bad_middle_line_is_named(dump, matcher):
+    lines = (dump / "2.jsonl").read_text().splitlines(keepends=True)
+    lines[4] = lines[4][:50] + "\n"
+    (dump / "2.jsonl").write_text("".join(lines))
+    with pytest.raises(DatasetError, match=r"2\.jsonl'?: line 5 is not valid JSON"):
+        sources.read_verl_step(dump / "2.jsonl", 2, matcher, source="verl:x", model=None)
+
+
+def _rewrite(path: Path, change) -> None:
+    rows = _lines(path)
+    for row in rows:
+        change(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_shaped_score_needs_a_threshold(dump, matcher, deepscaler):
+    expected = _expected(dump / "1.jsonl", deepscaler)
+
+    def dapo(row):
+        row["score"] = 1.0 if row.pop("acc") else -1.0
+
+    _rewrite(dump / "1.jsonl", dapo)
+    with pytest.raises(ConfigError, match=r"shaped score is not correctness.*--score-threshold"):
+        sources.read_verl_step(dump / "1.jsonl", 1, matcher, source="verl:x", model=None)
+    obs, _ = sources.read_verl_step(dump / "1.jsonl", 1, matcher, source="verl:x", model=None, score_threshold=1.0)
+    assert _counts(obs) == expected
+    # a named binary field, and 0/1 scores without one
+    _rewrite(dump / "2.jsonl", lambda row: row.update(ok=int(row.pop("acc"))))
+    obs, _ = sources.read_verl_step(dump / "2.jsonl", 2, matcher, source="verl:x", model=None, correct_field="ok")
+    assert _counts(obs) == _expected(dump / "2.jsonl", deepscaler, "ok")
+    obs, _ = sources.read_verl_step(dump / "2.jsonl", 2, matcher, source="verl:x", model=None)
+    assert _counts(obs) == _expected(dump / "2.jsonl", deepscaler, "score")
+    with pytest.raises(ConfigError, match="correct_field='nope' is not a field"):
+        sources.read_verl_step(dump / "2.jsonl", 2, matcher, source="verl:x", model=None, correct_field="nope")
+
+
+def test_duplicate_steps_are_named(dump, matcher):
+    shutil.copy(dump / "1.jsonl", dump / "01.jsonl")
+    with pytest.raises(DatasetError, match=r"duplicate step 1 in .*01\.jsonl and 1\.jsonl"):
+        sources.verl_steps(dump)
+    (dump / "01.jsonl").rename(dump / "5.jsonl")
+    assert [s for s, _ in sources.verl_steps(dump)] == [1, 2, 3, 5]
+    with pytest.raises(DatasetError, match=r"duplicate step: .*5\.jsonl' is step 5 but line 1 is a row of step 1"):
+        sources.read_verl_step(dump / "5.jsonl", 5, matcher, source="verl:x", model=None)
+
+
+# --- generic tables ------------------------------------------------------------------------------
+
+
+def _write(table: pa.Table, path: Path) -> Path:
+    if path.suffix == ".csv":
+        pacsv.write_csv(table, path)
+    elif path.suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def truth(deepscaler) -> list[tuple[int, str, int, str, list[int]]]:
+    """(step, prompt_id, dataset index, problem, rewards) of 5 real prompts over 2 steps."""
+    rows = deepscaler.slice(0, 5).to_pylist()
+    out = []
+    for step in (1, 2):
+        for k, row in enumerate(rows):
+            index = json.loads(row["original"])["extra_info"]["index"]
+            out.append(
+                (step, row["prompt_id"], index, row["problem"], [int((k + j + step) % 3 == 0) for j in range(4)])
+            )
+    return out
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".jsonl"])
+@pytest.mark.parametrize("layout", ["counts-prompt_id", "rollouts-index", "rollouts-problem", "polaris"])
+def test_generic_table_formats_and_layouts(tmp_path, matcher, truth, suffix, layout):
+    if layout == "polaris" and suffix == ".csv":
+        return  # CSV holds no lists: the POLARIS layout is Parquet or JSON Lines
+    if layout == "counts-prompt_id":
+        table = pa.table(
+            {
+                "step": [t[0] for t in truth],
+                "prompt_id": [t[1] for t in truth],
+                "n": [4] * len(truth),
+                "c": [sum(t[4]) for t in truth],
+            }
+        )
+    elif layout.startswith("rollouts"):
+        key = layout.split("-")[1]
+        at = 2 if key == "index" else 3
+        rows = [{"step": t[0], key: t[at], "reward": r} for t in truth for r in t[4]]
+        rows.append({"step": 2, key: 999999 if key == "index" else "What is 1+1?", "reward": 1})
+        table = pa.Table.from_pylist(rows)
+    else:
+        table = pa.table(
+            {
+                "step": [1, 2],
+                "index": [[t[2] for t in truth if t[0] == s for _ in t[4]] for s in (1, 2)],
+                "score": [[r for t in truth if t[0] == s for r in t[4]] for s in (1, 2)],
+            }
+        )
+    got = sources.read_table(_write(table, tmp_path / f"obs{suffix}"), matcher, source="table:t", model="m")
+    assert sorted(got) == [1, 2]
+    for step, (obs, unmatched) in got.items():
+        assert _counts(obs) == {t[1]: (4, sum(t[4])) for t in truth if t[0] == step}
+        if layout.startswith("rollouts") and step == 2:
+            assert unmatched.num_rows == 1 and unmatched["row"].to_pylist() == [40]
+            assert (
+                "is not a row of" in unmatched["reason"][0].as_py()
+                or "not a problem of" in unmatched["reason"][0].as_py()
+            )
+        else:
+            assert unmatched.num_rows == 0
+
+
+def test_generic_table_bad_layout_and_shaped_reward(tmp_path, matcher):
+    path = _write(pa.table({"step": [1], "question": ["x"], "reward": [1]}), tmp_path / "bad.csv")
+    with pytest.raises(DatasetError, match=r"columns \['step', 'question', 'reward'\] fit no layout; accepted: counts"):
+        sources.read_table(path, matcher, source="table:t", model=None)
+    path = _write(pa.table({"step": [1], "index": [0], "reward": [0.5]}), tmp_path / "shaped.csv")
+    with pytest.raises(ConfigError, match="--score-threshold"):
+        sources.read_table(path, matcher, source="table:t", model=None)
+    (obs, _) = sources.read_table(path, matcher, source="table:t", model=None, score_threshold=0.5)[1]
+    assert obs["c"].to_pylist() == [1]
+
+
+# --- labels --------------------------------------------------------------------------------------
+
+
+def test_bigmath_solve_rate_labels(tmp_path, shared):
+    gsm = [json.loads(x) for x in (shared / "gsm8k" / "test.jsonl").read_text().splitlines()[:10]]
+    rates = [k / 64 for k in (0, 1, 7, 32, 63, 64, 5, 9, 40)] + [None]
+    rows = [
+        {
+            "problem": g["question"],
+            "answer": datasets.gsm8k_gold(g["answer"]),
+            "source": "gsm8k",
+            "domain": ["math"],
+            "llama8b_solve_rate": r,
+        }
+        for g, r in zip(gsm, rates, strict=True)
+    ]
+    path = tmp_path / "bigmath.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = datasets.load(data_file=path).problems
+    obs, unmatched = sources.read_labels(problems, "llama8b_solve_rate", source="label:bigmath")
+    assert obs["n"].to_pylist() == [64] * 9
+    assert obs["c"].to_pylist() == [0, 1, 7, 32, 63, 64, 5, 9, 40]
+    assert obs["prompt_id"].to_pylist() == problems["prompt_id"].to_pylist()[:9]
+    assert set(obs["model"].to_pylist()) == {"Llama-3.1-8B-Instruct"} and set(obs["kind"].to_pylist()) == {"label"}
+    assert unmatched["reason"].to_pylist() == ["llama8b_solve_rate is null"] and unmatched["row"].to_pylist() == [9]
+    rows[3]["llama8b_solve_rate"] = 0.3
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DatasetError, match=r"row 3 \(prompt \w+\): llama8b_solve_rate=0.3 is not a pass rate of n=64"):
+        sources.read_labels(datasets.load(data_file=path).problems, "llama8b_solve_rate", source="label:bigmath")
+
+
+def test_skywork_model_difficulty_labels(tmp_path, shared):
+    rows = pq.read_table(shared / "deepscaler" / "verl_train_sub.parquet").slice(0, 6).to_pylist()
+    for k, row in enumerate(rows):
+        row["extra_info"]["model_difficulty"] = {
+            "DeepSeek-R1-Distill-Qwen-7B": k,
+            "DeepSeek-R1-Distill-Qwen-32B": 16 - k,
+        }
+    path = tmp_path / "skywork.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    problems = datasets.load(data_file=path).problems
+    model = "DeepSeek-R1-Distill-Qwen-7B"
+    obs, unmatched = sources.read_labels(
+        problems, "model_difficulty", source="label:sky", model=model, counts="correct"
+    )
+    assert obs["c"].to_pylist() == list(range(6)) and obs["n"].to_pylist() == [16] * 6
+    assert set(obs["model"].to_pylist()) == {model} and unmatched.num_rows == 0
+    obs, _ = sources.read_labels(problems, "model_difficulty", source="label:sky", model=model, counts="wrong")
+    assert obs["c"].to_pylist() == [16 - k for k in range(6)]
+    with pytest.raises(ConfigError, match="counts='correct'.*counts='wrong'.*no default"):
+        sources.read_labels(problems, "model_difficulty", source="label:sky", model=model)
+    with pytest.raises(ConfigError, match="pick one with model="):
+        sources.read_labels(problems, "model_difficulty", source="label:sky", counts="correct")
+
+
+def test_named_label_with_n_and_polaris_strings(tmp_path):
+    # verl-shaped rows (the project's local adapters read a top-level 'difficulty' as a number)
+    rows = [
+        {"prompt": [{"role": "user", "content": p}], "reward_model": {"ground_truth": a}, "difficulty": d, "guess": g}
+        for p, a, d, g in [("What is 2+3?", "5", "7/8", 0.25), ("What is 4*4?", "16", "0.125", 0.5)]
+    ]
+    path = tmp_path / "polaris.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = datasets.load(data_file=path).problems
+    obs, _ = sources.read_labels(problems, "difficulty", source="label:polaris", model="R1-Distill-7B")
+    assert obs["c"].to_pylist() == [7, 1] and obs["n"].to_pylist() == [8, 8]
+    obs, _ = sources.read_labels(problems, "guess", source="label:g", n=4)
+    assert obs["c"].to_pylist() == [1, 2] and obs["model"].to_pylist() == [None, None]
+    with pytest.raises(ConfigError, match="n=None for label 'guess'"):
+        sources.read_labels(problems, "guess", source="label:g")
+    with pytest.raises(ConfigError, match="name the model"):
+        sources.read_labels(problems, "difficulty", source="label:polaris")
+
+
+# --- the matcher ---------------------------------------------------------------------------------
+
+
+def test_matcher_exact_values(tmp_path, deepscaler, matcher):
+    first = deepscaler.slice(0, 1).to_pylist()[0]
+    pid = first["prompt_id"]
+    assert matcher.by_id(pid) == (pid, None)
+    assert matcher.by_id("0000") == (None, "prompt_id '0000' is not a prompt of verl-deepscaler-verl_train_sub")
+    assert matcher.by_index(0) == (pid, None)
+    assert matcher.by_index("0") == (pid, None)
+    assert matcher.by_index(123456) == (None, "index 123456 is not a row of verl-deepscaler-verl_train_sub")
+    assert matcher.by_index("x") == (None, "index 'x' is not an integer")
+    assert matcher.by_problem("  " + first["problem"].replace(" ", "\n  ") + " ") == (pid, None)
+    assert matcher.by_problem("") == (None, "empty problem text")
+    chat = f"system\nYou are a helpful assistant.\nuser\n{first['problem']}\nassistant\n"
+    assert matcher.by_chat(chat) == (pid, None)
+    assert matcher.by_chat(chat) == (pid, None)  # cached
+    assert matcher.check_answer(pid, first["answer"]) is None
+    assert matcher.check_answer(pid, None) is None
+    # nested problems: the longest contained wins; a problem shorter than the prefix still matches
+    short, long = "What is 2+2?", "What is 2+2? Then add 10 to the result and divide by 7."
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("".join(json.dumps({"problem": p, "answer": a}) + "\n" for p, a in [(short, "4"), (long, "2")]))
+    tiny = datasets.load(data_file=path).problems
+    ids = dict(zip(tiny["problem"].to_pylist(), tiny["prompt_id"].to_pylist(), strict=True))
+    m = match.Matcher.from_problems(tiny)
+    assert m.by_chat(f"user\n{long}  Box it.\nassistant\n") == (ids[long], None)
+    assert m.by_chat(f"user\n{short} Box it.\nassistant\n") == (ids[short], None)
+    assert m.by_chat(None) == (None, "empty chat prompt")
+    assert m.by_index(0) == (None, f"{m.dataset} has no row index (extra_info.index) to match by")
+    assert m.check_answer(ids[short], 4) is None
+    assert m.check_answer(ids[short], "5") == f"gold answer '5' differs from {m.dataset}'s '4' for prompt {ids[short]}"
