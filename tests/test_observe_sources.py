@@ -89,7 +89,10 @@ def test_rerun_adds_nothing_twice(dump, matcher, store):
         for step, path in sources.verl_steps(dump):
             if step not in done:
                 written += record.write_step(
-                    store, *sources.read_verl_step(path, step, matcher, source="verl:run-1", model="q")
+                    store,
+                    "verl:run-1",
+                    step,
+                    *sources.read_verl_step(path, step, matcher, source="verl:run-1", model="q"),
                 )
         return written
 

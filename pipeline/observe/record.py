@@ -78,14 +78,14 @@ def observation_rows(
     )
 
 
-def write_step(store: Store, rows: pa.Table, unmatched: pa.Table | None = None) -> int:
-    """Store one source step's observations (replacing that step if it was there) and its
-    unmatched rows; returns the observations written."""
-    sources = pc.unique(rows.column("source")).to_pylist()
-    steps = pc.unique(rows.column("step")).to_pylist()
-    if len(sources) != 1 or len(steps) != 1:
-        raise ConfigError(f"write_step takes one source step, got sources {sources} and steps {steps}")
-    source, step = check_source(sources[0]), steps[0]
+def write_step(store: Store, source: str, step: int, rows: pa.Table, unmatched: pa.Table | None = None) -> int:
+    """Store one source step's observations (replacing that step if it was there; a step whose rows
+    all matched nothing is stored empty, so it counts as read) and its unmatched rows; returns the
+    observations written."""
+    check_source(source)
+    other = pc.unique(rows.column("source")).to_pylist() + pc.unique(rows.column("step")).to_pylist()
+    if any(v not in (source, step) for v in other):
+        raise ConfigError(f"write_step({source!r}, {step}): the rows hold sources and steps {other}")
     if unmatched is not None and unmatched.num_rows:
         store.write_table("unmatched", unmatched, {"source": source}, step_part(step))
     store.write_table(TABLE, rows, {"source": source}, step_part(step))

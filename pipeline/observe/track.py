@@ -9,6 +9,7 @@ unwritten step. The result says what was read, matched and left unmatched (and w
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ import pyarrow.compute as pc
 
 from pipeline import datasets
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.observe import record
+from pipeline.observe import record, sources
+from pipeline.observe.match import Matcher
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -100,8 +102,96 @@ def track_run(store: Store, run_id: str) -> TrackResult:
         run.get("model"),
         observed_at=run.get("updated_at"),
     )
-    record.write_step(store, rows)
+    record.write_step(store, source, 0, rows)
     result.add(0, rows, None)
+    return result
+
+
+def _source(given: str | None, prefix: str, name: str) -> str:
+    """The source's name: as given, else ``<prefix>:<name>`` made safe."""
+    if given is not None:
+        return record.check_source(given)
+    slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-") or "source"
+    return record.check_source(f"{prefix}:{slug}"[:128])
+
+
+def track_verl(
+    store: Store,
+    folder: Path,
+    problems: pa.Table,
+    *,
+    source: str | None = None,
+    model: str | None = None,
+    correct_field: str | None = None,
+    score_threshold: float | None = None,
+) -> TrackResult:
+    """verl's rollout dumps: each step not yet recorded, in order; the newest, if verl is still
+    writing it, waits for the next import."""
+    source = _source(source, "verl", Path(folder).resolve().name)
+    result = TrackResult(source)
+    done = record.recorded_steps(store, source)
+    matcher = Matcher.from_problems(problems)
+    for step, path in sources.verl_steps(folder):
+        if step in done:
+            result.already += 1
+            continue
+        got = sources.read_verl_step(
+            path,
+            step,
+            matcher,
+            source=source,
+            model=model,
+            correct_field=correct_field,
+            score_threshold=score_threshold,
+        )
+        if got is None:
+            result.pending.append(step)
+            continue
+        rows, unmatched = got
+        record.write_step(store, source, step, rows, unmatched)
+        result.add(step, rows, unmatched)
+    if score_threshold is not None:
+        result.notes.append(
+            f"correctness read as score >= {score_threshold}: a shaped score (format bonus, length penalty) is not "
+            "correctness; prefer a binary field (--correct-field)"
+        )
+    return result
+
+
+def track_table(
+    store: Store, path: Path, problems: pa.Table, *, source: str | None = None, model: str | None = None
+) -> TrackResult:
+    """A table of counts or rewards per step: its steps not yet recorded."""
+    source = _source(source, "table", Path(path).stem)
+    result = TrackResult(source)
+    done = record.recorded_steps(store, source)
+    for step, (rows, unmatched) in sorted(
+        sources.read_table(path, Matcher.from_problems(problems), source=source, model=model).items()
+    ):
+        if step in done:
+            result.already += 1
+            continue
+        record.write_step(store, source, step, rows, unmatched)
+        result.add(step, rows, unmatched)
+    return result
+
+
+def track_labels(
+    store: Store,
+    problems: pa.Table,
+    label: str,
+    *,
+    source: str | None = None,
+    model: str | None = None,
+    n: int | None = None,
+    counts: str | None = None,
+) -> TrackResult:
+    """A pass-rate label the dataset ships (step 0; importing it again replaces it)."""
+    source = _source(source, "label", label if model is None else f"{label}@{model}")
+    result = TrackResult(source)
+    rows, unmatched = sources.read_labels(problems, label, source=source, model=model, n=n, counts=counts)
+    record.write_step(store, source, 0, rows, unmatched)
+    result.add(0, rows, unmatched)
     return result
 
 

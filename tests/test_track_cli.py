@@ -1,0 +1,99 @@
+"""``difficulty track`` and ``difficulty current`` end to end, on the committed verl dump (verl
+0.9.1's own writer, DeepScaleR prompts), a table and a profile run: counts land once, a rerun adds
+nothing, the newest step waits while verl writes it, unmatched rows are kept and counted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.store import Store
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "verl_dump"
+runner = CliRunner()
+
+
+@pytest.fixture
+def dump(tmp_path) -> Path:
+    folder = tmp_path / "grpo-run"
+    shutil.copytree(FIXTURE, folder)
+    return folder
+
+
+def _track(*args: str) -> dict:
+    out = runner.invoke(app, ["track", *args, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)[0]
+
+
+def _rollouts(folder: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in folder.glob("*.jsonl"))
+
+
+def test_track_a_verl_dump_once_then_only_new_steps(dump, shared, data_dir):
+    data = str(shared / "deepscaler" / "verl_train_sub.parquet")
+    first = _track(str(dump), "--data-file", data, "--model", "qwen-grpo")
+    assert first["source"] == "verl:grpo-run" and first["steps_written"] == 3
+    assert first["rollouts"] == _rollouts(dump) and first["unmatched_rows"] == 0
+    again = _track(str(dump), "--data-file", data)
+    assert again["steps_written"] == 0 and again["steps_already_recorded"] == 3
+    # verl writes step 4 in mode "w" from a thread: a file cut mid-line waits for the next import
+    step4 = (dump / "3.jsonl").read_text().replace('"step": 3', '"step": 4')
+    (dump / "4.jsonl").write_text(step4[: len(step4) // 2])
+    cut = _track(str(dump), "--data-file", data)
+    assert cut["steps_written"] == 0 and cut["steps_pending"] == 1
+    (dump / "4.jsonl").write_text(step4)
+    done = _track(str(dump), "--data-file", data)
+    assert (done["steps_written"], done["first_step"]) == (1, 4)
+    store = Store(data_dir)
+    rows = store.query("select step, sum(n) n, count(*) prompts from observations group by step order by step")
+    assert rows.column("step").to_pylist() == [1, 2, 3, 4]
+    assert sum(rows.column("n").to_pylist()) == _rollouts(dump)
+    steps = store.query("select step, silent_all_wrong, silent_all_right, silent from observation_steps order by step")
+    for r in steps.to_pylist():
+        assert r["silent"] == pytest.approx(r["silent_all_wrong"] + r["silent_all_right"])
+
+
+def test_a_dump_of_another_dataset_is_kept_as_unmatched(dump, shared, data_dir):
+    info = _track(str(dump), "--data-file", str(shared / "math500" / "test.jsonl"), "--source", "verl:wrong-data")
+    assert info["observations"] == 0 and info["unmatched_rows"] == _rollouts(dump)
+    store = Store(data_dir)
+    kept = store.query("select count(*) n from unmatched where source = 'verl:wrong-data'").to_pylist()
+    assert kept == [{"n": _rollouts(dump)}]
+    out = runner.invoke(app, ["track", str(dump), "--data-file", str(shared / "math500" / "test.jsonl")])
+    assert out.exit_code == 0 and "matched no prompt" in out.stdout and "unmatched" in out.stdout
+
+
+def test_a_generic_table_and_current_difficulty(tmp_path, data_dir):
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "4"]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    table = tmp_path / "counts.parquet"
+    pq.write_table(
+        pa.table({"step": [1, 1, 2, 2], "prompt_id": [ids[0], ids[1], ids[0], ids[1]], "n": [8] * 4, "c": [0, 4, 8, 4]}),
+        table,
+    )
+    info = _track(str(table), "--dataset", "arithmetic")
+    assert (info["source"], info["steps_written"], info["rollouts"]) == ("table:counts", 2, 32)
+    out = runner.invoke(app, ["current", "--forgetting", "0.5", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    got = {r["prompt_id"]: r for r in json.loads(out.stdout)}
+    # prompt 0: step 1 (0 of 8) counts 0.5, step 2 (8 of 8) counts 1: Beta(0.5 + 8, 0.5 + 4)
+    assert got[ids[0]]["post_mean"] == pytest.approx(8.5 / 13)
+    out = runner.invoke(app, ["current", "--forgetting", "0.01", "--moved", "--format", "json"])
+    assert [(r["prompt_id"], r["before"], r["now"]) for r in json.loads(out.stdout)] == [(ids[0], "hard", "easy")]
+
+
+def test_bad_sources_are_named(tmp_path, data_dir, dump):
+    out = runner.invoke(app, ["track", str(dump)])
+    assert out.exit_code == 1 and "--dataset NAME or --data-file PATH" in out.stderr
+    out = runner.invoke(app, ["track", str(dump), "--dataset", "nowhere"])
+    assert out.exit_code == 1 and "no problems of dataset 'nowhere'" in out.stderr
+    out = runner.invoke(app, ["current"])
+    assert out.exit_code == 1 and "no observations yet" in out.stderr
