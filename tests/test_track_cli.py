@@ -76,7 +76,9 @@ def test_a_generic_table_and_current_difficulty(tmp_path, data_dir):
     ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
     table = tmp_path / "counts.parquet"
     pq.write_table(
-        pa.table({"step": [1, 1, 2, 2], "prompt_id": [ids[0], ids[1], ids[0], ids[1]], "n": [8] * 4, "c": [0, 4, 8, 4]}),
+        pa.table(
+            {"step": [1, 1, 2, 2], "prompt_id": [ids[0], ids[1], ids[0], ids[1]], "n": [8] * 4, "c": [0, 4, 8, 4]}
+        ),
         table,
     )
     info = _track(str(table), "--dataset", "arithmetic")

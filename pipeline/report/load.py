@@ -83,6 +83,7 @@ class RunData:
     estimators: list[str]
     top_mass: pl.DataFrame | None = None  # weights rows with the largest mass at G
     computed: list[str] = field(default_factory=list)  # tables computed in memory
+    observations: pa.Table | None = None  # the run's dataset's observations (profiles, training, labels)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -145,6 +146,7 @@ def load_run(store: Store, run_id: str, config: ReportConfig | None = None) -> R
         top_mass=top_mass,
         computed=computed,
         notes=notes,
+        observations=store.query("select * from observations where dataset = $d", {"d": run["dataset"]}),
     )
 
 

@@ -1,4 +1,4 @@
-"""The ten sections of a run report, built from a ``RunData``.
+"""The sections of a run report, built from a ``RunData``.
 
 The run card, the pass-rate distribution, every estimator's implied weight over that
 distribution, gradient share by difficulty band, zero-signal rates against G, rollout allocation,
@@ -34,6 +34,7 @@ from pipeline.report.charts import (
 )
 from pipeline.report.load import ReportConfig, RunData, summary_rows
 from pipeline.report.rounds import adaptive_section, posterior_note
+from pipeline.report.training import training_section
 
 __all__ = ["ALLOCATION_KEY", "BREAKDOWN_COLUMNS", "allocation_label", "allocation_parts", "build_sections"]
 
@@ -841,7 +842,7 @@ def _prompt_tables(data: RunData, cfg: ReportConfig) -> Section:
 
 
 def build_sections(data: RunData, cfg: ReportConfig, prefix: str = "r") -> list[Section]:
-    """All ten sections of a run report, and an adaptive run's rounds section after the pass rates."""
+    """All eleven sections of a run report, and an adaptive run's rounds section after the pass rates."""
     charts = Charts(prefix)
     sections = [_run_card(data), _pass_rates(data, charts, cfg)]
     rounds = adaptive_section(data, charts)
@@ -855,6 +856,7 @@ def build_sections(data: RunData, cfg: ReportConfig, prefix: str = "r") -> list[
         _pass_at_k(data, charts),
         _breakdown(data, charts, cfg),
         calibration_section(data, charts),
+        training_section(data, charts),
         _answers(data, charts, cfg),
         _prompt_tables(data, cfg),
     ]
