@@ -22,7 +22,7 @@ from pipeline.report.sections import allocation_parts
 from pipeline.store import Store
 
 REPORT_PACKAGE = Path(report.__file__).parent
-N_SECTIONS = 11  # ten, and the calibration of the dataset's difficulty labels
+N_SECTIONS = 12  # ten, the calibration of the dataset's difficulty labels, and training since the profile
 
 
 def _plotly_banner() -> str:
@@ -307,7 +307,7 @@ def test_comparison_needs_two_distinct_runs(runs, tmp_path):
 
 
 # The report's modules, each importing only those before it in this order.
-REPORT_MODULES = ("load", "charts", "rounds", "calibration", "sections", "compare", "render")
+REPORT_MODULES = ("load", "charts", "rounds", "calibration", "training", "sections", "compare", "render")
 
 
 def _pipeline_imports(path: Path) -> set[str]:
@@ -335,6 +335,8 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.allocate",
         "pipeline.adaptive",
         "pipeline.calibrate",
+        "pipeline.observe",
+        "pipeline.observe.current",
     }
     files = sorted(REPORT_PACKAGE.glob("*.py"))
     assert {f.stem for f in files} == {"__init__", *REPORT_MODULES}
@@ -355,7 +357,7 @@ def test_report_has_no_sql_text_and_its_queries_are_named_files():
         text = path.read_text()
         assert not re.search(r"\b(SELECT|GROUP BY|ORDER BY)\b", text), f"SQL text in report/{path.name}"
     named = set(re.findall(r'named_query\(\s*"([a-z_]+)"', (REPORT_PACKAGE / "load.py").read_text()))
-    assert named == {"grade_statuses", "sample_info", "top_mass"}
+    assert named == {"grade_statuses", "sample_info", "top_mass", "dataset_observations"}
     for name in named:
         assert (REPORT_PACKAGE.parent / "sql" / f"{name}.sql").is_file()
 

@@ -99,3 +99,29 @@ def test_bad_sources_are_named(tmp_path, data_dir, dump):
     assert out.exit_code == 1 and "no problems of dataset 'nowhere'" in out.stderr
     out = runner.invoke(app, ["current"])
     assert out.exit_code == 1 and "no observations yet" in out.stderr
+
+
+def test_the_report_shows_training_since_the_profile(tmp_path, data_dir):
+    """A simulate profile (recorded as profile:<run id>), then training counts drawn from the same
+    pass rates: the report's training section charts the steps and sets the profile's prediction
+    against them."""
+    import numpy as np
+
+    from pipeline import report, run
+    from pipeline.flows import executors
+
+    store = Store(data_dir)
+    cfg = run.ProfileConfig.build(backend="simulate", limit=40, n=16, grade_workers=1, report=False)
+    run_id = executors.profile_direct(cfg, store)["run_id"]
+    stats = store.read_table("prompt_stats", {"run_id": run_id})
+    rng = np.random.default_rng(0)
+    rates = np.array(stats.column("pass_rate").to_pylist())
+    ids = stats.column("prompt_id").to_pylist()
+    steps = [(s, pid, 8, int(rng.binomial(8, p))) for s in range(1, 6) for pid, p in zip(ids, rates, strict=True)]
+    table = tmp_path / "train.jsonl"
+    table.write_text("".join(json.dumps({"step": s, "prompt_id": p, "n": n, "c": c}) + "\n" for s, p, n, c in steps))
+    assert _track(str(table), "--dataset", "arithmetic")["steps_written"] == 5
+    html = report.render_report(store, run_id, tmp_path / "r.html").read_text()
+    assert "Training since the profile" in html
+    assert "Silent groups and pass rate per step: table:train" in html
+    assert "The profile&#39;s prediction against table:train" in html or "The profile's prediction" in html

@@ -146,7 +146,7 @@ def load_run(store: Store, run_id: str, config: ReportConfig | None = None) -> R
         top_mass=top_mass,
         computed=computed,
         notes=notes,
-        observations=store.query("select * from observations where dataset = $d", {"d": run["dataset"]}),
+        observations=store.named_query("dataset_observations", {"dataset": run["dataset"]}),
     )
 
 
