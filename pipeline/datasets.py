@@ -235,11 +235,24 @@ def _convert_trl(table: pa.Table) -> dict:
     return out
 
 
+_FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def difficulty_value(value: Any) -> float | None:
+    """A ``difficulty`` cell as a number: a label (``label_number``), or a pass rate written as a
+    fraction (POLARIS: ``"7/8"`` gives 0.875)."""
+    if isinstance(value, str) and (match := _FRACTION.match(value)) and int(match[2]) > 0:
+        return int(match[1]) / int(match[2])
+    return label_number(value)
+
+
 def _convert_generic_optional(table: pa.Table) -> dict:
     out = {}
     for optional in ("source", "domain", "topic", "difficulty", "prior_n", "prior_c", "split"):
         if optional in table.column_names:
             out[optional] = _col(table, optional)
+    if "difficulty" in out:  # a text label ("Level 5", POLARIS's "7/8") as a number, not a failed cast
+        out["difficulty"] = [difficulty_value(v) for v in out["difficulty"]]
     return out
 
 

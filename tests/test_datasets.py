@@ -178,3 +178,21 @@ def test_local_names_generic_stems_take_their_folder(tmp_path):
     assert name("/x/folder/.jsonl") == "local-folder-data"
     assert datasets.is_generic_stem("Validation_Set") is False
     assert datasets.is_generic_stem("verl_train_sub") and datasets.is_generic_stem("Test")
+
+
+def test_a_text_difficulty_loads_as_a_number(tmp_path):
+    """POLARIS stores its pass rate as text ("7/8"); a level may read "Level 5": both load as numbers
+    (it was a bare ArrowInvalid)."""
+    import json
+
+    from pipeline import datasets
+
+    path = tmp_path / "polaris.jsonl"
+    rows = [
+        {"problem": "1+1?", "answer": "2", "difficulty": "7/8"},
+        {"problem": "2+2?", "answer": "4", "difficulty": "Level 5"},
+        {"problem": "3+3?", "answer": "6", "difficulty": None},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = datasets.load(data_file=path).problems
+    assert problems.column("difficulty").to_pylist() == [0.875, 5.0, None]

@@ -135,7 +135,7 @@ def test_cycle_finder_finds_a_function_level_circle():
 ROOMS = {
     "run": ("config", "plan", "shards", "rounds", "driver"),
     "store": ("fs", "files", "registry", "query"),
-    "observe": ("record", "match", "sources", "track", "current"),
+    "observe": ("record", "match", "sources", "track", "current", "snapshot"),
 }
 
 

@@ -125,3 +125,31 @@ def test_the_report_shows_training_since_the_profile(tmp_path, data_dir):
     assert "Training since the profile" in html
     assert "Silent groups and pass rate per step: table:train" in html
     assert "The profile&#39;s prediction against table:train" in html or "The profile's prediction" in html
+
+
+def test_current_difficulty_saved_as_a_run_feeds_export_and_allocate(tmp_path, data_dir):
+    """`current --save` stores the discounted counts (rounded) as a run; `allocate --run` and
+    `export --run` read it like a profile run."""
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "3"]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    table = tmp_path / "rewards.csv"
+    rows = ["step,prompt_id,reward"]
+    rows += [f"1,{ids[0]},{r}" for r in (1, 1, 0, 0)] + [f"2,{ids[0]},{r}" for r in (1, 1, 1, 1)]
+    rows += [f"2,{ids[1]},{r}" for r in (0, 0, 0, 0)]
+    table.write_text("\n".join(rows) + "\n")
+    assert _track(str(table), "--dataset", "arithmetic")["rollouts"] == 12
+    out = runner.invoke(app, ["current", "--dataset", "arithmetic", "--forgetting", "0.5", "--save"])
+    assert out.exit_code == 0, out.output
+    run_id = out.stdout.split()[1].rstrip(":")
+    stats = {
+        r["prompt_id"]: (r["n"], r["c"])
+        for r in Store(data_dir).read_table("prompt_stats", {"run_id": run_id}).to_pylist()
+    }
+    assert stats == {ids[0]: (6, 5), ids[1]: (4, 0)}  # step 1 counts 0.5: 4*0.5 + 4 rollouts, 2*0.5 + 4 right
+    out = runner.invoke(app, ["allocate", "--run", run_id, "--budget", "20"])
+    assert out.exit_code == 0 and "allocated 20 rollouts over 2 prompts" in out.stdout, out.output
+    out = runner.invoke(app, ["export", "--run", run_id, "--output", str(tmp_path / "out.jsonl")])
+    assert out.exit_code == 0, out.output
+    exported = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    measured = [r[f"difficulty_{run_id}"] for r in exported if r[f"difficulty_{run_id}"]["n"]]
+    assert sorted((m["n"], m["c"]) for m in measured) == [(4, 0), (6, 5)]

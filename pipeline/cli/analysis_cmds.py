@@ -38,6 +38,9 @@ def counts_of(store: Store, run: str | None, dataset: str | None, answers: bool 
     if (run is None) == (dataset is None):
         raise ConfigError("give exactly one of --run RUN_ID or --dataset NAME")
     if run is not None:
+        if store.get_run(run).get("backend") == "observations":  # `difficulty current --save`: no samples
+            stats = store.read_table("prompt_stats", {"run_id": run})
+            return run, stats.select(["prompt_id", "n", "c"])
         return run, analyze.counts_from_samples(store, run, answers=answers)
     problems = store.read_table("problems", {"dataset": dataset})
     if problems.num_rows == 0:

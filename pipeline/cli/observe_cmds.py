@@ -142,11 +142,21 @@ def current_cmd(
         tuple[str, str] | None,
         typer.Option("--agree", help="SOURCE SOURCE: how often two sources agree within binomial noise."),
     ] = None,
+    save: Annotated[
+        bool,
+        typer.Option(
+            "--save", help="Store it as a run (current-...) for `export`, `allocate` and SQL (needs --dataset)."
+        ),
+    ] = False,
     output: Annotated[Path | None, typer.Option("--output", help="Write the result to this file.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
     data_dir: DataDir = None,
 ) -> None:
-    """Each prompt's difficulty now, from every observation (older steps discounted by --forgetting)."""
+    """Each prompt's difficulty now, from every observation (older steps discounted by --forgetting).
+
+    With --save the current difficulty of --dataset becomes a run of its own: `difficulty export --run`
+    writes the dataset back with it, `difficulty allocate --run` spends a budget by it.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -156,7 +166,19 @@ def current_cmd(
     fmt = check_format(fmt, SQL_FORMATS)
     kinds = ("profile", "training", "label") if with_labels else ("profile", "training")
     config = current.CurrentConfig(forgetting=forgetting, group_size=group_size, kinds=kinds)
-    obs = record.read_observations(open_store(data_dir))
+    store = open_store(data_dir)
+    if save:
+        from pipeline.observe import snapshot
+
+        if dataset is None:
+            raise ConfigError("--save needs --dataset NAME: a run holds one dataset")
+        run_id = snapshot.save_current(store, dataset, config)
+        say(
+            f"run {run_id}: the current difficulty of {dataset} (forgetting {forgetting:g}); "
+            f"`difficulty export --run {run_id} --output ...` or `difficulty allocate --run {run_id}`"
+        )
+        return
+    obs = record.read_observations(store)
     if dataset is not None:
         obs = obs.filter(pc.equal(obs.column("dataset"), dataset))
     if obs.num_rows == 0:
