@@ -58,6 +58,8 @@ bench: $(VENV)/.test
 	$(BIN)/python bench/grading.py
 	$(BIN)/python bench/sampling.py
 	$(BIN)/python bench/sampling.py --backend vllm
+	$(BIN)/python bench/observations.py
+	$(BIN)/python bench/trl_recorder.py
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check pipeline tests bench
