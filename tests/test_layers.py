@@ -31,6 +31,7 @@ LAYERS = (
     "calibrate",
     "export",
     "observe",
+    "curriculum",
     "report",
     "run",
     "history",

@@ -1,0 +1,478 @@
+"""Curriculum policies: which prompts to train on next, from per-prompt Beta posteriors (docs/curriculum.md).
+
+A group of ``G`` rollouts of a prompt with pass rate ``p`` teaches nothing when it is silent (all right
+or all wrong, docs/estimators.md §3). A policy keeps each prompt's posterior ``Beta(a0 + c, b0 + n - c)``
+on discounted counts (forgetting ``lambda`` per step, as ``observe/current``) and picks the next batch
+where the signal is:
+
+- ``uniform``: ``k`` prompts at random without replacement each step (seeded);
+- ``signal``: a share ``floor`` of the batch goes to the least recently picked prompts (the coverage
+  floor), the rest to the highest scores; the score is the probability that a group is not silent,
+  ``1 - p^G - (1-p)^G``, or with ``objective=mass`` the estimator's update mass ``w(p, G) p (1-p)``
+  (docs/estimators.md §1), evaluated at a draw from the posterior (``explore=thompson``, the default),
+  as posterior mean plus ``kappa`` posterior standard deviations (``explore=optimism``) or as the
+  posterior mean alone (``explore=mean``);
+- ``oracle`` (replay only): sees the step's outcomes and picks non-silent groups first, an upper bound.
+
+``replay`` runs a policy over a training log in observations format; ``forecast`` predicts the yield
+of uniform and of the default policy from a profile alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline import estimators, specs
+from pipeline.errors import ConfigError, DatasetError
+
+__all__ = [
+    "ALL_POLICIES",
+    "DEFAULT_POLICY",
+    "LOG_COLUMNS",
+    "Policy",
+    "SignalConfig",
+    "SignalPolicy",
+    "UniformPolicy",
+    "check_log",
+    "expected_mass",
+    "forecast",
+    "make_policy",
+    "nonsilent",
+    "nonsilent_moments",
+    "replay",
+]
+
+LOG_COLUMNS = ("step", "prompt_id", "n", "c")
+#: The policy used when none is named; its constants are ``SignalConfig``'s defaults (chosen on
+#: ``bench/curriculum.py``, docs/curriculum.md §6).
+DEFAULT_POLICY = "signal"
+#: What ``replay`` and ``difficulty replay`` run when no policy is named.
+ALL_POLICIES = ("uniform", "signal", "signal:explore=optimism", "signal:explore=mean", "oracle")
+#: Coverage is measured over the log's last this many steps.
+COVERAGE_WINDOW = 10
+_QUAD_NODES = 257
+
+
+# --- posterior expectations -------------------------------------------------------------------
+
+
+def _moment(a: np.ndarray, b: np.ndarray, i: int, j: int) -> np.ndarray:
+    """``E[p^i (1-p)^j]`` under ``Beta(a, b)``: ``B(a + i, b + j) / B(a, b)`` as a finite product."""
+    out = np.ones(np.shape(a))
+    for r in range(i):
+        out = out * (a + r) / (a + b + r)
+    for r in range(j):
+        out = out * (b + r) / (a + b + i + r)
+    return out
+
+
+def nonsilent(p: np.ndarray | float, G: int) -> np.ndarray:
+    """Probability that a group of ``G`` at pass rate ``p`` is not silent: ``1 - p^G - (1-p)^G``."""
+    p = np.asarray(p, dtype=float)
+    return 1.0 - p**G - (1.0 - p) ** G
+
+
+def nonsilent_moments(a: np.ndarray, b: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and standard deviation of ``s(p) = 1 - p^G - q^G`` under ``Beta(a, b)``, closed form.
+
+    ``E[s] = 1 - E[p^G] - E[q^G]``; ``E[s^2] = 1 - 2E[p^G] - 2E[q^G] + E[p^2G] + E[q^2G] + 2E[p^G q^G]``.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    pg, qg = _moment(a, b, G, 0), _moment(a, b, 0, G)
+    mean = 1.0 - pg - qg
+    second = 1.0 - 2 * pg - 2 * qg + _moment(a, b, 2 * G, 0) + _moment(a, b, 0, 2 * G) + 2 * _moment(a, b, G, G)
+    return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
+
+
+def _mass_coefficients(estimator: estimators.Estimator, G: int) -> np.ndarray:
+    """``m(p) = sum_s coef_s p^(s+1) q^(G-s)``: the leave-one-out weight (docs/estimators.md §1) times ``p q``."""
+    a_plus, a_minus = estimator.advantage_table(G)
+    s = np.arange(G)
+    return np.array([math.comb(G - 1, int(t)) for t in s], dtype=float) * (a_plus[s + 1] - a_minus[s])
+
+
+def _has_polynomial_mass(estimator: estimators.Estimator) -> bool:
+    # Every estimator whose weight is the leave-one-out polynomial; DAPO's resampling factor is not one.
+    return type(estimator).weight is estimators.Estimator.weight
+
+
+def _quadrature(a: np.ndarray, b: np.ndarray, f, nodes: int = _QUAD_NODES) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and sd of ``f(p)`` on a Gauss-Legendre grid in ``p`` weighted by the Beta density.
+
+    The fallback for scores with no closed form (DAPO's mass); the density is normalised on the
+    grid, so the prior's singular ends (``a < 1``) cost accuracy only where the posterior sits there.
+    """
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    p = (x + 1) / 2
+    logd = (a[:, None] - 1) * np.log(p)[None, :] + (b[:, None] - 1) * np.log1p(-p)[None, :]
+    logd -= logd.max(axis=1, keepdims=True)
+    dens = np.exp(logd) * w[None, :]
+    dens /= dens.sum(axis=1, keepdims=True)
+    fp = np.asarray(f(p), dtype=float)[None, :]
+    mean = (dens * fp).sum(axis=1)
+    second = (dens * fp**2).sum(axis=1)
+    return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
+
+
+def expected_mass(
+    a: np.ndarray, b: np.ndarray, G: int, estimator: str | estimators.Estimator = "grpo"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and sd of the update mass ``w(p, G) p q`` (docs/estimators.md §1) under ``Beta(a, b)``.
+
+    Closed form through the Beta moments for every estimator whose weight is the leave-one-out
+    polynomial (``E[m] = sum_s coef_s B(a + s + 1, b + G - s) / B(a, b)``, the square by convolving the
+    coefficients); the Beta-weighted quadrature otherwise (DAPO).
+    """
+    est = estimators.get(estimator)
+    a, b = np.atleast_1d(np.asarray(a, dtype=float)), np.atleast_1d(np.asarray(b, dtype=float))
+    if not _has_polynomial_mass(est):
+        return _quadrature(a, b, lambda p: est.mass(p, G))
+    coef = _mass_coefficients(est, G)
+    mean = sum(coef[s] * _moment(a, b, s + 1, G - s) for s in range(G))
+    square = np.convolve(coef, coef)  # index u = s + t: p^(u+2) q^(2G-u)
+    second = sum(square[u] * _moment(a, b, u + 2, 2 * G - u) for u in range(2 * G - 1))
+    return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
+
+
+# --- policies ---------------------------------------------------------------------------------
+
+
+class Policy(Protocol):
+    """A curriculum: ``choose`` the next batch, then ``update`` with the outcomes of what it chose."""
+
+    name: str
+
+    def choose(self, k: int, among: Sequence[str] | None = None) -> list[str]: ...
+
+    def update(self, prompt_ids: Sequence[str], n: Sequence[float], c: Sequence[float]) -> None: ...
+
+
+@dataclass(frozen=True)
+class SignalConfig:
+    """Settings of the ``signal`` policy (defaults chosen on ``bench/curriculum.py``, docs/curriculum.md §6).
+
+    Attributes:
+        G: group size of the score.
+        objective: ``nonsilent`` (P(the group is not silent)) or ``mass`` (expected update mass of
+            ``estimator``).
+        estimator: the estimator spec of ``objective=mass``.
+        explore: ``thompson`` (score a draw from each posterior), ``optimism`` (mean + kappa sd) or
+            ``mean`` (posterior mean, no exploration).
+        kappa: the optimism bonus in posterior standard deviations of the score.
+        forgetting: lambda in (0, 1]; counts observed ``t`` steps ago weigh ``lambda ** t``.
+        floor: share of each batch given to the least recently picked prompts, in [0, 1].
+        prior_a, prior_b: the Beta prior of a prompt never observed (Jeffreys').
+    """
+
+    G: int = 8
+    objective: str = "nonsilent"
+    estimator: str = "grpo"
+    explore: str = "thompson"
+    kappa: float = 1.0
+    forgetting: float = 0.9
+    floor: float = 0.3
+    prior_a: float = 0.5
+    prior_b: float = 0.5
+
+    def __post_init__(self) -> None:
+        if int(self.G) != self.G or self.G < 1:
+            raise ConfigError(f"G={self.G!r} must be an integer >= 1")
+        if self.objective not in ("nonsilent", "mass"):
+            raise ConfigError(f"objective={self.objective!r}: allowed nonsilent, mass")
+        if self.explore not in ("thompson", "optimism", "mean"):
+            raise ConfigError(f"explore={self.explore!r}: allowed thompson, optimism, mean")
+        if not self.kappa >= 0:
+            raise ConfigError(f"kappa={self.kappa!r} must be >= 0")
+        if not 0.0 < self.forgetting <= 1.0:
+            raise ConfigError(f"forgetting={self.forgetting!r} is out of range: allowed (0, 1]")
+        if not 0.0 <= self.floor <= 1.0:
+            raise ConfigError(f"floor={self.floor!r} is out of range: allowed [0, 1]")
+        if not (self.prior_a > 0 and self.prior_b > 0):
+            raise ConfigError(f"prior ({self.prior_a}, {self.prior_b}) must have both parameters > 0")
+        if self.objective == "mass":
+            estimators.get(self.estimator)  # an unknown estimator fails here
+
+
+class _Base:
+    """Shared state: prompt index, discounted counts, last pick, a seeded generator."""
+
+    name = "base"
+
+    def __init__(self, prompt_ids: Sequence[str], n=None, c=None, *, seed: int = 0, forgetting: float = 1.0):
+        self.ids = [str(p) for p in prompt_ids]
+        self.index = {p: i for i, p in enumerate(self.ids)}
+        if len(self.index) != len(self.ids):
+            raise ConfigError("prompt ids must be distinct")
+        size = len(self.ids)
+        self.n = np.zeros(size) if n is None else np.asarray(n, dtype=float).copy()
+        self.c = np.zeros(size) if c is None else np.asarray(c, dtype=float).copy()
+        if self.n.shape != (size,) or self.c.shape != (size,):
+            raise ConfigError(f"prior counts must have one (n, c) per prompt ({size})")
+        if (self.c < 0).any() or (self.c > self.n).any():
+            raise ConfigError("prior counts must have 0 <= c <= n")
+        self.last = np.full(size, -1, dtype=np.int64)  # step of the last pick; -1: never
+        self.t = 0
+        self.forgetting = forgetting
+        self.rng = np.random.default_rng(seed)
+
+    def _mask(self, among: Sequence[str] | None) -> np.ndarray:
+        if among is None:
+            return np.arange(len(self.ids))
+        return np.array([self.index[p] for p in among], dtype=np.int64)
+
+    def choose(self, k: int, among: Sequence[str] | None = None) -> list[str]:
+        picked = self.choose_index(k, self._mask(among))
+        return [self.ids[i] for i in picked]
+
+    def choose_index(self, k: int, cand: np.ndarray) -> np.ndarray:
+        picked = self._pick(min(int(k), len(cand)), cand)
+        self.last[picked] = self.t
+        self.t += 1
+        return picked
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def update(self, prompt_ids: Sequence[str], n: Sequence[float], c: Sequence[float]) -> None:
+        self.update_index(self._mask(prompt_ids), np.asarray(n, dtype=float), np.asarray(c, dtype=float))
+
+    def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray) -> None:
+        """One step: every count decays by ``lambda`` (a step older), then the new outcomes add."""
+        if self.forgetting != 1.0:
+            self.n *= self.forgetting
+            self.c *= self.forgetting
+        np.add.at(self.n, idx, n)
+        np.add.at(self.c, idx, c)
+
+
+class UniformPolicy(_Base):
+    """``k`` prompts uniformly at random without replacement, each step."""
+
+    name = "uniform"
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        return self.rng.choice(cand, size=k, replace=False)
+
+
+class SignalPolicy(_Base):
+    """Coverage floor first (least recently picked), then the best scores (docs/curriculum.md §2-§5)."""
+
+    name = "signal"
+
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, config: SignalConfig | None = None):
+        self.config = config or SignalConfig()
+        super().__init__(prompt_ids, n, c, seed=seed, forgetting=self.config.forgetting)
+        self.estimator = estimators.get(self.config.estimator) if self.config.objective == "mass" else None
+
+    def scores(self, cand: np.ndarray) -> np.ndarray:
+        """The exploration score of each candidate (random for Thompson: one posterior draw each)."""
+        cfg = self.config
+        a = cfg.prior_a + self.c[cand]
+        b = cfg.prior_b + self.n[cand] - self.c[cand]
+        if cfg.explore == "thompson":
+            p = self.rng.beta(a, b)
+            return nonsilent(p, cfg.G) if self.estimator is None else self.estimator.mass(p, cfg.G)
+        if self.estimator is None:
+            mean, sd = nonsilent_moments(a, b, cfg.G)
+        else:
+            mean, sd = expected_mass(a, b, cfg.G, self.estimator)
+        return mean if cfg.explore == "mean" else mean + cfg.kappa * sd
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        m = min(k, int(round(self.config.floor * k)))
+        if m:
+            # Least recently picked first; ties (never picked, same step) broken at random.
+            order = np.lexsort((self.rng.random(len(cand)), self.last[cand]))
+            floor_idx = order[:m]
+        else:
+            floor_idx = np.zeros(0, dtype=np.int64)
+        rest = np.ones(len(cand), dtype=bool)
+        rest[floor_idx] = False
+        pool = np.flatnonzero(rest)
+        need = k - m
+        if need <= 0 or len(pool) == 0:
+            return cand[floor_idx]
+        s = self.scores(cand[pool])
+        s = s + 1e-12 * self.rng.random(len(s))  # random order among equal scores
+        best = pool[np.argpartition(-s, need - 1)[:need]] if need < len(pool) else pool
+        return cand[np.concatenate([floor_idx, best])]
+
+
+_SIGNAL_PARAMS = {f.name: f.type for f in fields(SignalConfig)}
+
+
+def make_policy(spec: str, prompt_ids: Sequence[str], n=None, c=None, *, seed: int = 0, G: int | None = None) -> _Base:
+    """A policy from a spec (``uniform``, ``signal``, ``signal:explore=optimism,floor=0.2``, ...).
+
+    ``G``, when given, is the signal policy's group size unless the spec sets one.
+    """
+    name, params = specs.parse_spec(spec, "policy", None if specs.spec_name(spec) != "signal" else _SIGNAL_PARAMS)
+    if name == "uniform":
+        if params:
+            raise ConfigError(f"policy {spec!r}: uniform takes no parameters")
+        return UniformPolicy(prompt_ids, n, c, seed=seed)
+    if name == "signal":
+        if G is not None:
+            params.setdefault("G", int(G))
+        return SignalPolicy(prompt_ids, n, c, seed=seed, config=SignalConfig(**params))
+    raise ConfigError(f"unknown policy {name!r}; known: uniform, signal, oracle (replay only)")
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+def check_log(log: pa.Table, where: str = "log") -> pa.Table:
+    """The log's ``step, prompt_id, n, c`` with one row per (step, prompt) (rows of one step summed).
+
+    Raises:
+        DatasetError: a missing column, a null, ``n < 1`` or ``c`` outside ``[0, n]`` (the first row named).
+    """
+    missing = [col for col in LOG_COLUMNS if col not in log.column_names]
+    if missing:
+        raise DatasetError(
+            f"{where}: missing column(s) {', '.join(missing)}; a training log needs {', '.join(LOG_COLUMNS)} "
+            f"(has {', '.join(log.column_names)})"
+        )
+    for col in LOG_COLUMNS:
+        if log.column(col).null_count:
+            raise DatasetError(f"{where}: column {col} has {log.column(col).null_count} empty value(s)")
+    try:
+        table = pa.table(
+            {
+                "step": log.column("step").cast(pa.int64()),
+                "prompt_id": log.column("prompt_id").cast(pa.string()),
+                "n": log.column("n").cast(pa.int64()),
+                "c": log.column("c").cast(pa.int64()),
+            }
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DatasetError(f"{where}: step, n and c must be whole numbers ({exc})") from exc
+    n, c = table.column("n").to_numpy(), table.column("c").to_numpy()
+    bad = np.flatnonzero((c < 0) | (c > n) | (n < 1))
+    if len(bad):
+        i = int(bad[0])
+        raise DatasetError(
+            f"{where}: row {i} (step {table.column('step')[i].as_py()}, prompt {table.column('prompt_id')[i].as_py()!r})"
+            f" has n={n[i]}, c={c[i]}; need n >= 1 and 0 <= c <= n ({len(bad)} such rows)"
+        )
+    return table.group_by(["step", "prompt_id"]).aggregate([("n", "sum"), ("c", "sum")]).rename_columns(
+        ["step", "prompt_id", "n", "c"]
+    )
+
+
+def replay(
+    log: pa.Table,
+    policy_name: str,
+    batch_size: int,
+    *,
+    seed: int = 0,
+    G: int | None = None,
+    prior_n=None,
+    prior_c=None,
+) -> dict:
+    """Replay ``policy_name`` over a training log (docs/curriculum.md §7).
+
+    At each step the policy picks ``batch_size`` prompts among those with an outcome at that step,
+    knowing only the outcomes of what it picked before, and sees the logged outcome of each pick.
+    ``signal_yield`` is the share of picked groups with ``0 < c < n``; ``coverage`` the share of the
+    log's prompts picked at least once in its last ``COVERAGE_WINDOW`` steps. ``oracle`` sees each
+    step's outcomes and takes its non-silent groups first (random among them): the scale's top.
+    ``prior_n``, ``prior_c``: a profile's counts per prompt, aligned with the log's sorted prompt ids.
+    """
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size!r} must be an integer >= 1")
+    table = check_log(log)
+    if table.num_rows == 0:
+        raise DatasetError("log: no rows")
+    ids_sorted = sorted(set(table.column("prompt_id").to_pylist()))
+    index = {p: i for i, p in enumerate(ids_sorted)}
+    pid = np.array([index[p] for p in table.column("prompt_id").to_pylist()], dtype=np.int64)
+    step = table.column("step").to_numpy()
+    n_all = table.column("n").to_numpy().astype(float)
+    c_all = table.column("c").to_numpy().astype(float)
+    order = np.lexsort((pid, step))
+    pid, step, n_all, c_all = pid[order], step[order], n_all[order], c_all[order]
+    steps, starts = np.unique(step, return_index=True)
+    bounds = list(starts) + [len(step)]
+    oracle = specs.spec_name(policy_name) == "oracle"
+    policy = None if oracle else make_policy(policy_name, ids_sorted, prior_n, prior_c, seed=seed, G=G)
+    rng = np.random.default_rng(seed)
+    window_from = len(steps) - COVERAGE_WINDOW
+    seen = np.zeros(len(ids_sorted), dtype=bool)
+    picked_total = signal_total = 0
+    for s in range(len(steps)):
+        rows = np.arange(bounds[s], bounds[s + 1])
+        cand = pid[rows]
+        k = min(int(batch_size), len(cand))
+        if oracle:
+            live = (c_all[rows] > 0) & (c_all[rows] < n_all[rows])
+            key = np.where(live, 0.0, 1.0) + rng.random(len(rows))
+            local = np.argsort(key)[:k]
+        else:
+            chosen = policy.choose_index(k, cand)
+            local = np.searchsorted(cand, chosen)  # cand is sorted within the step
+            policy.update_index(chosen, n_all[rows[local]], c_all[rows[local]])
+        r = rows[local]
+        picked_total += len(r)
+        signal_total += int(((c_all[r] > 0) & (c_all[r] < n_all[r])).sum())
+        if s >= window_from:
+            seen[pid[r]] = True
+    return {
+        "policy": policy_name,
+        "default": policy_name == DEFAULT_POLICY,
+        "signal_yield": signal_total / picked_total,
+        "coverage": float(seen.mean()),
+        "steps": len(steps),
+        "batch_size": int(batch_size),
+    }
+
+
+# --- forecast ---------------------------------------------------------------------------------
+
+
+def forecast(
+    n: Sequence[float],
+    c: Sequence[float],
+    batch_size: int,
+    *,
+    G: int = 8,
+    config: SignalConfig | None = None,
+    draws: int = 32,
+    seed: int = 0,
+) -> dict:
+    """Expected signal yield of a batch under uniform and under the default policy, from a profile alone.
+
+    Uniform: the mean over prompts of the posterior non-silent probability ``1 - E[p^G] - E[q^G]``.
+    Default: its first batch (nothing picked yet, so the floor's share is a uniform draw) averaged over
+    ``draws`` Thompson draws, each picked prompt counted by its posterior non-silent probability. The
+    default's later batches learn from their own outcomes, so this is what the profile alone promises,
+    not what a replay measures.
+    """
+    config = config or SignalConfig(G=G)
+    n, c = np.asarray(n, dtype=float), np.asarray(c, dtype=float)
+    if n.shape != c.shape or n.ndim != 1 or len(n) == 0:
+        raise ConfigError("forecast needs one (n, c) per prompt, at least one prompt")
+    a, b = config.prior_a + c, config.prior_b + n - c
+    ns, _ = nonsilent_moments(a, b, config.G)
+    k = min(int(batch_size), len(n))
+    ids = [str(i) for i in range(len(n))]
+    total = 0.0
+    for r in range(draws):
+        policy = SignalPolicy(ids, n, c, seed=seed + r, config=config)
+        total += float(ns[policy.choose_index(k, np.arange(len(n)))].mean())
+    uniform = float(ns.mean())
+    default = total / draws
+    return {
+        "uniform": uniform,
+        "default": default,
+        "ratio": default / uniform if uniform > 0 else math.nan,
+        "batch_size": k,
+        "G": int(config.G),
+        "prompts": len(n),
+    }
