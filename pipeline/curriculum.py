@@ -357,8 +357,9 @@ def check_log(log: pa.Table, where: str = "log") -> pa.Table:
     bad = np.flatnonzero((c < 0) | (c > n) | (n < 1))
     if len(bad):
         i = int(bad[0])
+        step, prompt = table.column("step")[i].as_py(), table.column("prompt_id")[i].as_py()
         raise DatasetError(
-            f"{where}: row {i} (step {table.column('step')[i].as_py()}, prompt {table.column('prompt_id')[i].as_py()!r})"
+            f"{where}: row {i} (step {step}, prompt {prompt!r})"
             f" has n={n[i]}, c={c[i]}; need n >= 1 and 0 <= c <= n ({len(bad)} such rows)"
         )
     return table.group_by(["step", "prompt_id"]).aggregate([("n", "sum"), ("c", "sum")]).rename_columns(

@@ -1,0 +1,227 @@
+"""Curriculum policies (docs/curriculum.md): exact scores, Thompson frequencies, replay, CLI, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import curriculum, estimators
+from pipeline.cli import app
+from pipeline.errors import ConfigError, DatasetError
+
+runner = CliRunner()
+
+
+def beta_grid(a: float, b: float, points: int = 400_001) -> tuple[np.ndarray, np.ndarray]:
+    """A fine grid on (0, 1) and the Beta density on it (a, b >= 1: smooth, so the trapezoid is exact enough)."""
+    p = np.linspace(0.0, 1.0, points)
+    log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        left = 0.0 if a == 1 else (a - 1) * np.log(p)
+        right = 0.0 if b == 1 else (b - 1) * np.log1p(-p)
+        dens = np.exp(log_norm + left + right)
+    return p, np.nan_to_num(dens)
+
+
+def brute(a: float, b: float, f) -> float:
+    p, dens = beta_grid(a, b)
+    return float(np.trapezoid(dens * f(p), p))
+
+
+# --- exact ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("a", "b", "G"), [(1.0, 1.0, 8), (2.5, 4.0, 8), (10.5, 3.5, 16), (30.0, 31.0, 4)])
+def test_nonsilent_moments_match_the_beta_integral(a, b, G):
+    mean, sd = curriculum.nonsilent_moments(np.array([a]), np.array([b]), G)
+    want_mean = brute(a, b, lambda p: curriculum.nonsilent(p, G))
+    want_second = brute(a, b, lambda p: curriculum.nonsilent(p, G) ** 2)
+    assert mean[0] == pytest.approx(want_mean, abs=1e-8)
+    assert sd[0] == pytest.approx(math.sqrt(want_second - want_mean**2), abs=1e-6)
+
+
+@pytest.mark.parametrize("spec", ["grpo", "dr_grpo", "rloo", "grpo_bessel", "dapo"])
+@pytest.mark.parametrize(("a", "b"), [(1.5, 2.0), (6.5, 2.5)])
+def test_expected_mass_matches_quadrature(spec, a, b):
+    G = 8
+    est = estimators.get(spec)
+    mean, sd = curriculum.expected_mass(np.array([a]), np.array([b]), G, spec)
+    want_mean = brute(a, b, lambda p: est.mass(p, G))
+    want_second = brute(a, b, lambda p: est.mass(p, G) ** 2)
+    assert mean[0] == pytest.approx(want_mean, rel=1e-6, abs=1e-9)
+    assert sd[0] == pytest.approx(math.sqrt(max(want_second - want_mean**2, 0.0)), rel=1e-4, abs=1e-7)
+
+
+def test_closed_form_mass_agrees_with_the_quadrature_fallback():
+    a, b = np.array([3.0, 0.5 + 40, 12.0]), np.array([4.0, 0.5 + 2, 12.0])
+    mean, sd = curriculum.expected_mass(a, b, 8, "grpo")
+    est = estimators.get("grpo")
+    q_mean, q_sd = curriculum._quadrature(a, b, lambda p: est.mass(p, 8))
+    np.testing.assert_allclose(mean, q_mean, rtol=1e-6)
+    np.testing.assert_allclose(sd, q_sd, rtol=1e-4)
+
+
+# --- Monte Carlo ------------------------------------------------------------------------------------
+
+
+def test_thompson_frequencies_match_the_probability_of_being_best():
+    """k = 1 of two prompts: Thompson picks prompt 0 with P(s(p0) > s(p1)) under the posteriors."""
+    G = 8
+    n, c = np.array([6.0, 20.0]), np.array([2.0, 4.0])
+    cfg = curriculum.SignalConfig(G=G, floor=0.0, forgetting=1.0)
+    a, b = cfg.prior_a + c, cfg.prior_b + n - c
+    # s is symmetric about 1/2 and grows towards it: s(p1) < s(p0) iff |p1 - 1/2| > |p0 - 1/2|.
+    p, d0 = beta_grid(a[0], b[0], 200_001)
+    _, d1 = beta_grid(a[1], b[1], 200_001)
+    cdf1 = np.concatenate([[0.0], np.cumsum((d1[1:] + d1[:-1]) / 2 * np.diff(p))])
+    dist = np.abs(p - 0.5)
+    beyond = np.interp(0.5 - dist, p, cdf1) + 1.0 - np.interp(0.5 + dist, p, cdf1)
+    want = float(np.trapezoid(d0 * beyond, p))
+    policy = curriculum.SignalPolicy(["x", "y"], n, c, seed=7, config=cfg)
+    draws = 6000
+    hits = sum(policy.choose(1) == ["x"] for _ in range(draws))
+    tol = 4 * math.sqrt(want * (1 - want) / draws)
+    assert hits / draws == pytest.approx(want, abs=tol)
+
+
+def synthetic_log(prompts: int = 300, steps: int = 30, G: int = 8, seed: int = 0) -> pa.Table:
+    """U-shaped rates at the start, most prompts improving with noise; every prompt every step."""
+    rng = np.random.default_rng(seed)
+    p0 = np.clip(rng.beta(0.35, 0.35, prompts), 1e-4, 1 - 1e-4)
+    logit = np.log(p0 / (1 - p0))
+    rate = np.where(rng.random(prompts) < 0.7, rng.uniform(0.02, 0.2, prompts), 0.0)
+    rows = {"step": [], "prompt_id": [], "n": [], "c": []}
+    for t in range(steps):
+        rows["step"] += [t] * prompts
+        rows["prompt_id"] += [f"q{i}" for i in range(prompts)]
+        rows["n"] += [G] * prompts
+        rows["c"] += rng.binomial(G, 1 / (1 + np.exp(-logit))).tolist()
+        logit = logit + rate + rng.normal(0, 0.1, prompts)
+    return pa.table(rows)
+
+
+def test_replay_default_beats_uniform_and_oracle_bounds_it():
+    log = synthetic_log()
+    uniform = curriculum.replay(log, "uniform", 40, seed=1)
+    default = curriculum.replay(log, curriculum.DEFAULT_POLICY, 40, seed=1)
+    oracle = curriculum.replay(log, "oracle", 40, seed=1)
+    assert default["default"] and not uniform["default"]
+    assert default["signal_yield"] > 1.2 * uniform["signal_yield"]
+    assert oracle["signal_yield"] >= default["signal_yield"]
+    assert default["coverage"] > 0.5
+    assert {k: default[k] for k in ("steps", "batch_size")} == {"steps": 30, "batch_size": 40}
+
+
+def test_coverage_floor_picks_every_prompt_within_its_period():
+    """floor * k slots go to the least recently picked, so each prompt waits at most ceil(N / slots) steps."""
+    N, k, floor = 100, 20, 0.25
+    slots = round(floor * k)
+    period = math.ceil(N / slots)
+    ids = [f"p{i}" for i in range(N)]
+    policy = curriculum.SignalPolicy(ids, seed=3, config=curriculum.SignalConfig(floor=floor, explore="mean"))
+    rng = np.random.default_rng(0)
+    last = dict.fromkeys(ids, -1)
+    for t in range(4 * period):
+        picked = policy.choose(k)
+        assert len(set(picked)) == k
+        for p in picked:
+            last[p] = t
+        # Prompts 0..9 always half right: the score alone would take them every time.
+        c = [4 if int(p[1:]) < 10 else int(rng.integers(0, 2)) * 8 for p in picked]
+        policy.update(picked, [8] * k, c)
+        assert all(t - last[p] < period for p in ids if t >= period - 1)
+
+
+def test_same_seed_same_picks():
+    log = synthetic_log(prompts=120, steps=12)
+    for name in ("uniform", "signal", "signal:explore=optimism", "oracle"):
+        assert curriculum.replay(log, name, 16, seed=5) == curriculum.replay(log, name, 16, seed=5)
+    ids = [f"p{i}" for i in range(50)]
+    a = curriculum.make_policy("signal", ids, seed=9)
+    b = curriculum.make_policy("signal", ids, seed=9)
+    other = curriculum.make_policy("signal", ids, seed=10)
+    picks_a = [a.choose(8) for _ in range(5)]
+    assert picks_a == [b.choose(8) for _ in range(5)]
+    assert picks_a != [other.choose(8) for _ in range(5)]
+
+
+def test_forgetting_discounts_counts_per_step():
+    policy = curriculum.SignalPolicy(["a", "b"], config=curriculum.SignalConfig(forgetting=0.5))
+    policy.update(["a"], [8], [2])
+    policy.update(["b"], [4], [4])
+    np.testing.assert_allclose(policy.n, [4.0, 4.0])
+    np.testing.assert_allclose(policy.c, [1.0, 4.0])
+
+
+def test_forecast_prefers_the_default_on_a_u_shaped_profile():
+    rng = np.random.default_rng(0)
+    p = rng.beta(0.35, 0.35, 500)
+    n = np.full(500, 16)
+    c = rng.binomial(16, p)
+    out = curriculum.forecast(n, c, 64, G=8)
+    mean, _ = curriculum.nonsilent_moments(0.5 + c, 0.5 + n - c, 8)
+    assert out["uniform"] == pytest.approx(float(mean.mean()))
+    assert out["default"] > out["uniform"] and out["ratio"] > 1
+
+
+def test_bad_configs_name_the_field():
+    with pytest.raises(ConfigError, match="floor"):
+        curriculum.SignalConfig(floor=1.5)
+    with pytest.raises(ConfigError, match="explore"):
+        curriculum.make_policy("signal:explore=greedy", ["a"])
+    with pytest.raises(ConfigError, match="unknown policy"):
+        curriculum.make_policy("best", ["a"])
+
+
+# --- CLI and bad input ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_log(tmp_path):
+    path = tmp_path / "log.csv"
+    pcsv.write_csv(synthetic_log(prompts=60, steps=12), path)
+    return path
+
+
+def test_cli_table_and_json(small_log):
+    result = runner.invoke(app, ["replay", str(small_log), "--batch-size", "10"])
+    assert result.exit_code == 0, result.output
+    assert "signal (default)" in result.output and "oracle" in result.output
+    result = runner.invoke(
+        app, ["replay", str(small_log), "--batch-size", "10", "--format", "json", "--policies", "uniform,signal"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["policy"] for r in rows] == ["uniform", "signal"]
+    assert [r["default"] for r in rows] == [False, True]
+    assert set(rows[0]) == {"policy", "default", "signal_yield", "coverage", "steps", "batch_size"}
+    assert rows[1]["steps"] == 12 and rows[1]["batch_size"] == 10
+
+
+def test_cli_reads_jsonl(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in synthetic_log(prompts=20, steps=3).to_pylist()) + "\n")
+    result = runner.invoke(app, ["replay", str(path), "--batch-size", "5", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.output)) == len(curriculum.ALL_POLICIES)
+
+
+def test_bad_logs_are_named_errors(tmp_path):
+    missing = tmp_path / "missing.csv"
+    missing.write_text("step,prompt_id,n\n0,a,8\n")
+    result = runner.invoke(app, ["replay", str(missing)])
+    assert result.exit_code == 1
+    assert "missing column(s) c" in result.output
+    too_many = tmp_path / "too_many.csv"
+    too_many.write_text("step,prompt_id,n,c\n0,a,8,3\n1,b,8,9\n")
+    result = runner.invoke(app, ["replay", str(too_many)])
+    assert result.exit_code == 1
+    assert "n=8, c=9" in result.output and "'b'" in result.output
+    with pytest.raises(DatasetError, match="missing column"):
+        curriculum.replay(pa.table({"step": [0], "prompt_id": ["a"]}), "uniform", 1)
