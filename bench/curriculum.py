@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from pipeline import curriculum
+from pipeline import curriculum, specs
 
 
 def drifting_log(prompts: int, steps: int, G: int, *, improving: float = 0.7, seed: int = 0) -> pa.Table:
@@ -51,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     log = drifting_log(args.prompts, args.steps, args.G, seed=args.seed)
     results = {}
-    for name in [s.strip() for s in args.policies.split(";")] if ";" in args.policies else args.policies.split(","):
+    for name in specs.split_specs(args.policies):
         start = time.perf_counter()
         r = curriculum.replay(log, name, args.batch_size, seed=args.seed, G=args.G)
         results[name] = r
