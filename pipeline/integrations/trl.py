@@ -90,6 +90,9 @@ class RewardRecorder:
     Attributes:
         steps_written: step files written so far (a step written again counts again).
         step: the step of the last call (None before the first).
+        last_counts: the last call's ``[n, c]`` per prompt (prompts with ``n >= 1``), what a
+            curriculum learns from (``trl_curriculum``).
+        rollouts: completions kept per prompt's group, or None (module docstring).
     """
 
     def __init__(
