@@ -264,7 +264,7 @@ def test_overhead_is_small_against_one_step_write(store):
             [v[1] for v in counts.values()],
             None,
         )
-        record.write_step(store, rows)
+        record.write_step(store, "trl:sync", step, rows)
     write_s = (time.perf_counter() - t0) / 5
     assert wrapped_s - bare_s < write_s / 5, (wrapped_s, bare_s, write_s)
 

@@ -3,4 +3,7 @@
 - ``trl``: ``record_rewards``, a wrapper around a TRL ``GRPOTrainer`` reward function that records
   each step's per-prompt counts in the ``observations`` table. It needs no TRL import of its own:
   importing this package never imports ``trl`` or ``transformers``.
+- ``trl_curriculum``: ``curriculum_trainer(policy, recorder)``, a ``GRPOTrainer`` subclass whose
+  sampler asks a ``CurriculumPolicy`` for each step's prompts and whose reward feeds the recorded
+  counts back to it; TRL is imported only when the class is built.
 """

@@ -14,7 +14,18 @@ Wrapping the function is therefore the one place that sees every completion's re
 Per step and prompt the recorder keeps ``n`` (completions whose reward is not NaN or None) and ``c``
 (rewards ``>= threshold``), the binomial counts of ``docs/estimators.md`` §1, and writes them as one
 ``observations`` file per step (``record.write_step``, kind ``training``). The rewards go back to
-TRL unchanged: the very list the function returned.
+TRL unchanged: the very list the function returned (unless ``rollouts=`` caps them, below).
+
+``rollouts={prompt_id: m}`` (an allocation, e.g. ``difficulty allocate``) keeps only the first ``m``
+completions of each group of a prompt: the others get NaN, which TRL's group statistics leave out
+(``nanmean``/``nanstd`` over ``rewards.view(-1, num_generations)``; an all-NaN completion gets advantage
+0), and which the recorder does not count. A prompt absent from the mapping keeps all its completions;
+``m >= num_generations`` keeps all. Caveat: TRL still generates ``num_generations`` completions per
+prompt, so the compute of the masked ones is spent; only their reward, and with it their policy
+gradient, is dropped (with ``beta > 0`` their KL term still acts, and their tokens still count in the
+loss normaliser). A group is a run of consecutive completions of one prompt, as TRL lays them out for
+one process; so ``rollouts=`` needs a single process, and must be the only reward function (TRL marks
+a completion NaN only when every reward function returned NaN for it).
 
 Why each choice:
 
@@ -79,6 +90,9 @@ class RewardRecorder:
     Attributes:
         steps_written: step files written so far (a step written again counts again).
         step: the step of the last call (None before the first).
+        last_counts: the last call's ``[n, c]`` per prompt (prompts with ``n >= 1``), what a
+            curriculum learns from (``trl_curriculum``).
+        rollouts: completions kept per prompt's group, or None (module docstring).
     """
 
     def __init__(
@@ -91,6 +105,7 @@ class RewardRecorder:
         model: str | None = None,
         threshold: float | None = None,
         column: str = PROMPT_COLUMN,
+        rollouts: dict[str, int] | None = None,
     ) -> None:
         if not callable(reward_fn):
             raise ConfigError(f"reward_fn={reward_fn!r} must be callable (a TRL reward function)")
@@ -100,6 +115,7 @@ class RewardRecorder:
             raise ConfigError("dataset must name the dataset the prompt ids belong to, e.g. local-math500-test")
         if threshold is not None and not math.isfinite(threshold):
             raise ConfigError(f"threshold={threshold!r} must be a finite number (a reward >= it counts as correct)")
+        self.rollouts = _check_rollouts(rollouts)
         self.reward_fn = reward_fn
         self.__name__ = getattr(reward_fn, "__name__", type(reward_fn).__name__)  # TRL logs rewards/<name>
         self.store = store
@@ -110,6 +126,7 @@ class RewardRecorder:
         self.column = column
         self.step: int | None = None
         self.steps_written = 0
+        self.last_counts: dict[str, list[int]] = {}  # the last call's [n, c] per prompt (n >= 1 only)
         self._c_at = DEFAULT_THRESHOLD if threshold is None else float(threshold)
         self._open: dict[str, list[int]] = {}  # prompt_id -> [n, c] of the current step
         self._dirty = False  # the current step has counts not yet handed to the writer
@@ -142,7 +159,10 @@ class RewardRecorder:
             raise ConfigError(
                 f"reward function {self.__name__} returned {len(rewards)} rewards for {len(ids)} completions"
             )
+        if self.rollouts is not None:
+            rewards = self._cap(ids, rewards)
         counts = self._count(ids, rewards)
+        self.last_counts = counts
         state = kwargs.get("trainer_state")
         step = getattr(state, "global_step", None)
         if step is None:
@@ -162,6 +182,17 @@ class RewardRecorder:
                     cell[1] += ok
             self._dirty = True
         return rewards
+
+    def _cap(self, ids: list, rewards: list) -> list:
+        """``rewards`` with NaN past each group's first ``rollouts[prompt_id]`` completions; a group is a
+        run of consecutive completions with one prompt id (TRL's layout, one process)."""
+        out, prev, pos = [], None, 0
+        for pid, r in zip(ids, rewards, strict=True):
+            pos = pos + 1 if pid == prev else 0
+            prev = pid
+            m = self.rollouts.get(str(pid))
+            out.append(r if m is None or pos < m else math.nan)
+        return out
 
     def _count(self, ids: list, rewards: list) -> dict[str, list[int]]:
         """This call's ``[n, c]`` per prompt, checked whole before anything is added to the step."""
@@ -208,7 +239,7 @@ class RewardRecorder:
                 rows = record.observation_rows(
                     self.source, "training", step, self.dataset, pids, n, c, self.model, observed_at=when
                 )
-                record.write_step(self.store, rows)
+                record.write_step(self.store, self.source, step, rows)
                 self.steps_written += 1
             except Exception as exc:  # the writer must outlive a failure: kept, logged, raised to the trainer
                 log.error("recording step %s of source %s to %s failed: %s", item[0], self.source, self.store.root, exc)
@@ -269,6 +300,25 @@ def _warm_write_path() -> None:
 _TRL_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})
 
 
+def _check_rollouts(rollouts: dict[str, int] | None) -> dict[str, int] | None:
+    if rollouts is None:
+        return None
+    bad = {pid: m for pid, m in rollouts.items() if isinstance(m, bool) or not isinstance(m, int) or m < 0}
+    if bad:
+        first = next(iter(bad.items()))
+        raise ConfigError(
+            f"rollouts[{first[0]!r}]={first[1]!r} must be an integer >= 0 (completions kept of the prompt's "
+            f"group); {len(bad)} bad value(s)"
+        )
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        raise ConfigError(
+            f"rollouts= under WORLD_SIZE={world}: a prompt's completions are split across processes, so a "
+            f"process cannot tell which of them to keep; run rollout caps on one process"
+        )
+    return {str(pid): m for pid, m in rollouts.items()}
+
+
 def _source_for_rank(source: str) -> str:
     """``source`` with ``{rank}`` filled in; required under several processes (see the module docstring)."""
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
@@ -291,6 +341,7 @@ def record_rewards(
     model: str | None = None,
     threshold: float | None = None,
     column: str = PROMPT_COLUMN,
+    rollouts: dict[str, int] | None = None,
 ) -> RewardRecorder:
     """``reward_fn`` for ``GRPOTrainer(reward_funcs=...)``, recording per-step counts in ``data_dir``.
 
@@ -298,8 +349,16 @@ def record_rewards(
     before training starts) or an open ``Store``: this is the user's edge, like a CLI option.
     ``threshold``: a reward ``>= threshold`` is a correct completion; default 1.0 and only 0/1
     rewards allowed (see the module docstring). ``column``: the dataset column of prompt ids.
+    ``rollouts``: completions kept per prompt's group, the rest masked with NaN (module docstring).
     """
     store = data_dir if isinstance(data_dir, Store) else Store.open(data_dir)
     return RewardRecorder(
-        reward_fn, store=store, source=source, dataset=dataset, model=model, threshold=threshold, column=column
+        reward_fn,
+        store=store,
+        source=source,
+        dataset=dataset,
+        model=model,
+        threshold=threshold,
+        column=column,
+        rollouts=rollouts,
     )
