@@ -38,7 +38,7 @@ def counts_of(store: Store, run: str | None, dataset: str | None, answers: bool 
     if (run is None) == (dataset is None):
         raise ConfigError("give exactly one of --run RUN_ID or --dataset NAME")
     if run is not None:
-        if store.get_run(run).get("backend") == "observations":  # `difficulty current --save`: no samples
+        if (store.get_run(run, missing_ok=True) or {}).get("backend") == "observations":  # `current --save`: no samples
             stats = store.read_table("prompt_stats", {"run_id": run})
             return run, stats.select(["prompt_id", "n", "c"])
         return run, analyze.counts_from_samples(store, run, answers=answers)
