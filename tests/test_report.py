@@ -337,6 +337,7 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.calibrate",
         "pipeline.observe",
         "pipeline.observe.current",
+        "pipeline.curriculum",
     }
     files = sorted(REPORT_PACKAGE.glob("*.py"))
     assert {f.stem for f in files} == {"__init__", *REPORT_MODULES}

@@ -122,7 +122,7 @@ def test_the_report_shows_training_since_the_profile(tmp_path, data_dir):
     table.write_text("".join(json.dumps({"step": s, "prompt_id": p, "n": n, "c": c}) + "\n" for s, p, n, c in steps))
     assert _track(str(table), "--dataset", "arithmetic")["steps_written"] == 5
     html = report.render_report(store, run_id, tmp_path / "r.html").read_text()
-    assert "Training since the profile" in html
+    assert "Training since the profile" in html and "Signal yield forecast at G = 8" in html
     assert "Silent groups and pass rate per step: table:train" in html
     assert "The profile&#39;s prediction against table:train" in html or "The profile's prediction" in html
 

@@ -13,6 +13,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline import curriculum
 from pipeline.observe import current
 from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
 from pipeline.report.load import RunData
@@ -32,6 +33,29 @@ def _per_step(obs: pa.Table) -> list[dict]:
     return [rows[s] for s in sorted(rows)]
 
 
+def _forecast(sec: Section, data: RunData) -> None:
+    """The signal yield this profile promises a batch under uniform sampling and the default curriculum."""
+    stats = data.stats.filter(data.stats["n"] > 0)
+    if stats.height == 0:
+        return
+    batch = min(256, stats.height)
+    got = curriculum.forecast(stats["n"].to_numpy(), stats["c"].to_numpy(), batch, G=data.G)
+    sec.tables.append(
+        TableView(
+            f"Signal yield forecast at G = {data.G} (batches of {batch})",
+            ["policy", "expected share of non-silent groups"],
+            [
+                ["uniform", pct(got["uniform"])],
+                [f"{curriculum.DEFAULT_POLICY} (default curriculum)", pct(got["default"])],
+                ["ratio", f"{got['ratio']:.2f}x"],
+            ],
+            "From this profile alone: each prompt's posterior probability that a group of G is not silent, averaged "
+            "over a batch drawn uniformly or by the default curriculum policy's first choice (docs/curriculum.md). "
+            "`difficulty replay LOG` measures it on a training log.",
+        )
+    )
+
+
 def training_section(data: RunData, charts: Charts) -> Section:
     """Silent share and pass rate per training step, the profile against training, prompts that moved."""
     sec = Section(
@@ -40,6 +64,7 @@ def training_section(data: RunData, charts: Charts) -> Section:
         "What the trainer's own rollouts say about this dataset's prompts, step by step, and whether this "
         "profile predicted it.",
     )
+    _forecast(sec, data)
     obs = data.observations
     training = obs.filter(pc.equal(obs.column("kind"), "training")) if obs is not None and obs.num_rows else None
     if training is None or training.num_rows == 0:
