@@ -153,3 +153,20 @@ def test_current_difficulty_saved_as_a_run_feeds_export_and_allocate(tmp_path, d
     exported = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     measured = [r[f"difficulty_{run_id}"] for r in exported if r[f"difficulty_{run_id}"]["n"]]
     assert sorted((m["n"], m["c"]) for m in measured) == [(4, 0), (6, 5)]
+
+
+def test_the_track_flow_imports_what_is_new(prefect_api, dump, shared, data_dir):
+    """The Prefect flow a schedule serves: the first run imports every step, the next only what
+    verl wrote since (parameters as a served deployment passes them: plain JSON)."""
+    from dataclasses import asdict
+
+    from pipeline.flows import prefect_flows
+    from pipeline.observe.track import TrackConfig
+
+    store = Store(data_dir)
+    config = asdict(TrackConfig(path=str(dump), data_file=str(shared / "deepscaler" / "verl_train_sub.parquet")))
+    first = prefect_flows.track_source(config=json.loads(json.dumps(config)), store=asdict(store))
+    assert first["steps_written"] == 3 and first["rollouts"] == _rollouts(dump)
+    (dump / "4.jsonl").write_text((dump / "3.jsonl").read_text().replace('"step": 3', '"step": 4'))
+    second = prefect_flows.track_source(config=config, store=asdict(store))
+    assert (second["steps_written"], second["steps_already_recorded"], second["first_step"]) == (1, 3, 4)
