@@ -734,3 +734,30 @@ def test_cli_adaptive_profile_on_the_bundled_model(tmp_path, close_engines):
     assert "adaptive band:lo=0.1,hi=0.9,delta=0.05 (n 4..12" in out.output
     [report] = (data / "reports").glob("*.html")
     assert 'id="adaptive"' in report.read_text()
+
+
+def test_reanalysing_an_adaptive_run_keeps_its_decisions_and_estimates(store, close_engines):
+    """`difficulty analyze --run R` on an adaptive run (the way to add --reco-answers rows) used to
+    replace its posterior analysis by a plug-in one: decisions null, summary moved. It now rebuilds
+    what finish_run wrote, and adds what was asked."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"]
+    before = store.read_table("prompt_stats", {"run_id": rid}).sort_by("prompt_id")
+    summary = store.read_table("summary", {"run_id": rid})
+    assert before.column("decided_band").null_count == 0
+    args = ["analyze", "--run", rid, "--G", "4,8,16,32,64", "--reco-answers", "8", "--data-dir", str(store.root)]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    after = store.read_table("prompt_stats", {"run_id": rid}).sort_by("prompt_id")
+    for column in ("n", "c", "post_mean", "decided_band", "band_prob", "stop_round", "undecided", "post_lo"):
+        assert after.column(column).to_pylist() == before.column(column).to_pylist(), column
+    again = store.read_table("summary", {"run_id": rid})
+    key = ["section", "metric", "estimator", "G"]
+    old = {tuple(r[k] for k in key): r["value"] for r in summary.to_pylist()}
+    new = {tuple(r[k] for k in key): r["value"] for r in again.to_pylist()}
+    assert new == old
+    weights = store.query("select count(*) n from weights where run_id = $r and estimator = 'reco_answers'", {"r": rid})
+    assert weights.to_pylist()[0]["n"] == before.num_rows

@@ -111,11 +111,16 @@ def analyze_cmd(
         reco_answers=tuple(ints(reco_answers, "--reco-answers")) if reco_answers.strip() else (),
     )
     store = open_store(data_dir)
-    run_id, counts = counts_of(store, run, dataset)
-    result = analyze.analyze(counts, run_id, config)
+    if dataset is None and run is not None and (store.get_run(run, missing_ok=True) or {}).get("adaptive"):
+        from pipeline.run import reanalyze  # an adaptive run keeps its decisions and posterior estimates
+
+        run_id, result = run, reanalyze(store, run, config)
+    else:
+        run_id, counts = counts_of(store, run, dataset)
+        result = analyze.analyze(counts, run_id, config)
     analyze.write_analysis(store, run_id, result)
     say(
-        f"analysed {counts.num_rows} prompts of {run_id}; wrote prompt_stats, weights "
+        f"analysed {result.prompt_stats.num_rows} prompts of {run_id}; wrote prompt_stats, weights "
         f"({result.weights.num_rows} rows) and summary under {store.root}",
         fmt,
     )

@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +242,37 @@ def run_label(config: ProfileConfig, run_id: str | None = None) -> str:
     dataset = data.dataset or (Path(data.data_file).stem if data.data_file else "local")
     model = Path(engine.model).name if engine.model else f"{engine.backend}-default"
     return f"{dataset}/{model}/{run_id or 'pending'}"
+
+
+def stored_run_plan(store: Store, run_id: str) -> RunPlan:
+    """A finished run's plan as stored (its shards, rounds and problems; adaptive settings from the
+    registry): what a re-analysis needs to rebuild an adaptive run's decisions."""
+    run = store.get_run(run_id)
+    stored = stored_plan(store, run_id)
+    if stored.num_rows == 0:
+        raise PipelineError(f"run {run_id} has no stored plan")
+    return RunPlan.build(
+        run_id,
+        entries_from_plan_table(stored),
+        store.read_table("problems", {"dataset": run["dataset"]}),
+        dataset=run["dataset"],
+        model=run.get("model") or "",
+        template=run.get("prompt_template") or "",
+        skipped={},
+        rounds=rounds_from_plan_table(stored),
+        adaptive=registered_adaptive(store, run_id),
+    )
+
+
+def reanalyze(store: Store, run_id: str, settings: analyze.AnalyzeConfig | None = None) -> analyze.Analysis:
+    """A stored run analysed again (other group sizes, estimators, ``--reco-answers``), nothing
+    written. An adaptive run keeps what makes its analysis valid: each prompt's decision and every
+    estimate a posterior expectation under the run's prior, exactly as ``finish_run`` made them."""
+    counts = analyze.counts_from_samples(store, run_id)
+    if registered_adaptive(store, run_id) is None:
+        return analyze.analyze(counts, run_id, settings)
+    plan = stored_run_plan(store, run_id)
+    check_counts(plan, counts)
+    counts, prior = with_decisions(store, plan, counts)
+    settings = replace(settings or analyze.AnalyzeConfig(), prior_a=prior.a, prior_b=prior.b, posterior=True)
+    return analyze.analyze(counts, run_id, settings)
