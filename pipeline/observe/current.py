@@ -218,27 +218,36 @@ def profile_vs_training(
         raise ConfigError(
             f"need observations of both sources: {profile!r} has {prof.num_rows}, {training!r} {train.num_rows}"
         )
-    p_n = prof.column("n").to_numpy().astype(float)
-    p_c = prof.column("c").to_numpy().astype(float)
+    # The profile's posterior per prompt (its rows summed), looked up for every training row.
+    prof_counts = prof.group_by("prompt_id").aggregate([("n", "sum"), ("c", "sum")])
+    at = {pid: i for i, pid in enumerate(prof_counts.column("prompt_id").to_pylist())}
+    rows_at = np.array([at.get(pid, -1) for pid in train.column("prompt_id").to_pylist()])
+    known = rows_at >= 0
+    p_n = prof_counts.column("n_sum").to_numpy().astype(float)[rows_at[known]]
+    p_c = prof_counts.column("c_sum").to_numpy().astype(float)[rows_at[known]]
+    n = train.column("n").to_numpy()[known]
+    c = train.column("c").to_numpy()[known]
     a, b = config.prior_a + p_c, config.prior_b + p_n - p_c
-    mean = dict(zip(prof.column("prompt_id").to_pylist(), (a / (a + b)).tolist(), strict=True))
-    post = dict(zip(prof.column("prompt_id").to_pylist(), zip(p_n.tolist(), p_c.tolist(), strict=True), strict=True))
-    rows: dict[int, dict[str, float]] = {}
-    for pid, n, c in zip(*(train.column(k).to_pylist() for k in ("prompt_id", "n", "c")), strict=True):
-        if pid not in mean:
-            continue
-        k = min(int(mean[pid] * bins), bins - 1)
-        pn, pc_ = post[pid]
+    mean = a / (a + b)
+    predicted_silent = np.empty(len(n))
+    for size in np.unique(n):  # one posterior moment per group size present
+        at_size = n == size
         plus, minus = stats.silent_rates(
-            np.array([pn]), np.array([pc_]), int(n), config.prior_a, config.prior_b, posterior=True
+            p_n[at_size], p_c[at_size], int(size), config.prior_a, config.prior_b, posterior=True
         )
-        r = rows.setdefault(k, {"groups": 0, "rollouts": 0, "pred": 0.0, "correct": 0, "pred_silent": 0.0, "silent": 0})
-        r["groups"] += 1
-        r["rollouts"] += n
-        r["pred"] += mean[pid] * n
-        r["correct"] += c
-        r["pred_silent"] += float(plus[0] + minus[0])
-        r["silent"] += int(c in (0, n))
+        predicted_silent[at_size] = plus + minus
+    bin_of = np.minimum((mean * bins).astype(int), bins - 1)
+    rows: dict[int, dict[str, float]] = {}
+    for k in np.unique(bin_of).tolist():
+        m = bin_of == k
+        rows[k] = {
+            "groups": int(m.sum()),
+            "rollouts": int(n[m].sum()),
+            "pred": float((mean[m] * n[m]).sum()),
+            "correct": int(c[m].sum()),
+            "pred_silent": float(predicted_silent[m].sum()),
+            "silent": int(((c[m] == 0) | (c[m] == n[m])).sum()),
+        }
     ks = sorted(rows)
     return pa.table(
         {

@@ -183,7 +183,7 @@ def finish_stored_run(store: Store, plan: RunPlan) -> dict[str, Any]:
     adaptive settings come from its registry row."""
     acfg = registered_adaptive(store, plan.run_id)
     if acfg is not None and plan.adaptive is None:
-        plan = RunPlan(**{**plan.__dict__, "adaptive": acfg})
+        plan = replace(plan, adaptive=acfg)
     return finish_run(store, plan)
 
 

