@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from pipeline import estimators as est
 from pipeline import schema, stats
 from pipeline.errors import ConfigError
+from pipeline.prior import Prior, posterior_nodes
 from pipeline.store import Store, conform
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,10 @@ class AnalyzeConfig:
         bands: difficulty bands of the gradient-share summary.
         pass_at_k: compute per-prompt pass@k lists and the mean curve.
         posterior: every per-prompt estimate is its expectation under the posterior
-            ``Beta(prior_a + c, prior_b + n - c)`` (an adaptive run; see the module docstring).
+            ``Beta(prior_a + c, prior_b + n - c)`` (an adaptive run; see the module docstring),
+            or under ``prior`` when that is a grid prior; band shares are posterior expectations.
+        prior: the run's prior when it is a grid prior (``pipeline/prior.py``): with ``posterior``
+            every expectation is a sum over its grid. A Beta prior is given by ``prior_a, prior_b``.
         reco_answers: group sizes (each among ``group_sizes``) at which to add the answer-aware
             ReCo weight to ``weights``, as estimator ``RECO_ANSWERS`` (docs/estimators.md §6): from
             each prompt's answer histogram, at the observed answer shares, exact. Off by default:
@@ -108,6 +112,7 @@ class AnalyzeConfig:
     bands: tuple[Band, ...] = DEFAULT_BANDS
     pass_at_k: bool = True
     posterior: bool = False
+    prior: Prior | None = None
     reco_answers: tuple[int, ...] = ()
     _stats: stats.StatsConfig = field(init=False, repr=False, compare=False)
 
@@ -391,9 +396,17 @@ class _Pairs:
         known = self.n_u > 0
         # weight[e, u, j] and mass (at the point estimate, or their posterior means); NaN where n = 0
         self.weight = np.full((len(self.estimators), len(self.n_u), len(Gs)), np.nan)
+        self.grid = posterior and config.prior is not None and config.prior.is_grid
+        if self.grid:
+            nodes, W = posterior_nodes(config.prior, self.n_u, self.c_u)
+            self.p_u = np.where(known, W @ nodes, np.nan)
+            for j, G in enumerate(Gs):
+                self.plus[:, j], self.minus[:, j] = W @ nodes**G, W @ (1 - nodes) ** G
+            self.zero = self.plus + self.minus
         if posterior:
             self.mass = np.full_like(self.weight, np.nan)
-            nodes, W = stats.beta_quadrature(self.n_u, self.c_u, a, b, degree=max(Gs) + 1)
+            if not self.grid:
+                nodes, W = stats.beta_quadrature(self.n_u, self.c_u, a, b, degree=max(Gs) + 1)
             pq = nodes * (1 - nodes)
             for i, e in enumerate(self.estimators):
                 for j, G in enumerate(Gs):
@@ -412,12 +425,36 @@ class _Pairs:
     def curves(self) -> list[np.ndarray]:
         if self._curves is None:
             cfg = self.config
-            self._curves = (
-                stats.posterior_pass_at_k_curves(self.n_u, self.c_u, cfg.prior_a, cfg.prior_b)
-                if cfg.posterior
-                else stats.pass_at_k_curves(self.n_u, self.c_u)
-            )
+            if self.grid:  # 1 - E[q^k] as grid sums, k = 1..n of each pair
+                nodes, W = posterior_nodes(cfg.prior, self.n_u, self.c_u)
+                k = np.arange(1, int(self.n_u.max(initial=0)) + 1)
+                all_k = 1.0 - W @ (1.0 - nodes)[:, None] ** k[None, :]
+                self._curves = [all_k[u, :n] for u, n in enumerate(self.n_u.tolist())]
+            elif cfg.posterior:
+                self._curves = stats.posterior_pass_at_k_curves(self.n_u, self.c_u, cfg.prior_a, cfg.prior_b)
+            else:
+                self._curves = stats.pass_at_k_curves(self.n_u, self.c_u)
         return self._curves
+
+    def band_masses(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior run (docs/adaptive.md §7): per pair, the expected update mass inside each band
+        ``E[1{p in band} w(p, G) p q]`` (estimator, pair, G, band) and each band's probability
+        (pair, band), by sums over the posterior's nodes: the grid prior's, or for a Beta prior a
+        Gauss-Jacobi rule cut at the band edges (so the indicator is integrated exactly)."""
+        cfg = self.config
+        if self.grid:
+            prior = cfg.prior
+        else:
+            prior = Prior(cfg.prior_a, cfg.prior_b)
+        edges = sorted({x for band in cfg.bands for iv in band.intervals for x in iv[:2]})
+        nodes, W = posterior_nodes(prior, self.n_u, self.c_u, edges=edges, degree=max(cfg.group_sizes) + 1)
+        inside = np.stack([band.contains(nodes) for band in cfg.bands], axis=1).astype(float)  # (nodes, bands)
+        pq = nodes * (1 - nodes)
+        out = np.empty((len(self.estimators), len(self.n_u), len(cfg.group_sizes), len(cfg.bands)))
+        for i, e in enumerate(self.estimators):
+            for j, G in enumerate(cfg.group_sizes):
+                out[i, :, j, :] = W @ (inside * (e.weight(nodes, G) * pq)[:, None])
+        return out, W @ inside
 
 
 def _offsets(lengths: np.ndarray) -> pa.Array:
@@ -677,6 +714,9 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
                 z = pairs.zero[:, j]
                 factor = sum(z**t for t in range(e.T))
                 add("dapo", "rollouts_factor_resample", mean(factor), total, estimator=label, G=G)
+    # A posterior run's band share is sum_i E[1{p_i in band} m(p_i)] / sum_i E[m(p_i)]: putting each
+    # prompt in the band of its posterior mean would pile the shrunken ones into the middle bands.
+    in_band, band_prob = pairs.band_masses() if cfg.posterior else (None, None)
     for i, label in enumerate(pairs.labels):
         for j, G in enumerate(cfg.group_sizes):
             mass = np.nan_to_num(pairs.mass[i, :, j]) * m
@@ -684,10 +724,16 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
             add(
                 "gradient_share", "mean_mass", tot / total if total else np.nan, total, estimator=label, G=G, band="all"
             )
-            for band in cfg.bands:
-                inside = band.contains(p_safe) & known
-                share = mass[inside].sum() / tot if tot > 0 else np.nan
-                add("gradient_share", "share", share, int(m[inside].sum()), estimator=label, G=G, band=band.name)
+            for b, band in enumerate(cfg.bands):
+                if in_band is not None:
+                    part = float(in_band[i, :, j, b] @ m)
+                    share = part / tot if tot > 0 else np.nan
+                    count = int(round(float(band_prob[:, b] @ m)))
+                else:
+                    inside = band.contains(p_safe) & known
+                    share = mass[inside].sum() / tot if tot > 0 else np.nan
+                    count = int(m[inside].sum())
+                add("gradient_share", "share", share, count, estimator=label, G=G, band=band.name)
     if cfg.pass_at_k and total:
         kmax = int(pairs.n_u.max())
         sums = np.zeros(kmax)

@@ -25,6 +25,7 @@ LAYERS = (
     "sql",
     "stats",
     "estimators",
+    "prior",
     "analyze",
     "allocate",
     "adaptive",

@@ -203,7 +203,9 @@ AdaptivePrior = Annotated[
     str,
     typer.Option(
         "--adaptive-prior",
-        help=f"Adaptive: {' or '.join(ADAPTIVE_PRIORS)} (Beta prior fitted to round 0, or Jeffreys' (1/2, 1/2)).",
+        help=f"Adaptive: {', '.join(ADAPTIVE_PRIORS)} (grid: the maximum-likelihood distribution of pass rates on a "
+        "grid with masses at 0 and 1, refitted every round; fit: a Beta prior fitted to round 0; jeffreys: "
+        "Beta(1/2, 1/2)).",
         rich_help_panel=_ADAPTIVE,
     ),
 ]

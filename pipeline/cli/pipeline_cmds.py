@@ -29,6 +29,18 @@ def print_run_summary(store: Store, run_id: str) -> None:
     print_table(shares, title="gradient share by difficulty band at G = 8")
 
 
+def _prior_label(run: dict) -> str:
+    """A run's stored prior in words (its registry row's ``prior`` JSON)."""
+    import json
+
+    from pipeline.prior import Prior
+
+    stored = json.loads(run.get("prior") or "{}") or {}
+    if stored:
+        return Prior.from_dict(stored).label
+    return f"Beta({run['prior_a']:.3g}, {run['prior_b']:.3g})"
+
+
 def print_adaptive_summary(store: Store, run_id: str) -> None:
     """An adaptive run's rounds, rollouts and prior in one line (nothing for a fixed-n run)."""
     import json
@@ -46,8 +58,8 @@ def print_adaptive_summary(store: Store, run_id: str) -> None:
     say(
         f"adaptive {settings['target']} (n {settings['n_min']}..{settings['n_max']}, {settings['rule']}): "
         f"{len(rounds)} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
-        f"{undecided} prompts stopped undecided at n_max; prior Beta({run['prior_a']:.3g}, {run['prior_b']:.3g}) "
-        f"({settings['prior']}); the analysis uses posterior means under it"
+        f"{undecided} prompts stopped undecided at n_max; prior {_prior_label(run)} "
+        f"({settings['prior']}); the analysis uses posterior expectations under it"
     )
 
 
