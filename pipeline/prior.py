@@ -38,9 +38,11 @@ __all__ = [
 # Points of the grid prior: p = 0, 1/200, ..., 1. Finer than any band edge a user types with
 # three decimals would need, and 201 x (distinct pairs) stays a small matrix.
 GRID_SIZE = 201
-# EM stops when a sweep raises the log-likelihood by less than this per prompt (or at EM_MAX_ITER).
+# EM stops when a sweep raises the log-likelihood by less than this per prompt, or after EM_MAX_ITER
+# sweeps from the uniform masses. The cap is a smoother: the fully converged fit is a few spikes,
+# and a spike just inside a band edge makes prompts near it look decided (docs/adaptive.md §2).
 EM_TOL = 1e-9
-EM_MAX_ITER = 5000
+EM_MAX_ITER = 200
 
 
 @dataclass(frozen=True)
@@ -137,8 +139,8 @@ def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
     ``sum_i log sum_k w_k p_k^c_i q_k^(n_i-c_i)`` (the nonparametric maximum likelihood on the grid).
 
     EM from the uniform masses: ``w_k <- mean_i W[i, k]``, each sweep raising the likelihood, until
-    a sweep gains less than ``EM_TOL`` per prompt. Sums run over the distinct pairs with their
-    multiplicities. Deterministic for given counts.
+    a sweep gains less than ``EM_TOL`` per prompt or after ``EM_MAX_ITER`` sweeps. Sums run over the
+    distinct pairs with their multiplicities. Deterministic for given counts.
 
     Raises:
         ConfigError: no prompt with samples, or ``size < 2``.
