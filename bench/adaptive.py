@@ -18,12 +18,22 @@ with the adaptive run's misclassification on the fair baseline, interpolated in 
 the grid points around it. A ``--adaptive width`` run per distribution prints the coverage of its
 intervals (should be near 1 - delta; ``--no-width`` skips it).
 
-    python bench/adaptive.py                     # 5,000 prompts per distribution, about 2 minutes
-    python bench/adaptive.py --prompts 1000      # quicker
+Then the bias table (``--bias-replicates``, ``--bias-prompts``): per distribution, replicates of
+fresh true rates and samples, the adaptive rounds run in process by ``adaptive.simulate`` (the
+functions ``run.plan_next_round`` calls, without the store) and analysed as ``finish_run`` does,
+beside a fixed-n run of the same cost (n = the adaptive rollouts per prompt, rounded: the first n
+samples of every prompt, analysed as a fixed-n run is). For mean p, D(G) for G in 4..64, GRPO's
+mean update mass and its share in every band of the summary, it prints the relative bias against
+the truth of the same replicate, its mean and standard error over the replicates, and the
+rollouts saved at equal misclassification (the fixed n deciding under the same prior).
+
+    python bench/adaptive.py                     # 5,000 prompts per distribution + the bias table
+    python bench/adaptive.py --quick             # 1,000 prompts, bias table 3 x 2,000: development
+    python bench/adaptive.py --bias-only --bias-replicates 10     # the bias table alone
+    python bench/adaptive.py --prior fit         # the Beta prior fitted to round 0 instead of the grid
     python bench/adaptive.py --round-rule step:k=4 --no-width --json out.json
 
-The fixed-n baseline uses the adaptive run's fitted prior (fitted to the first n_min samples,
-which are the fixed run's first n_min samples too).
+The fixed-n baseline decides with the adaptive run's fitted prior.
 """
 
 from __future__ import annotations
@@ -347,10 +357,10 @@ def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfi
         f"\n== bias of the summary against the truth: {replicates} replicates x {N:,} prompts, adaptive "
         f"{acfg.target.spec}, {acfg.rule.spec}, prior {acfg.prior} (relative bias, % +- standard error) =="
     )
-    print(f"{'metric':26s}" + "".join(f"{n + ' adaptive':>20s}{'fixed':>16s}" for n in names))
+    print(f"{'metric':26s}" + "".join(f"{n + ' adaptive':>24s}{'fixed':>17s}" for n in names))
     print(
         f"{'rollouts per prompt':26s}"
-        + "".join(f"{table[n]['cost']:20.2f}{'n = ' + str(table[n]['n_fixed']):>16s}" for n in names)
+        + "".join(f"{table[n]['cost']:24.2f}{'n = ' + str(table[n]['n_fixed']):>17s}" for n in names)
     )
     worst = 0.0
     for key in table[names[0]]["adaptive"]:
@@ -358,7 +368,7 @@ def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfi
         for n in names:
             a = table[n]["adaptive"].get(key)
             f = table[n]["fixed"].get(key)
-            cells += f"{_cell(a):>20s}{_cell(f):>16s}"
+            cells += f"{_cell(a):>24s}{_cell(f):>17s}"
             if a:
                 worst = max(worst, abs(a[0]))
         print(f"{key:26s}{cells}")

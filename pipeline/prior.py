@@ -4,8 +4,8 @@ Two kinds of prior, one ``Prior`` record:
 
 - a Beta prior ``Beta(a, b)`` (fitted by the beta-binomial likelihood in ``adaptive.fit_prior``,
   or Jeffreys');
-- a grid prior: the maximum-likelihood mixing distribution on the grid ``p_k = k / (K - 1)``
-  (``0`` and ``1`` included, so prompts that are never or always solved get point masses),
+- a grid prior: the maximum-likelihood mixing distribution on a grid of ``K`` points from 0 to 1
+  (``grid_points``: 0 and 1 included, so prompts that are never or always solved get point masses),
   fitted by EM to every prompt's counts (``fit_grid_prior``). It can take any shape the data
   show, which a Beta cannot (a dataset with many prompts at exactly 0 and 1).
 
@@ -28,6 +28,7 @@ from pipeline.errors import ConfigError
 
 __all__ = [
     "GRID_SIZE",
+    "grid_points",
     "Prior",
     "fit_grid_prior",
     "grid_likelihood",
@@ -35,8 +36,7 @@ __all__ = [
     "posterior_nodes",
 ]
 
-# Points of the grid prior: p = 0, 1/200, ..., 1. Finer than any band edge a user types with
-# three decimals would need, and 201 x (distinct pairs) stays a small matrix.
+# Points of the grid prior (``grid_points``); 201 x (distinct pairs) stays a small matrix.
 GRID_SIZE = 201
 # EM stops when a sweep raises the log-likelihood by less than this per prompt, or after EM_MAX_ITER
 # sweeps from the uniform masses. The cap is a smoother: the fully converged fit is a few spikes,
@@ -134,8 +134,17 @@ def grid_posterior(points: np.ndarray, weights: np.ndarray, n, c) -> np.ndarray:
     return W / W.sum(axis=1, keepdims=True)
 
 
+def grid_points(size: int = GRID_SIZE) -> np.ndarray:
+    """The grid ``p_k = (1 - cos(pi k / (size - 1))) / 2``: 0 and 1 exactly, dense near both ends,
+    where ``p^G``, ``q^G`` and the update mass ``w(p, G) p q`` change fastest (an even grid of 201
+    points left every sum within 0.005 of 0 or 1 to one point)."""
+    x = (1.0 - np.cos(np.pi * np.arange(size) / (size - 1))) / 2.0
+    x[0], x[-1] = 0.0, 1.0
+    return x
+
+
 def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
-    """The grid prior: the masses ``w_k`` on ``p_k = k/(size-1)`` that maximise
+    """The grid prior: the masses ``w_k`` on ``p_k = grid_points(size)`` that maximise
     ``sum_i log sum_k w_k p_k^c_i q_k^(n_i-c_i)`` (the nonparametric maximum likelihood on the grid).
 
     EM from the uniform masses: ``w_k <- mean_i W[i, k]``, each sweep raising the likelihood, until
@@ -155,7 +164,7 @@ def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
     n_u, c_u, inv = _pairs(n[keep], c[keep])
     mult = np.bincount(inv, minlength=len(n_u)).astype(float)
     N = float(mult.sum())
-    points = np.linspace(0.0, 1.0, size)
+    points = grid_points(size)
     logL = grid_likelihood(points, n_u, c_u)
     scale = logL.max(axis=1, keepdims=True)
     L = np.exp(logL - scale)  # rows scaled to a maximum of 1: no underflow at large n
