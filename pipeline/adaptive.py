@@ -411,7 +411,7 @@ def predictive_decided(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) 
         logc = gammaln(k + 1) - gammaln(x + 1) - gammaln(k - x + 1)
         if prior.is_grid:  # the posterior masses times Bin(x; k, p_g), summed over the grid
             binom = np.exp(logc[:, None] + priors.grid_likelihood(pts, np.full(k + 1, k), x))
-            pred = W @ binom.T
+            pred = np.einsum("uk,xk->ux", W, binom)  # numpy's loops: the same bits on every rerun
         else:
             pred = np.exp(logc + betaln(alpha[:, None] + x, beta[:, None] + k - x) - betaln(alpha, beta)[:, None])
         rows = n + k

@@ -168,23 +168,25 @@ def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
     logL = grid_likelihood(points, n_u, c_u)
     scale = logL.max(axis=1, keepdims=True)
     L = np.exp(logL - scale)  # rows scaled to a maximum of 1: no underflow at large n
+    # Sums by numpy's own loops, not BLAS: a BLAS product may add in another order with another
+    # thread count, and a rerun must fit the same prior to the last bit (it decides the rounds).
     w = np.full(size, 1.0 / size)
-    f = L @ w
-    ll = float(mult @ np.log(f))
+    f = np.einsum("uk,k->u", L, w)
+    ll = float(np.sum(mult * np.log(f)))
     sweeps = 0
     while sweeps < EM_MAX_ITER:
-        w = w * (L.T @ (mult / f)) / N
+        w = w * np.einsum("uk,u->k", L, mult / f) / N
         w /= w.sum()
-        f = L @ w
-        new = float(mult @ np.log(f))
+        f = np.einsum("uk,k->u", L, w)
+        new = float(np.sum(mult * np.log(f)))
         sweeps += 1
         gain, ll = new - ll, new
         if gain < EM_TOL * N:
             break
-    mean = float(w @ points)
-    var = float(w @ points**2) - mean**2
+    mean = float(np.sum(w * points))
+    var = float(np.sum(w * points**2)) - mean**2
     a, b = _moment_beta(mean, var)
-    loglik = ll + float(mult @ scale[:, 0])
+    loglik = ll + float(np.sum(mult * scale[:, 0]))
     return Prior(
         a,
         b,
