@@ -373,6 +373,10 @@ def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfi
                 worst = max(worst, abs(a[0]))
         print(f"{key:26s}{cells}")
     print(
+        "band misclassification of the adaptive run: "
+        + ", ".join(f"{n} {table[n]['misclassification']:.2%}" for n in names)
+    )
+    print(
         "rollouts saved at equal misclassification: "
         + ", ".join(f"{n} {table[n]['saving']:.1%}" if table[n]["saving"] is not None else f"{n} n/a" for n in names)
     )
