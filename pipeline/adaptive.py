@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ __all__ = [
     "band_probabilities",
     "credible_interval",
     "decide",
+    "choose_prior",
     "decided_grid",
     "fit_prior",
     "jeffreys_prior",
@@ -64,8 +65,13 @@ TARGETS = ("band", "width")
 ROUND_RULES = ("step", "greedy")
 # grid: the maximum-likelihood mixing distribution on a grid (pipeline/prior.py), refitted to every
 # round's counts; fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2).
-PRIORS = ("grid", "fit", "jeffreys")
-DEFAULT_PRIOR = "grid"
+# auto: whichever of the two fits to all counts so far the likelihood prefers (``choose_prior``).
+PRIORS = ("auto", "grid", "fit", "jeffreys")
+DEFAULT_PRIOR = "auto"
+# auto takes the grid prior when its log-likelihood beats the Beta's by more than this times
+# log(prompts): the grid always fits a little better (it has ~200 free masses), by a few nats on
+# counts drawn from a Beta, by hundreds when the dataset has masses at 0 and 1 (bench/adaptive.py).
+AUTO_MARGIN = 2.0
 # Band codes of ``Decision.band``: index into BANDS (-1: no band, for the width target).
 BANDS = ("silent_hard", "informative", "silent_easy")
 # Neither prior parameter goes below this: a prior that piles almost all its mass at 0 or 1 would
@@ -197,7 +203,7 @@ class AdaptiveConfig:
             raise ConfigError(f"n_max={self.n_max!r} is out of range: allowed at most 100000")
         if self.prior not in PRIORS:
             raise ConfigError(f"adaptive prior {self.prior!r} is unknown: allowed {', '.join(PRIORS)}")
-        if self.prior in ("fit", "grid") and self.n_min < 2:
+        if self.prior != "jeffreys" and self.n_min < 2:
             # One sample per prompt tells the mean pass rate and nothing of its spread: the
             # beta-binomial likelihood is flat along a + b, and the grid fit puts all its mass at 0 and 1.
             raise ConfigError(
@@ -231,11 +237,26 @@ def state_prior(acfg: AdaptiveConfig, n, c, n0, c0) -> Prior:
     ``n0``, ``c0``: round 0's). The grid prior uses every round (the stopping rule depends only on
     observed outcomes, so the likelihood of the counts is the fixed-n one, docs/adaptive.md §6);
     the Beta fit uses round 0 only."""
+    if acfg.prior == "auto":
+        return choose_prior(n, c)
     if acfg.prior == "grid":
         return priors.fit_grid_prior(n, c)
     if acfg.prior == "fit":
         return fit_prior(n0, c0)
     return jeffreys_prior()
+
+
+def choose_prior(n, c) -> Prior:
+    """The ``auto`` prior: the grid prior and a Beta, both fitted to the same counts; the grid when
+    its log-likelihood exceeds the Beta's by more than ``AUTO_MARGIN * log(prompts)``, else the Beta
+    (which is then the better description: as good a fit with two parameters, and smooth)."""
+    grid = priors.fit_grid_prior(n, c)
+    beta = fit_prior(n, c)
+    gap = float(grid.loglik - beta.loglik)
+    margin = AUTO_MARGIN * math.log(max(grid.n_prompts, 2))
+    chosen = grid if gap > margin else beta
+    why = f"auto: grid log-likelihood {'+' if gap >= 0 else ''}{gap:.3g} against the Beta's, margin {margin:.3g}"
+    return replace(chosen, selection=why)
 
 
 def jeffreys_prior() -> Prior:

@@ -58,6 +58,7 @@ class Prior:
         start: the method-of-moments start point of the Beta fit.
         points, weights: the grid prior's points and masses (None for a Beta prior).
         iterations: EM sweeps of the grid fit.
+        selection: how the ``auto`` prior chose this one (the log-likelihoods compared).
     """
 
     a: float
@@ -69,6 +70,7 @@ class Prior:
     points: tuple[float, ...] | None = None
     weights: tuple[float, ...] | None = None
     iterations: int | None = None
+    selection: str | None = None
 
     @property
     def is_grid(self) -> bool:
@@ -102,9 +104,9 @@ class Prior:
             p, w = self.grid()
             return (
                 f"grid prior ({int((w > 1e-6).sum())} of {len(p)} points with mass; {w[0]:.1%} at p = 0, "
-                f"{w[-1]:.1%} at p = 1, mean {float(w @ p):.3f})"
+                f"{w[-1]:.1%} at p = 1, mean {float(w @ p):.3f}{', chosen by auto' if self.selection else ''})"
             )
-        return f"Beta({self.a:.3g}, {self.b:.3g}), {self.method}"
+        return f"Beta({self.a:.3g}, {self.b:.3g}), {self.method}" + (", chosen by auto" if self.selection else "")
 
 
 def _pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

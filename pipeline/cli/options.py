@@ -205,7 +205,8 @@ AdaptivePrior = Annotated[
         "--adaptive-prior",
         help=f"Adaptive: {', '.join(ADAPTIVE_PRIORS)} (grid: the maximum-likelihood distribution of pass rates on a "
         "grid with masses at 0 and 1, refitted every round; fit: a Beta prior fitted to round 0; jeffreys: "
-        "Beta(1/2, 1/2)).",
+        "Beta(1/2, 1/2); auto, the default: the grid or a Beta fitted to the same counts, whichever the "
+        "likelihood prefers by a clear margin, refitted every round).",
         rich_help_panel=_ADAPTIVE,
     ),
 ]
