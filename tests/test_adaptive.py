@@ -612,7 +612,9 @@ def test_kill_9_of_an_adaptive_profile_then_rerun(prefect_api, tmp_path, close_e
 
 
 def test_report_shows_the_rounds(store, close_engines):
-    result = executors.profile_direct(run.ProfileConfig.build(**{**ADAPTIVE, "report": True}), store)
+    result = executors.profile_direct(
+        run.ProfileConfig.build(**{**ADAPTIVE, "report": True, "adaptive_prior": "grid"}), store
+    )
     html = Path(result["report"]).read_text()
     assert 'id="adaptive"' in html and "Adaptive profiling" in html
     assert "Prompts still open and rollouts spent, per round" in html
@@ -745,10 +747,10 @@ def test_cli_adaptive_profile_on_the_bundled_model(tmp_path, close_engines):
 
 
 def test_grid_prior_run_end_to_end(store, close_engines):
-    """The default prior is the grid prior, refitted to every round's counts: the run stores it
-    (points and masses), every prompt's decision and estimates are the grid sums under it, and the
-    last round's state leaves no prompt open (decided under the final prior, or at n_max)."""
-    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"]
+    """The grid prior, refitted to every round's counts: the run stores it (points and masses),
+    every prompt's decision and estimates are the grid sums under it, and the last round's state
+    leaves no prompt open (decided under the final prior, or at n_max)."""
+    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="grid"), store)["run_id"]
     row = store.get_run(rid)
     acfg = adaptive.AdaptiveConfig.from_specs(**json.loads(row["adaptive"]))
     assert acfg.prior == "grid"
