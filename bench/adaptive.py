@@ -339,7 +339,11 @@ def bias_table(names: list[str], N: int, replicates: int, seed: int, acfg: adapt
     out = {}
     for name in names:
         reps = [bias_replicate(name, N, seed + 1000 * r + sum(map(ord, name)), acfg) for r in range(replicates)]
-        row: dict = {"cost": float(np.mean([r["cost"] for r in reps])), "n_fixed": reps[0]["n_fixed"]}
+        fixed_n = sorted({r["n_fixed"] for r in reps})
+        row: dict = {
+            "cost": float(np.mean([r["cost"] for r in reps])),
+            "n_fixed": str(fixed_n[0]) if len(fixed_n) == 1 else f"{fixed_n[0]}..{fixed_n[-1]}",
+        }
         savings = [r["saving"] for r in reps if r["saving"] is not None]
         row["saving"] = float(np.mean(savings)) if len(savings) == len(reps) else None
         row["misclassification"] = float(np.mean([r["misclassification"] for r in reps]))
