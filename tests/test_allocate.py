@@ -246,6 +246,17 @@ def _expected_rollouts(spec, p, grid):
     return np.array([[float(e.expected_rollouts(pi, int(G))) for G in grid] for pi in p])
 
 
+def _posterior_expected_rollouts(spec, a, b, grid):
+    """``E[c(n)]`` over each ``Beta(a, b)`` by numerical integration."""
+    e = est.get(spec)
+    return np.array(
+        [
+            [integrate.quad(lambda x: float(e.expected_rollouts(x, int(G))) * beta_dist.pdf(x, ai, bi), 0, 1)[0] for G in grid]
+            for ai, bi in zip(a, b, strict=True)
+        ]
+    )
+
+
 def test_dapo_resample_charges_expected_rollouts_and_is_exact():
     """Issue 16: v(n) of DAPO with resampling is not concave (p = 1/8 falls from n = 5), and a prompt
     spends G (1 - z^T)/(1 - z) rollouts in expectation (docs/estimators.md §3), not n."""
@@ -275,7 +286,7 @@ def test_dapo_resample_equals_brute_force(spec, posterior):
         if posterior:
             a, b = 0.5 + c, 0.5 + n - c
             value = alloc.value_table("signal", grid, alpha=a, beta=b, estimator=spec)
-            cost = _expected_rollouts(spec, a / (a + b), grid)
+            cost = _posterior_expected_rollouts(spec, a, b, grid)
         else:
             value = alloc.value_table("signal", grid, p=c / n, estimator=spec)
             cost = _expected_rollouts(spec, c / n, grid)
@@ -316,7 +327,7 @@ def test_dp_is_exact_on_a_non_concave_table_where_greedy_is_not():
 
 def test_exact_allocation_refuses_when_too_large():
     n, c = _instance(3, N=3000, n_obs=16)
-    cfg = alloc.AllocationConfig(budget=16 * 3000, estimator=DAPO_T4, n_min=2, n_max=512)
+    cfg = alloc.AllocationConfig(budget=16 * 3000, estimator=DAPO_T4, n_min=2, n_max=512, method="dp")
     with pytest.raises(errors.AllocationTooLargeError, match="n_max"):
         alloc.allocate(n, c, cfg)
 
