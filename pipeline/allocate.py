@@ -348,7 +348,7 @@ def _uniform_expected(cost: np.ndarray, key: np.ndarray, budget: float, n_min: i
     """The uniform baseline when a prompt costs its expected rollouts: the largest group size every
     prompt can have within the budget, then one more for prompts in order while it still fits."""
     room = budget * (1 + 1e-12)
-    spent = cost[key].sum(axis=0)  # total at each common n
+    spent = np.bincount(key, minlength=cost.shape[0]) @ cost  # total at each common n
     fits = np.flatnonzero(spent <= room)
     j = int(fits[-1]) if fits.size else int(np.argmin(spent))  # (n = 1 costs T: rises are not assured)
     n = np.full(len(key), n_min + j, dtype=np.int64)
@@ -375,7 +375,7 @@ def _check_expected_budget(cost: np.ndarray, key: np.ndarray, budget: int, n_min
     """``_check_budget`` in expected rollouts (DAPO resampling)."""
     if len(key) == 0:
         raise ConfigError("no prompts to allocate over")
-    least, most = float(cost[key].min(axis=1).sum()), float(cost[key].max(axis=1).sum())
+    least, most = float(cost.min(axis=1)[key].sum()), float(cost.max(axis=1)[key].sum())
     if budget < least * (1 - 1e-12):
         raise ConfigError(
             f"budget {budget} is impossible: {len(key)} prompts with n_min={n_min} need at least {least:.6g} "
@@ -611,14 +611,14 @@ def _allocate_dp_expected(
     N, L = len(key), n_max - n_min
     _check_expected_budget(cost, key, budget, n_min, n_max)
     room = budget * (1 + 1e-12)  # expected costs are sums of floats: do not refuse on the last bit
-    # the least the prompts after i can cost, so no pair that leaves them too little is kept
-    rest = np.concatenate([np.cumsum(cost[key[::-1], :].min(axis=1))[::-1], [0.0]])
     # Refuse at once what would surely be refused later: the front has held up to about 20 pairs
     # per rollout of budget left to share (slack), so about 10 on average over the prompts.
     slack = max(budget - float(cost[key, 0].sum()), 0.0)
     guess = N * (L + 1) * 10 * (slack + 1)
     if guess > DP_MAX_PAIRS:
         raise _too_large("pairs (estimated)", guess, DP_MAX_PAIRS, N, L)
+    # the least the prompts after i can cost, so no pair that leaves them too little is kept
+    rest = np.concatenate([np.cumsum(cost.min(axis=1)[key[::-1]])[::-1], [0.0]])
     front_c, front_v = np.zeros(1), np.zeros(1)
     parents: list[np.ndarray] = []
     work = kept = 0
@@ -696,7 +696,7 @@ def allocate_lagrangian(
     (docs/estimators.md §5).
     """
     key = np.asarray(key, dtype=np.int64)
-    N, L = len(key), n_max - n_min
+    N = len(key)
     value = np.asarray(table, float)
     whole = cost is None
     if whole:
@@ -717,8 +717,12 @@ def allocate_lagrangian(
     def spent(j: np.ndarray) -> float:
         return float(c[rows, j] @ mult)
 
-    def dual(lam: float) -> float:
-        return lam * budget + float(np.max(v - lam * c, axis=1) @ mult)
+    def dual(lam: float, j: np.ndarray) -> float:
+        # lam B + sum_i max_n (v - lam c), taken about the choice j (exact algebra for any j), so a
+        # price of 1e300 at a forced allocation does not swamp the values
+        vj, cj = v[rows, j], c[rows, j]
+        best = np.max(v - vj[:, None] - lam * (c - cj[:, None]), axis=1)
+        return lam * (budget - float(cj @ mult)) + float(vj @ mult) + float(best @ mult)
 
     # prices in [lam_min, 1e300]: at 1e300 every prompt takes its cheapest n, which fits the budget
     lam_min = -1e300 if whole else 0.0
@@ -755,7 +759,7 @@ def allocate_lagrangian(
         left -= max(dc[r], 0.0) * k
     j = _improve(v, c, pos, j, left, whole)
     total = float(v[pos, j].sum())
-    bound = min(dual(lam_lo), dual(lam_hi))
+    bound = min(dual(lam_lo, j_lo), dual(lam_hi, j_hi))
     return Relaxation(n=n_min + j, total=total, bound=bound, multiplier=lam_hi)
 
 
@@ -1097,6 +1101,7 @@ def allocation_table(
             "expected_value": pa.array(result.value),
             "uniform_n": pa.array(result.uniform_n.astype(np.int32)),
             "uniform_value": pa.array(result.uniform_value),
+            "gap": pa.array([result.gap] * N, pa.float64()),
         },
         schema=schema.ALLOCATION,
     )

@@ -180,8 +180,13 @@ def allocate_cmd(
         bool, typer.Option("--posterior/--point", help="Beta posterior per prompt, or the point estimate c/n.")
     ] = False,
     method: Annotated[
-        str, typer.Option("--method", help="fast, greedy (reference) or dp (exact; used anyway where greedy is not).")
-    ] = "fast",
+        str,
+        typer.Option(
+            "--method",
+            help="auto (fast where greedy is exact, else dp where it fits, else lagrangian), fast, greedy "
+            "(reference), dp (exact or refused) or lagrangian (relaxation with a certified gap).",
+        ),
+    ] = "auto",
     output: Annotated[
         Path | None,
         typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),
@@ -246,6 +251,12 @@ def allocate_cmd(
         + (
             f"; budget in expected rollouts (resampling): {result.expected_rollouts:.6g} spent"
             if result.expected_rollouts != result.n.sum()
+            else ""
+        )
+        + (
+            f"; certified gap {result.gap:.3g} ({result.relative_gap:.2e} of the value): the optimum is "
+            f"at most that much {'higher' if result.sense == 'max' else 'lower'}"
+            if result.method == "lagrangian"
             else ""
         )
         + (f"; wrote {output}" if output else "")
