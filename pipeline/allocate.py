@@ -17,16 +17,18 @@ the heap's order, so both return the same allocation.
 
 Two cases are not greedy's: a ``v`` that is not concave (DAPO with resampling, ``T > 1``), and a
 prompt that costs more than n rollouts (DAPO with resampling spends ``G (1 - z^T)/(1 - z)`` in
-expectation, docs/estimators.md §3; the budget then counts expected rollouts). Both are solved
-exactly by dynamic programming over the budget (a multiple-choice knapsack, ``allocate_dp``), or
-refused with ``AllocationTooLargeError`` when that would be too large. Nothing is called optimal
-that is not.
+expectation, docs/estimators.md §3, averaged over the posterior under one; the budget then counts
+expected rollouts). Both are solved exactly by dynamic programming over the budget (a
+multiple-choice knapsack, ``allocate_dp``) where that fits, and otherwise by the Lagrangian
+relaxation (``allocate_lagrangian``), whose dual bound certifies how far from the optimum its
+allocation can be (``Allocation.gap``). Nothing is called optimal that is not.
 
 Marginal gains that differ by less than ``TIE_RTOL`` times the largest value are ties (rounding
 noise, e.g. of the flat ``rloo`` and ``sign`` objectives, must not choose the allocation a trainer
 reads), and ties go round-robin: fewest rollouts given first, then prompt order, so identical
 prompts get allocations that differ by at most 1. Values depend on a prompt only through its
-``(n, c)`` counts, so tables are built once per unique pair.
+``(n, c)`` counts, so tables are built once per unique pair; under a value symmetric in p and q,
+``(n, c)`` and ``(n, n - c)`` share one row, so mirrored prompts get bit-identical gains.
 """
 
 from __future__ import annotations
