@@ -750,7 +750,7 @@ def allocate_lagrangian(
     dc = c[moving, j_lo[moving]] - c[moving, j_hi[moving]]
     by_row = np.argsort(pos, kind="stable")  # prompts grouped by row, in prompt order
     starts = np.concatenate([[0], np.cumsum(mult.astype(np.int64))])
-    for r in np.lexsort((moving, -dv / np.where(dc > 0, dc, np.inf))):
+    for r in np.lexsort((by_row[starts[moving]], -dv / np.where(dc > 0, dc, np.inf))):
         if dv[r] <= 0:
             continue
         members = by_row[starts[moving[r]] : starts[moving[r] + 1]]
