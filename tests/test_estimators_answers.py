@@ -71,7 +71,7 @@ def test_one_wrong_answer_reduces_to_the_binary_proxy_exactly():
     probs = np.stack([p, 1 - p], axis=1)
     for G in range(1, 13):
         got = est.reco_answer_weight(probs, G)
-        assert got.method == "exact"
+        assert list(got.method) == ["exact"] * len(p)
         np.testing.assert_allclose(got.weight, reco().weight(p, G), rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(got.mass, reco().mass(p, G), rtol=1e-12, atol=1e-15)
         np.testing.assert_array_equal(got.se_weight, 0.0)
@@ -230,7 +230,7 @@ def test_monte_carlo_estimate_agrees_with_the_exact_weight():
     for G in (3, 8):
         exact = est.reco_answer_weight(probs, G, n_correct=n_correct, method="exact")
         mc = est.reco_answer_weight(probs, G, n_correct=n_correct, method="mc", n_mc=4000, seed=5)
-        assert mc.method == "mc"
+        assert list(mc.method) == ["mc"] * 8
         # a prompt with one correct and one wrong answer has a deterministic f: no variance, no error
         assert mc.se_weight[0] < 1e-12 and mc.weight[0] == pytest.approx(exact.weight[0], rel=1e-12)
         assert np.all(mc.se_weight[1:] > 0)
