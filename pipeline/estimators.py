@@ -793,8 +793,9 @@ def _prefix_distinct(x: np.ndarray) -> np.ndarray:
 
 def _draw(probs: np.ndarray, size: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
     """Answer indices drawn iid from each row of ``probs`` (any scale). A row without weight, or a
-    class without columns, always gives answer 0: ``_occupancy``'s convention that a draw from an
-    empty class is one distinct answer (it has weight only at p = 0 or 1, where k = 1 or G - 1)."""
+    class without columns, always gives answer 0: ``_occupancy``'s convention that draws from an
+    empty class show one distinct answer (a class is empty only at p = 0 or 1, where just its first
+    draw carries weight: k = 1, resp. G - k = 1)."""
     R, A = probs.shape
     if A == 0:
         return np.zeros((R, *size), dtype=np.intp)
