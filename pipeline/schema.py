@@ -193,6 +193,9 @@ WEIGHTS = pa.schema(
         pa.field("p", pa.float64()),  # point estimate c / n (null when n = 0)
         pa.field("weight", pa.float64()),  # w(p, G) at p
         pa.field("mass", pa.float64()),  # w(p, G) p q
+        # Monte Carlo standard error of weight (reco_answers rows too wide for the exact method);
+        # null where exact. The mass's is weight_se * mass / weight.
+        pa.field("weight_se", pa.float64()),
         pa.field("zero_signal", pa.float64()),  # unbiased (n >= G) or posterior (n < G)
     ]
 )

@@ -89,8 +89,9 @@ def analyze_cmd(
         str,
         typer.Option(
             "--reco-answers",
-            help="Also the answer-aware ReCo weight (from each prompt's answer histogram, exact) at these "
-            "group sizes, comma-separated, as estimator reco_answers in the weights table.",
+            help="Also the answer-aware ReCo weight (from each prompt's answer histogram; exact, or Monte Carlo "
+            "with its standard error in weight_se for a very wide histogram) at these group sizes, "
+            "comma-separated, as estimator reco_answers in the weights table.",
         ),
     ] = "",
     fmt: Format = "table",
