@@ -32,6 +32,7 @@ from pipeline.observe.match import Matcher
 ROOT = Path(__file__).resolve().parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 DRIVER = ROOT / "tests" / "verl_driver.py"
+MARK = "CURRICULUM-JSON "  # verl_driver.MARK
 
 # 40 prompts: 10 the model always solves, 10 it never does, 20 in between (a profile of 16 rollouts).
 EASY, HARD, MID = range(0, 10), range(10, 20), range(20, 40)
@@ -193,6 +194,16 @@ def test_importing_the_hook_imports_no_verl():
 # --- verl's own dataset loading, in the verl environment ------------------------------------------
 
 
+def _report(lines) -> tuple[dict | None, list[str]]:
+    """The driver's next report (a line after its mark) and the lines before it (verl's own prints)."""
+    seen = []
+    for line in lines:
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK) :]), seen
+        seen.append(line)
+    return None, seen
+
+
 def _dump_line(text: str, answer: str, correct: bool, step: int) -> str:
     # What RayPPOTrainer._write_generations writes per rollout (the chat prompt decoded, special tokens skipped).
     return json.dumps(
@@ -255,7 +266,7 @@ def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_d
         cwd=tmp_path,
     )
     try:
-        first = json.loads(proc.stdout.readline() or "null")
+        first, _ = _report(iter(proc.stdout.readline, ""))
         if first is None:
             pytest.fail(f"the verl driver stopped before its first batches:\n{proc.stderr.read()[-4000:]}")
         # The training run's step 1, dumped by verl and imported by `difficulty track`: the easy prompts are now
@@ -274,7 +285,8 @@ def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_d
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-4000:]
-    second = json.loads(second_out.strip().splitlines()[-1])
+    second, _ = _report(second_out.splitlines())
+    assert second is not None, second_out[-4000:]
 
     assert first["train_class"] == "CurriculumRLHFDataset" and first["val_class"] == "CurriculumRLHFDataset"
     assert sorted(first["val_indices"]) == [0, 1, 2, 3] and not first["val_curriculum"]  # verl's own

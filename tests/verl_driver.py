@@ -3,7 +3,7 @@
 Builds the train and validation dataloaders the way verl 0.9.1's ``RayPPOTrainer._create_dataloader``
 does (hydra-composed ``ppo_trainer`` config with the command line's overrides, ``create_rl_dataset``,
 ``create_rl_sampler``, ``StatefulDataLoader`` with verl's ``collate_fn``), with ``data.custom_cls``
-naming the curriculum dataset. Prints one JSON line after ``batches`` batches, waits for a line on
+naming the curriculum dataset. Prints one JSON line (after ``MARK``) after ``batches`` batches, waits for a line on
 stdin (the test imports a new rollout step meanwhile), then prints one after ``batches`` more.
 Each batch is listed as its rows' ``extra_info.index``.
 """
@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import json
 import sys
+
+MARK = "CURRICULUM-JSON "  # verl prints to stdout too: the test reads the lines that start with this
+
+
+def emit(obj: dict) -> None:
+    print(MARK + json.dumps(obj), flush=True)
 
 
 def main(spec: dict) -> None:
@@ -64,23 +70,20 @@ def main(spec: dict) -> None:
         return [[int(e["index"]) for e in next(batches)["extra_info"]] for _ in range(spec["batches"])]
 
     first = draw()
-    print(
-        json.dumps(
-            {
-                "train_class": type(train).__name__,
-                "val_class": type(val).__name__,
-                "val_curriculum": val.schedule is not None,
-                "val_indices": val_indices,
-                "batches_per_epoch": len(loader),
-                "latest_step": train.schedule.counts.latest_step,
-                "indices": first,
-            }
-        ),
-        flush=True,
+    emit(
+        {
+            "train_class": type(train).__name__,
+            "val_class": type(val).__name__,
+            "val_curriculum": val.schedule is not None,
+            "val_indices": val_indices,
+            "batches_per_epoch": len(loader),
+            "latest_step": train.schedule.counts.latest_step,
+            "indices": first,
+        }
     )
     sys.stdin.readline()
     second = draw()
-    print(json.dumps({"latest_step": train.schedule.counts.latest_step, "indices": second}), flush=True)
+    emit({"latest_step": train.schedule.counts.latest_step, "indices": second})
 
 
 if __name__ == "__main__":
