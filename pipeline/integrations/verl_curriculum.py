@@ -301,7 +301,6 @@ def dataset_class(base: type | None = None) -> type:
         def __getitem__(self, item):
             return super().__getitem__(item if self.schedule is None else self.schedule.next_row())
 
-    CurriculumRLHFDataset.__qualname__ = CLASS_NAME
     return CurriculumRLHFDataset
 
 
