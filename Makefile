@@ -84,6 +84,7 @@ bench: $(VENV)/.test
 	$(BIN)/python bench/sampling.py --backend vllm
 	$(BIN)/python bench/observations.py
 	$(BIN)/python bench/trl_recorder.py
+	$(BIN)/python bench/verl_curriculum.py
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check pipeline tests bench
