@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from pipeline.cli import app, output
-from pipeline.cli.options import profile_defaults
+from pipeline.cli.profile_options import profile_defaults
 from pipeline.errors import StoreError
 from pipeline.store import Store
 
