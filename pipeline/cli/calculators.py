@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
+from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.cli.options import Format, floats
 from pipeline.cli.output import check_format, emit
-from pipeline.cli.profile_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.errors import ConfigError
 from pipeline.specs import split_specs
 

@@ -1,11 +1,11 @@
-"""The options whose defaults live in the computation's own modules, each declared once as an
-``Annotated`` type alias: estimators, grading, and the profile set.
+"""The options whose defaults live in the run's own modules, each declared once as an
+``Annotated`` type alias: grading and the profile set.
 
 The profile options (``profile``, ``schedule``, ``checkpoints``) are one set by construction: the
 ``profile_options`` decorator adds them all to a command, with the defaults of the config's own
 dataclasses (``run.config``), and hands the command the built ``ProfileConfig``. Importing this
 module imports those modules (NumPy, the OpenAI sampler's httpx), so only the commands that
-compute import it; the cheap shared options are in ``options``.
+sample or grade import it; the cheap shared options are in ``options``.
 """
 
 from __future__ import annotations
@@ -20,17 +20,11 @@ import typer
 
 from pipeline.adaptive import PRIORS as ADAPTIVE_PRIORS
 from pipeline.errors import ConfigError
-from pipeline.estimators import DEFAULT_ESTIMATORS as DEFAULT_ESTIMATOR_SPECS
 from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout
 from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
 
 if TYPE_CHECKING:
     from pipeline.run import ProfileConfig
-
-# --- estimators (analyze, weights) ------------------------------------------------------------
-
-Estimators = Annotated[str, typer.Option("--estimators", help="Estimator specs, comma-separated.")]
-DEFAULT_ESTIMATORS = ",".join(DEFAULT_ESTIMATOR_SPECS)
 
 # --- the profile options (profile, schedule, checkpoints) -------------------------------------
 
