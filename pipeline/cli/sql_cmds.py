@@ -19,6 +19,7 @@ from pipeline.cli.errors import print_error
 from pipeline.cli.options import DataDir, Format, open_store
 from pipeline.cli.output import SQL_FORMATS, check_format, emit
 from pipeline.errors import ConfigError, PipelineError
+from pipeline.store.query import split_statements
 
 log = logging.getLogger("pipeline.cli")
 
@@ -110,13 +111,21 @@ def shell(tables: Tables, fmt: str, stdin: TextIO) -> bool:
     return failed and not interactive
 
 
-def _run(tables: Tables, statement: str, fmt: str) -> bool:
+def _run(tables: Tables, text: str, fmt: str) -> bool:
+    """Run each statement of ``text`` in turn (several may share a line); whether all succeeded."""
+    ok = True
     try:
-        emit(tables.sql(statement).to_arrow_table(), fmt)
+        statements = split_statements(text)
     except PipelineError as exc:
         print_error(str(exc))
         return False
-    return True
+    for statement in statements:
+        try:
+            emit(tables.sql(statement).to_arrow_table(), fmt)
+        except PipelineError as exc:
+            print_error(str(exc))
+            ok = False
+    return ok
 
 
 def _load_history() -> None:

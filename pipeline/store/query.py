@@ -95,6 +95,15 @@ def files_query(s: Facade, name: str, found: list[Location], params: dict | None
             raise StoreError(f"{name}: cannot read {len(found)} files under {s.root}: {exc}") from exc
 
 
+def split_statements(sql: str) -> list[str]:
+    """The statements of a script, each on its own (DuckDB's parser: a ';' inside a string or a
+    comment does not split); ``StoreError`` when it does not parse."""
+    try:
+        return [statement.query for statement in duckdb.extract_statements(sql)]
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot parse the SQL: {exc}") from exc
+
+
 def check_statement(s: Facade, sql: str, *, write: bool = False, hint: str = "") -> None:
     """The sandbox's rule for a user's SQL: exactly one statement and, without ``write``, a SELECT
     or EXPLAIN (``StoreError`` says what was refused; ``hint`` says how to write instead)."""
