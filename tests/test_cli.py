@@ -228,7 +228,7 @@ def test_profile_pass_rates_option_reaches_the_backend(tmp_path):
 
 def _params(command: str) -> dict[str, object]:
     group = typer.main.get_command(app)
-    return {p.name: p for p in group.commands[command].params}
+    return {p.name: p for p in group.get_command(None, command).params}
 
 
 def test_profile_options_are_the_same_on_profile_schedule_and_checkpoints():
