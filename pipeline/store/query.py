@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,11 +39,37 @@ def load_sql(name: str) -> str:
         raise StoreError(f"no query named {name!r}; known: {known}") from exc
 
 
-def connect(s: Facade, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
+# Words of a query that reads DuckDB's catalogue (SHOW TABLES, information_schema, duckdb_views()):
+# it sees every view.
+CATALOGUE_WORDS = frozenset({"show", "describe", "pragma", "information_schema", "duckdb_views", "duckdb_tables"})
+
+
+def _words(sql: str) -> set[str]:
+    return set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
+
+
+def views_named(sql: str) -> set[str] | None:
+    """The views one query can read: those it names (as words: a name inside a string only adds a
+    view) and the tables the derived ones among them are built on; None (every view) when it reads
+    the catalogue. A query then lists and checks only its own tables' files."""
+    words = _words(sql)
+    if words & CATALOGUE_WORDS:
+        return None
+    known = {*schema.SCHEMAS, *DERIVED_VIEWS}
+    named, added = set(), words & known
+    while added:  # a derived view may be built on another
+        named |= added
+        added = {v for view in added & set(DERIVED_VIEWS) for v in _words(load_sql(view)) & known} - named
+    return named
+
+
+def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
     """See ``Store.connect``."""
     con = fs.duckdb_connection(s)
     try:
         for table, target in schema.SCHEMAS.items():
+            if views is not None and table not in views:
+                continue
             found = s.files(table)
             if found:
                 # Partition columns live inside each file: hive partitioning stays off, so a
@@ -53,7 +80,8 @@ def connect(s: Facade, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
                 # from_batches, not empty_table(): building arrays would import pandas (0.15 s).
                 con.from_arrow(pa.Table.from_batches([], schema=target)).create_view(table)
         for view in DERIVED_VIEWS:
-            con.sql(load_sql(view)).create_view(view)
+            if views is None or view in views:
+                con.sql(load_sql(view)).create_view(view)
         if confined:
             roots, spill = fs.confinement(s)
             params = {"allowed_directories": roots, "temp_directory": str(spill)}
@@ -155,7 +183,7 @@ def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
         write=write,
         hint=f"; pass --write to run a writing statement (even then only files under {s.root} can be touched)",
     )
-    con = s.connect(confined=True)
+    con = s.connect(confined=True, views=views_named(sql))
     try:
         with sandbox_errors(s):
             rel = con.sql(sql)
