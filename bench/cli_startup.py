@@ -9,7 +9,7 @@ processes taking turns so that the machine's load hits all alike:
 - ``difficulty --help``;
 - ``difficulty tries`` (a calculator: NumPy and the allocation module, no data directory).
 
-It prints each median and each one's ratio to the baseline's; the goal is ``sql`` within 1.5x of
+It prints each one's median wall and CPU time and their ratios to the baseline's; the goal is ``sql`` within 1.5x of
 the baseline and ``--help`` under 0.5 s on a quiet machine. Runs against whichever ``pipeline`` is
 importable, so ``PYTHONPATH=<other checkout>`` measures another version::
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -29,13 +30,17 @@ import time
 from pathlib import Path
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one process; CPU time is what a busy
+    machine inflates least, since waiting for a core is not counted."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -64,18 +69,19 @@ def main() -> None:
             "difficulty tries": [sys.executable, "-m", "pipeline", "tries"],
         }
         run_env = {**env, "DIFFICULTY_DATA": str(data)}
-        times: dict[str, list[float]] = {name: [] for name in commands}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for argv in commands.values():  # one warm-up each: the page cache, .pyc files
             timed(argv, run_env)
         for _ in range(args.repeat):
             for name, argv in commands.items():
                 times[name].append(timed(argv, run_env))
-        base = statistics.median(times["baseline: python + duckdb"])
+        base = [statistics.median(t[i] for t in times["baseline: python + duckdb"]) for i in (0, 1)]
         load = os.getloadavg()[0]
         print(f"{len(files)} sample files; {args.repeat} runs each, taking turns; load average {load:.2f}")
+        print(f"{'':28s} {'wall (median)':>22s}   {'CPU (median)':>22s}")
         for name, values in times.items():
-            median = statistics.median(values)
-            print(f"{name:28s} median {median:6.3f} s  (min {min(values):.3f})  x{median / base:.2f} of the baseline")
+            wall, cpu = (statistics.median(t[i] for t in values) for i in (0, 1))
+            print(f"{name:28s} {wall:7.3f} s  x{wall / base[0]:5.2f}       {cpu:7.3f} s  x{cpu / base[1]:5.2f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
