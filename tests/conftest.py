@@ -141,6 +141,7 @@ SLOW_FIXTURES = frozenset(
     {
         "prefect_api",  # Prefect's ephemeral API server (10 to 60 s to start)
         "s3_server",  # moto's S3 server (and s3_env, s3_data above it)
+        "s3_tools",  # another S3 server of a test's own
         "browser",  # Chromium through Playwright (test_report)
         "local_ray",  # a local Ray cluster (test_ray)
         "tiny",  # real llama.cpp runs of the bundled model
