@@ -432,6 +432,11 @@ def test_every_command_lists_its_own_docstring():
         assert f" {name} " in out.output and summary[:25] in out.output, name  # before any rich markup
 
 
+def test_a_mistyped_command_gets_a_suggestion_from_every_command():
+    out = runner.invoke(app, ["groupsise"])
+    assert out.exit_code == 2 and "No such command 'groupsise'. Did you mean 'groupsize'?" in out.output
+
+
 # --- sql shell ---------------------------------------------------------------------------------
 
 

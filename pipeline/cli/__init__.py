@@ -35,6 +35,7 @@ import importlib
 import importlib.util
 import logging
 import os
+from difflib import get_close_matches
 from typing import Annotated, Any
 
 import typer
@@ -122,6 +123,15 @@ class LazyGroup(TyperGroup):
         command = get_command_from_info(info, pretty_exceptions_short=True, rich_markup_mode=self.rich_markup_mode)
         self.commands[cmd_name] = command
         return command
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return self._click_resolve_command(ctx, args)
+        except typer.TyperException as exc:  # click's "No such command": suggest from every name, built or not
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches and isinstance(getattr(exc, "message", None), str):
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True
