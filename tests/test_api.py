@@ -71,6 +71,11 @@ def test_runs_analysis_and_report_path(two_runs):
         rows = table.pl()
         assert rows.height > 0 and set(rows["run_id"]) == {first}
     assert data.analysis(second).prompt_stats.pl()["n"].unique().to_list() == [6]
+    # The notebook page's example: relations build on each other in DuckDB.
+    observed = analysis.summary.filter("section = 'zero_signal' and metric = 'observed'").pl()
+    assert observed.height > 0 and set(observed["metric"]) == {"observed"}
+    bands = analysis.prompt_stats.aggregate("round(pass_rate, 1) as band, count(*) as prompts").pl()
+    assert bands["prompts"].sum() == 12
     report = data.report_path(second)
     assert Path(report) == path / "reports" / f"{second}.html" and Path(report).is_file()
     with pytest.raises(StoreError, match=f"no report.*difficulty report --run {first}"):
