@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from pipeline.api import Tables
 from pipeline.cli import app, output
 from pipeline.cli.profile_options import profile_defaults
 from pipeline.errors import StoreError
@@ -76,6 +77,24 @@ def test_sql_formats_and_output_file(data_dir, tmp_path):
     assert out.exit_code == 0 and "prompt_id" in out.output
     out = runner.invoke(app, ["sql", "select 1", "--format", "parquet"])
     assert out.exit_code == 1 and "--output" in out.output
+
+
+def test_sql_reads_only_the_tables_its_query_names(data_dir):
+    """A query lists and checks only the files of the views it names: a damaged samples file is
+    left alone by a query on runs, and moved aside by one on samples; a query on the catalogue
+    sees every view."""
+    runner.invoke(app, ["load", "arithmetic", "--limit", "3"])
+    bad = data_dir / "samples" / "run_id=r" / "shard-00000.parquet"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not parquet")
+    out = runner.invoke(app, ["sql", "select count(*) as n from problems", "--format", "csv"])
+    assert out.exit_code == 0 and out.stdout.splitlines() == ["n", "3"] and bad.exists()
+    out = runner.invoke(app, ["sql", "select count(*) as n from duckdb_views() where not internal", "--format", "csv"])
+    assert out.exit_code == 0 and int(out.stdout.splitlines()[1]) == len(Tables.views)
+    assert not bad.exists()  # the catalogue query made every view, samples' included
+    bad.write_bytes(b"not parquet")
+    out = runner.invoke(app, ["sql", "select count(*) as n from samples", "--format", "csv"])
+    assert out.exit_code == 0 and out.stdout.splitlines() == ["n", "0"] and not bad.exists()
 
 
 def test_sql_error_exit_1_nothing_written(data_dir, tmp_path):

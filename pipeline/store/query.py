@@ -39,9 +39,9 @@ def load_sql(name: str) -> str:
         raise StoreError(f"no query named {name!r}; known: {known}") from exc
 
 
-# Words of a query that reads DuckDB's catalogue (SHOW TABLES, information_schema, duckdb_views()):
-# it sees every view.
-CATALOGUE_WORDS = frozenset({"show", "describe", "pragma", "information_schema", "duckdb_views", "duckdb_tables"})
+# Words of a query that reads DuckDB's catalogue (SHOW TABLES, information_schema, duckdb_views()
+# and every other duckdb_* function): it sees every view.
+CATALOGUE_WORDS = frozenset({"show", "describe", "pragma", "information_schema", "pg_catalog"})
 
 
 def _words(sql: str) -> set[str]:
@@ -53,7 +53,7 @@ def views_named(sql: str) -> set[str] | None:
     view) and the tables the derived ones among them are built on; None (every view) when it reads
     the catalogue. A query then lists and checks only its own tables' files."""
     words = _words(sql)
-    if words & CATALOGUE_WORDS:
+    if words & CATALOGUE_WORDS or any(w.startswith("duckdb_") for w in words):
         return None
     known = {*schema.SCHEMAS, *DERIVED_VIEWS}
     named, added = set(), words & known
