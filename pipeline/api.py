@@ -41,15 +41,15 @@ class Tables:
 
     def __init__(self, data_dir: str | os.PathLike | None = None) -> None:
         root = resolve_data_dir(data_dir)
-        self.store = Store(root)
+        self._store = Store(root)
         # Opening never creates anything: a mistyped path is an error, not an empty directory.
-        if not self.store.exists(self.store.root):
+        if not self._store.exists(self._store.root):
             raise StoreError(f"no data directory at {str(root)!r}: nothing to open (a profile run makes one)")
-        self._con = self.store.connect(confined=True)
+        self._con = self._store.connect(confined=True)
 
     @property
     def root(self) -> Location:
-        return self.store.root
+        return self._store.root
 
     def sql(self, sql: str, params: list | dict | None = None) -> duckdb.DuckDBPyRelation:
         """One SELECT (or EXPLAIN) over the views, parameters bound (``$name`` or ``?``).
@@ -57,12 +57,12 @@ class Tables:
         Raises:
             StoreError: not one read statement, a file outside the data directory, or DuckDB's error.
         """
-        return query.user_relation(self.store, self._con, sql, params)
+        return query.user_relation(self._store, self._con, sql, params)
 
     def runs(self) -> duckdb.DuckDBPyRelation:
         """Every run, newest first, as ``difficulty runs`` lists them (a ``sampling`` run that no
         process holds shows as ``interrupted``)."""
-        return self._con.from_arrow(self.store.list_runs())
+        return self._con.from_arrow(self._store.list_runs())
 
     def analysis(self, run_id: str) -> Analysis:
         """The run's prompt_stats, weights, summary and allocation.
@@ -87,8 +87,8 @@ class Tables:
             StoreError: no such run, or no report written for it yet.
         """
         self._check_run(run_id)
-        path = self.store.report_path(run_id)
-        if not self.store.exists(path):
+        path = self._store.report_path(run_id)
+        if not self._store.exists(path):
             raise StoreError(
                 f"run {run_id!r} has no report at {path}; write it with `difficulty report --run {run_id}`"
             )
@@ -107,8 +107,8 @@ class Tables:
         return f"<pipeline.Tables {self.root}>"
 
     def _check_run(self, run_id: str) -> None:
-        if self.store.get_run(run_id, missing_ok=True) is None:
-            newest = self.store.list_runs().column("run_id").to_pylist()[:5]
+        if self._store.get_run(run_id, missing_ok=True) is None:
+            newest = self._store.list_runs().column("run_id").to_pylist()[:5]
             raise StoreError(f"no run {run_id!r} under {self.root}; newest runs: {newest or 'none'}")
 
 
