@@ -613,9 +613,16 @@ def _weights(ids, pairs: _Pairs, run_id: str) -> pa.Table:
         column(np.repeat(pairs.p_u[:, None], K, axis=1)),
         column(per_pair(pairs.weight)),
         column(per_pair(pairs.mass)),
+        _nulls(N * K),  # weight_se: these weights are closed forms
         pa.array(np.tile(pairs.zero, (1, E))[inv].ravel()),
     ]
     return pa.Table.from_arrays(cols, schema=schema.WEIGHTS)
+
+
+def _nulls(n: int, chunk: int = 1 << 16) -> pa.ChunkedArray:
+    """``n`` null float64 values as one small chunk repeated: no memory at Big-Math scale (13.75M rows)."""
+    block = pa.nulls(min(n, chunk), pa.float64())
+    return pa.chunked_array([block] * (n // chunk) + [block.slice(0, n % chunk)], pa.float64())
 
 
 RECO_ANSWERS = "reco_answers"  # the weights table's label of the answer-aware ReCo weight
@@ -623,8 +630,10 @@ RECO_ANSWERS = "reco_answers"  # the weights table's label of the answer-aware R
 
 def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa.Table:
     """``weights`` rows of the answer-aware ReCo weight (``est.reco_answer_weight_from_counts``,
-    plug-in, exact) at each G of ``reco_answers``; computed once per distinct histogram. A prompt
-    without samples gets nulls; samples with no extracted answer count as one shared wrong answer."""
+    plug-in, ``method="auto"``) at each G of ``reco_answers``; computed once per distinct histogram.
+    A prompt without samples gets nulls; samples with no extracted answer count as one shared wrong
+    answer. ``weight_se`` is the Monte Carlo standard error where a histogram was too wide for the
+    exact method, null where exact."""
     cfg = pairs.config
     N = len(ids)
     hist = _answer_histogram(counts)
@@ -643,6 +652,7 @@ def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: 
     rows = []
     for G in cfg.reco_answers:
         got = est.reco_answer_weight_from_counts(unique[:, 1:], G, n_correct=unique[:, 0].astype(int))
+        se = np.where(got.method == "mc", got.se_weight, np.nan)[inverse]
         g = cfg.group_sizes.index(G)
         rows.append(
             pa.table(
@@ -654,6 +664,7 @@ def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: 
                     "p": pa.array(p, mask=np.isnan(p)),
                     "weight": pa.array(got.weight[inverse], mask=np.isnan(got.weight[inverse])),
                     "mass": pa.array(got.mass[inverse], mask=np.isnan(got.mass[inverse])),
+                    "weight_se": pa.array(se, mask=np.isnan(se)),
                     "zero_signal": pa.array(pairs.zero[:, g][pairs.inv]),
                 }
             )

@@ -225,6 +225,7 @@ def _posterior_analysis(prior: adaptive.Prior, Gs=(4, 8, 16)) -> analyze.Analysi
     return analyze.analyze(counts, "r", cfg)
 
 
+@pytest.mark.slow  # a minute of Monte Carlo on 2 cores: make test runs it, the fast tier does not
 def test_posterior_estimates_match_monte_carlo():
     """zero-signal rates, every estimator's weight and mass, and pass@k of an adaptive run's
     analysis are posterior expectations: checked against draws of p from each posterior, within

@@ -23,6 +23,7 @@ LAYERS = (
     "sample",
     "store",
     "sql",
+    "api",
     "stats",
     "estimators",
     "prior",
