@@ -103,8 +103,9 @@ class Prior:
         if self.is_grid:
             p, w = self.grid()
             return (
-                f"grid prior ({int((w > 1e-6).sum())} of {len(p)} points with mass; {w[0]:.1%} at p = 0, "
-                f"{w[-1]:.1%} at p = 1, mean {float(w @ p):.3f}{', chosen by auto' if self.selection else ''})"
+                f"grid prior ({int((w > 1e-6).sum())} of {len(p)} points with mass; {w[p <= 0.01].sum():.1%} "
+                f"within 0.01 of p = 0, {w[p >= 0.99].sum():.1%} within 0.01 of p = 1, mean {float(w @ p):.3f}"
+                f"{', chosen by auto' if self.selection else ''})"
             )
         return f"Beta({self.a:.3g}, {self.b:.3g}), {self.method}" + (", chosen by auto" if self.selection else "")
 
