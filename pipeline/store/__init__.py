@@ -163,6 +163,18 @@ class Store:
         """A location of this store's kind from its full name: a Path locally, a URL remotely."""
         return fs.as_location(self, str(text))
 
+    def writer_for(self, loc: str | os.PathLike) -> tuple[Store, Location]:
+        """The store that writes ``loc`` (an output named by the user: a report) and ``loc`` as its
+        location: this store when ``loc`` is of its kind (an ``s3://`` URL in a remote store, a
+        path in a local one), else a store of ``loc``'s own folder, so a local path is never
+        taken for a key of the bucket nor a URL for a local file name."""
+        remote = is_remote(str(loc))
+        if remote == self.remote:
+            return self, self.as_location(str(loc))
+        if remote:
+            return Store(str(loc).rsplit("/", 1)[0]), str(loc)
+        return Store(Path(loc).parent), Path(loc)
+
     def relative(self, loc: Location) -> str:
         """A location's path below the root, with ``/`` separators."""
         return fs.relative(self, loc)

@@ -18,7 +18,10 @@ Locations handed out are Paths in a local store and full URLs (``s3://bucket/key
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import math
 import os
 import re
 import tempfile
@@ -32,7 +35,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import MissingDependencyError, StoreError
+from pipeline.errors import ConfigError, MissingDependencyError, StoreError
 
 log = logging.getLogger("pipeline.store")
 
@@ -45,8 +48,19 @@ REMOTE_SCHEMES = ("s3",)  # object stores the data directory may live on (throug
 Location = Path | str
 
 # Object-store requests: short connect timeout and few retries, so an unreachable endpoint or a
-# refused credential fails in seconds with a named error instead of retrying for minutes.
-S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+# refused credential fails in seconds with a named error instead of retrying for minutes. Each
+# attempt waits at most ``read_timeout`` for the endpoint's next bytes; the read timeout is set
+# from the total bound (``s3_client_config``) so that 3 attempts fit within it.
+S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 15, "retries": {"max_attempts": 3, "mode": "standard"}}
+# The most seconds one request to the object store may take, its retries included. Without it an
+# endpoint that accepts connections and never answers stalls a run silently: aiohttp waits for a
+# PUT's "100 Continue" with no timeout at all, and s3fs retries (5 times) on top of botocore's
+# attempts, so a read timeout of R seconds meant up to 20 R.
+S3_TIMEOUT_ENV = "DIFFICULTY_S3_TIMEOUT"
+DEFAULT_S3_TIMEOUT = 60.0
+# s3fs's own retries of a request botocore already retried: one more, for an error botocore does not
+# retry (a response body cut off while it is read).
+S3FS_RETRIES = 2
 
 # Per process: (location, size, version, type) -> None for a good file, else why it is bad. A file
 # changed in place gets a new key, so it is checked again; an unchanged one costs nothing past the
@@ -120,13 +134,91 @@ def filesystem(root: Location):
         raise MissingDependencyError(
             "an s3:// data directory needs s3fs; install it with: pip install 'difficulty-pipeline[s3]'"
         ) from exc
+    total = s3_timeout()
     # No listing cache: another process (a Ray actor) may write a shard at any time.
-    return s3fs.S3FileSystem(config_kwargs=S3_CLIENT_CONFIG, use_listings_cache=False, skip_instance_cache=True)
+    return _bounded_s3(s3fs)(
+        config_kwargs=s3_client_config(total),
+        use_listings_cache=False,
+        skip_instance_cache=True,
+        request_bound=total,
+    )
+
+
+def s3_timeout() -> float:
+    """The bound on one object-store request, retries included: ``$DIFFICULTY_S3_TIMEOUT`` seconds,
+    else ``DEFAULT_S3_TIMEOUT``."""
+    raw = os.environ.get(S3_TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_S3_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{S3_TIMEOUT_ENV}={raw!r} must be a number of seconds > 0 (default {DEFAULT_S3_TIMEOUT:g})")
+    return value
+
+
+def s3_client_config(total: float) -> dict:
+    """botocore's settings under a total bound of ``total`` seconds per request: the connect and
+    read timeouts of one attempt are at most a quarter of it, so the 3 attempts and their backoff
+    end first and the bound only catches what they cannot (a PUT waiting for "100 Continue")."""
+    return {
+        **S3_CLIENT_CONFIG,
+        "connect_timeout": min(S3_CLIENT_CONFIG["connect_timeout"], total / 4),
+        "read_timeout": min(S3_CLIENT_CONFIG["read_timeout"], total / 4),
+    }
+
+
+def endpoint_name() -> str:
+    """The object store's endpoint as the AWS environment sets it (the default AWS one otherwise)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the default AWS"
+
+
+@functools.cache
+def _bounded_s3(s3fs):
+    """``s3fs.S3FileSystem`` with every request bounded in time (``request_bound`` seconds, its
+    retries included) and without the "Expect: 100-continue" header on uploads, whose wait has no
+    timeout in aiohttp. Every S3 call of s3fs (a listing page, a GET of a byte range that pyarrow
+    or DuckDB asks for, a PUT) goes through ``_call_s3``, so the bound covers reads that do not
+    pass through ``call`` too."""
+    from botocore.handlers import add_expect_header
+
+    class BoundedS3FileSystem(s3fs.S3FileSystem):
+        retries = S3FS_RETRIES
+
+        def __init__(self, *args, request_bound: float = DEFAULT_S3_TIMEOUT, **kwargs):
+            self.request_bound = request_bound
+            super().__init__(*args, **kwargs)
+
+        async def set_session(self, refresh=False, kwargs=None):
+            client = await super().set_session(refresh=refresh, kwargs=kwargs or {})
+            client.meta.events.unregister("before-call.s3", add_expect_header)
+            return client
+
+        async def _call_s3(self, method, *akwarglist, **kwargs):
+            # asyncio.wait, not wait_for: a TimeoutError raised inside is botocore's or s3fs's, and
+            # ours must not be one (s3fs would retry it, as it does socket timeouts).
+            task = asyncio.ensure_future(super()._call_s3(method, *akwarglist, **kwargs))
+            done, _ = await asyncio.wait({task}, timeout=self.request_bound)
+            if task in done:
+                return task.result()
+            task.cancel()
+            target = "/".join(str(kwargs[k]) for k in ("Bucket", "Key") if kwargs.get(k))
+            raise StoreError(
+                f"the object store at {endpoint_name()} endpoint did not answer {method} "
+                f"{target} within {self.request_bound:g} s ({S3_TIMEOUT_ENV}); it accepts connections but does "
+                f"not respond: check the endpoint (AWS_ENDPOINT_URL) and its health, or raise {S3_TIMEOUT_ENV}"
+            )
+
+    return BoundedS3FileSystem
 
 
 def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
     """An object store's failure as a StoreError that names the cause a user can fix."""
     text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, StoreError):  # already named (a request past its bound)
+        return StoreError(f"{what}: {exc}")
     if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower():
         bucket = root.split("://", 1)[1].split("/", 1)[0]
         return StoreError(f"{what}: bucket {bucket!r} does not exist ({root}); create it or fix --data-dir")
@@ -138,9 +230,8 @@ def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
             "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the bucket's policy"
         )
     if any(k in text for k in ("EndpointConnectionError", "ConnectTimeout", "Could not connect", "ConnectionError")):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the default AWS"
         return StoreError(
-            f"{what}: cannot reach the object store at {endpoint} endpoint ({exc}); check AWS_ENDPOINT_URL"
+            f"{what}: cannot reach the object store at {endpoint_name()} endpoint ({exc}); check AWS_ENDPOINT_URL"
         )
     return StoreError(f"{what} on {root}: {text}")
 
