@@ -55,7 +55,8 @@ S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 15, "retries": {"max_a
 # The most seconds one request to the object store may take, its retries included. Without it an
 # endpoint that accepts connections and never answers stalls a run silently: aiohttp waits for a
 # PUT's "100 Continue" with no timeout at all, and s3fs retries (5 times) on top of botocore's
-# attempts, so a read timeout of R seconds meant up to 20 R.
+# attempts, so a read timeout of R seconds meant up to 20 R. A listing page is requested by
+# botocore's paginator outside s3fs's ``_call_s3``: the attempts' read timeouts bound it.
 S3_TIMEOUT_ENV = "DIFFICULTY_S3_TIMEOUT"
 DEFAULT_S3_TIMEOUT = 60.0
 # s3fs's own retries of a request botocore already retried: one more, for an error botocore does not
@@ -204,7 +205,7 @@ def _bounded_s3(s3fs):
             if task in done:
                 return task.result()
             task.cancel()
-            target = "/".join(str(kwargs[k]) for k in ("Bucket", "Key") if kwargs.get(k))
+            target = "/".join(str(kwargs[k]) for k in ("Bucket", "Key", "Prefix") if kwargs.get(k))
             raise StoreError(
                 f"the object store at {endpoint_name()} endpoint did not answer {method} "
                 f"{target} within {self.request_bound:g} s ({S3_TIMEOUT_ENV}); it accepts connections but does "
@@ -228,6 +229,12 @@ def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
         return StoreError(
             f"{what}: the object store refused the credentials for {root} ({exc}); check AWS_ACCESS_KEY_ID, "
             "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the bucket's policy"
+        )
+    if any(k in text for k in ("ReadTimeoutError", "Read timeout on endpoint")):
+        return StoreError(
+            f"{what}: the object store at {endpoint_name()} endpoint did not answer in time, 3 attempts ({exc}); it "
+            f"accepts connections but does not respond: check the endpoint (AWS_ENDPOINT_URL) and its health, or "
+            f"raise {S3_TIMEOUT_ENV}"
         )
     if any(k in text for k in ("EndpointConnectionError", "ConnectTimeout", "Could not connect", "ConnectionError")):
         return StoreError(
