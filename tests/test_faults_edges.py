@@ -28,7 +28,9 @@ DIFFICULTY = str(Path(sys.executable).parent / "difficulty")
 PROFILE = ["profile", "--backend", "simulate", "--no-prefect", "--grade-workers", "1"]
 
 
-def _cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+def _cli(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     out = subprocess.run([DIFFICULTY, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     return out, time.monotonic() - start

@@ -43,9 +43,7 @@ def _parent(loc: Location) -> Location:
     return loc.parent if isinstance(loc, Path) else posixpath.dirname(loc)
 
 
-def plan_outputs(
-    run_ids: list[str], output: str | None, store: Store
-) -> tuple[dict[str, Location], Location | None]:
+def plan_outputs(run_ids: list[str], output: str | None, store: Store) -> tuple[dict[str, Location], Location | None]:
     """Where each run's report (and the comparison, for several runs) goes.
 
     One run: ``--output`` is the HTML file, or a folder that gets ``<run_id>.html``.
