@@ -19,11 +19,13 @@ Locations handed out are Paths in a local store and full URLs (``s3://bucket/key
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import math
 import os
 import re
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -35,7 +37,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import ConfigError, MissingDependencyError, StoreError
+from pipeline.errors import ConfigError, DiskFullError, MissingDependencyError, StoreError
 
 log = logging.getLogger("pipeline.store")
 
@@ -62,6 +64,9 @@ DEFAULT_S3_TIMEOUT = 60.0
 # s3fs's own retries of a request botocore already retried: one more, for an error botocore does not
 # retry (a response body cut off while it is read).
 S3FS_RETRIES = 2
+
+# errnos of a write that found no room: a full disk, a used-up quota.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 # Per process: (location, size, version, type) -> None for a good file, else why it is bad. A file
 # changed in place gets a new key, so it is checked again; an unchanged one costs nothing past the
@@ -388,16 +393,63 @@ def put(s: Rooted, loc: Location, data: bytes | pa.Table) -> None:
         call(s, f"cannot write {_named(s, loc)}", s.fs.pipe, key(s, loc), body)
         return
     loc = Path(loc)
-    loc.parent.mkdir(parents=True, exist_ok=True)
     tmp = loc.parent / f".{loc.stem}.{uuid.uuid4().hex}.tmp"
     try:
+        loc.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, pa.Table):
             pq.write_table(data, tmp, compression="zstd")
         else:
             tmp.write_bytes(data)
         os.replace(tmp, loc)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        size = len(data) if isinstance(data, bytes) else len(parquet_bytes(data))  # the error path only
+        raise disk_full(_named(s, loc), loc, size) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def no_space(exc: OSError) -> bool:
+    """Whether an OSError is a full disk or a used-up quota (pyarrow's carries the errno in its text)."""
+    return exc.errno in NO_SPACE or any(f"[errno {e}]" in str(exc).lower() for e in NO_SPACE)
+
+
+def disk_full(what: str, loc: str | os.PathLike, needed: int) -> DiskFullError:
+    """A full disk as an error that says what was being written, the space it needs and the space
+    left. The partial file is gone (the atomic write removes it), so nothing stored is damaged."""
+    folder = Path(loc).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    return DiskFullError(
+        f"no space left on the device writing {what} (it needs {needed:,} bytes; {free:,} bytes free in "
+        f"{folder}); free some space or use another --data-dir, then run the command again: what was stored "
+        "before is intact"
+    )
+
+
+def writable_output(path: str | os.PathLike, what: str) -> Path:
+    """A local file a command is about to write, checked before anything is written: not a folder,
+    under a folder (not a file) where a file can be created. A probe file is made and removed in
+    the nearest existing folder, so a read-only disk or a missing permission fails here, for
+    every output of a command at once, rather than after the first output was written."""
+    out = Path(path).expanduser().absolute()
+    if out.is_dir():
+        raise StoreError(f"{what} {str(path)!r} is a folder; name a file")
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise StoreError(f"{what} {str(path)!r} cannot be written: {str(folder)!r} is a file, not a folder")
+    probe = folder / f".write-probe-{uuid.uuid4().hex}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = "no space left" if no_space(exc) else (exc.strerror or str(exc))
+        raise StoreError(f"{what} {str(path)!r} cannot be written: folder {str(folder)!r}: {reason}") from exc
+    return out
 
 
 def unlink(s: Rooted, loc: Location) -> None:
@@ -481,8 +533,13 @@ def append(s: Rooted, loc: Location, data: bytes) -> None:
         old = read_bytes(s, loc) if exists(s, loc) else b""
         put(s, loc, old + data)
         return
-    with open(loc, "ab") as fh:
-        fh.write(data)
+    try:
+        with open(loc, "ab") as fh:
+            fh.write(data)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        raise disk_full(_named(s, loc), loc, len(data)) from exc
 
 
 @contextmanager
