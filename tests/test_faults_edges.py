@@ -5,6 +5,7 @@ be written. Each fails with a named error, no traceback, and the data stays as i
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -163,3 +164,126 @@ def test_report_to_an_s3_url(s3_run, tmp_path):
     assert out.exit_code == 0, out.output
     assert f"{bucket}/from-local/{local_run}.html" in _keys(url)
     assert not list(local.rglob("*.html")) and not (tmp_path / "s3:").exists()
+
+
+# --- a full disk (a real tmpfs in a private mount namespace) --------------------------------------
+
+FULL_DISK = """
+set -e
+mount -t tmpfs -o size=3m tmpfs "$DISK"
+mkdir -p "$DISK/data"
+head -c 2900000 /dev/zero > "$DISK/filler"   # leaves some 200 KB for a run that needs some 500 KB
+set +e
+"$DIFFICULTY" profile $ARGS --no-report > "$OUT/first.out" 2> "$OUT/first.err"; echo $? > "$OUT/first.rc"
+"$DIFFICULTY" runs --format json > "$OUT/runs-after-first.json"
+rm "$DISK/filler"
+"$DIFFICULTY" profile $ARGS --no-report > "$OUT/rerun.out" 2> "$OUT/rerun.err"; echo $? > "$OUT/rerun.rc"
+head -c 1500000 /dev/zero > "$DISK/filler"   # the run fits; its 5 MB report does not
+"$DIFFICULTY" report > "$OUT/report.out" 2> "$OUT/report.err"; echo $? > "$OUT/report.rc"
+"$DIFFICULTY" sql "select count(*) as n, count(distinct (prompt_id, sample_idx)) as d from samples" \
+    --format json > "$OUT/counts.json"
+"$DIFFICULTY" runs --format json > "$OUT/runs.json"
+"$DIFFICULTY" doctor > "$OUT/doctor.out" 2>&1; echo $? > "$OUT/doctor.rc"
+"""
+
+
+def test_full_disk_names_the_error_records_failed_and_a_rerun_completes(tmp_path):
+    """A 3 MiB tmpfs as the data directory (mounted in a private user and mount namespace, so no
+    privilege is needed and nothing outlives the test): sampling stops with a named error, no
+    traceback, the run reads failed (not interrupted); with room again a rerun completes, every
+    sample once; the report on a full disk is named too."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.fail("this test mounts a small tmpfs with `unshare -rm` (user namespaces); the kernel refused it")
+    out = tmp_path / "out"
+    out.mkdir()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    env = {
+        **os.environ,
+        "DISK": str(disk),
+        "OUT": str(out),
+        "DIFFICULTY": DIFFICULTY,
+        "ARGS": "--backend simulate --no-prefect --limit 2000 --n 8 --grade-workers 1",
+        "DIFFICULTY_DATA": str(disk / "data"),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+    }
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", FULL_DISK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = (out / "first.err").read_text()
+    assert (out / "first.rc").read_text().strip() == "1", first[-2000:]
+    assert "Traceback" not in first and "Errno 28" not in first, first[-2000:]
+    assert "error: no space left on the device writing " in first and "bytes free in " in first
+    assert "it needs " in first and "run the command again" in first
+    [row] = json.loads((out / "runs-after-first.json").read_text())
+    assert row["status"] == "failed"
+
+    assert (out / "rerun.rc").read_text().strip() == "0", (out / "rerun.err").read_text()[-2000:]
+    [counts] = json.loads((out / "counts.json").read_text())
+    assert counts == {"n": 16000, "d": 16000}
+    [row] = json.loads((out / "runs.json").read_text())
+    assert row["status"] == "done"
+
+    report = (out / "report.err").read_text()
+    assert (out / "report.rc").read_text().strip() == "1"
+    assert "Traceback" not in report and f"no space left on the device writing reports/{row['run_id']}.html" in report
+    assert (out / "doctor.rc").read_text().strip() == "0", (out / "doctor.out").read_text()
+
+
+# --- export and calibrate: bad outputs and an empty label ----------------------------------------
+
+
+@pytest.fixture
+def labelled_run(tmp_path, data_dir) -> tuple[str, Path]:
+    """A simulated run of 6 problems whose ``level`` is null in every row; (run id, data file)."""
+    rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i), "level": None} for i in range(6)]
+    data = tmp_path / "nolevel.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = runner.invoke(app, [*PROFILE, "--data-file", str(data), "--n", "4", "--no-report"])
+    assert out.exit_code == 0, out.output
+    [run_id] = Store(data_dir).list_runs().column("run_id").to_pylist()
+    return run_id, data
+
+
+def test_calibrate_on_a_label_null_in_every_row_is_a_named_error(labelled_run, data_dir):
+    run_id, _ = labelled_run
+    out = runner.invoke(app, ["calibrate", "--run", run_id, "--label", "level", "--bootstrap", "100"])
+    assert out.exit_code == 1, out.output
+    assert "label 'level' (original field) is empty in every one of the run's 6 prompts" in out.output
+    summary = Store(data_dir).read_table("summary")
+    assert "calibration" not in summary.column("section").to_pylist()
+
+
+@pytest.mark.parametrize("bad", ["parent_is_file", "read_only"])
+def test_export_checks_every_output_before_writing_any(labelled_run, tmp_path, bad):
+    """An --output under a file, or an --exclude-list on a read-only disk: a named error and no
+    file written (before, a traceback after the export and its .meta.json were written)."""
+    run_id, _ = labelled_run
+    target = tmp_path / "exports"
+    target.mkdir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    if bad == "parent_is_file":
+        out = runner.invoke(app, ["export", "--run", run_id, "--output", str(blocker / "x.jsonl")])
+        assert out.exit_code == 1, out.output
+        assert f"--output {str(blocker / 'x.jsonl')!r} cannot be written: {str(blocker)!r} is a file" in out.output
+        out = runner.invoke(
+            app, ["export", "--run", run_id, "--output", str(target / "x.jsonl"), "--exclude-list", str(blocker / "e")]
+        )
+        assert out.exit_code == 1 and "--exclude-list" in out.output and "is a file" in out.output, out.output
+    else:  # a read-only bind mount of the exclude list's folder, in a private namespace (root ignores modes)
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        script = 'mount --bind "$L" "$L" && mount -o remount,bind,ro "$L" && exec "$D" "$@"'
+        args = ["export", "--run", run_id, "--output", str(target / "x.jsonl"), "--exclude-list", str(locked / "e")]
+        env = {**os.environ, "L": str(locked), "D": DIFFICULTY, "PREFECT_HOME": str(tmp_path / "prefect")}
+        done = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", script, "sh", *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        assert f"--exclude-list {str(locked / 'e')!r} cannot be written: folder {str(locked)!r}" in done.stderr
+        assert "Read-only file system" in done.stderr
+    assert list(target.iterdir()) == [], "an output was written before every output was checked"
+    assert blocker.read_text() == "not a folder"

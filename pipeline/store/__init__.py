@@ -58,8 +58,11 @@ from pipeline.store.fs import (
     REMOTE_SCHEMES,
     S3_CLIENT_CONFIG,
     Location,
+    disk_full,
     is_remote,
+    no_space,
     resolve_data_dir,
+    writable_output,
 )
 from pipeline.store.query import DERIVED_VIEWS, load_sql
 from pipeline.store.registry import LEASE_RENEW_S, LEASE_TTL_S
@@ -80,13 +83,16 @@ __all__ = [
     "Location",
     "Store",
     "conform",
+    "disk_full",
     "is_remote",
+    "no_space",
     "load_sql",
     "pq",
     "resolve_data_dir",
     "schema",
     "schema_problem",
     "shard_name",
+    "writable_output",
 ]
 
 

@@ -415,15 +415,16 @@ def no_space(exc: OSError) -> bool:
     return exc.errno in NO_SPACE or any(f"[errno {e}]" in str(exc).lower() for e in NO_SPACE)
 
 
-def disk_full(what: str, loc: str | os.PathLike, needed: int) -> DiskFullError:
+def disk_full(what: str, loc: str | os.PathLike, needed: int | None) -> DiskFullError:
     """A full disk as an error that says what was being written, the space it needs and the space
     left. The partial file is gone (the atomic write removes it), so nothing stored is damaged."""
     folder = Path(loc).parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     free = shutil.disk_usage(folder).free
+    need = f"it needs {needed:,} bytes" if needed is not None else "it needs more than that"
     return DiskFullError(
-        f"no space left on the device writing {what} (it needs {needed:,} bytes; {free:,} bytes free in "
+        f"no space left on the device writing {what} ({need}; {free:,} bytes free in "
         f"{folder}); free some space or use another --data-dir, then run the command again: what was stored "
         "before is intact"
     )
