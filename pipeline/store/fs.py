@@ -237,7 +237,7 @@ def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
         )
     if any(k in text for k in ("ReadTimeoutError", "Read timeout on endpoint")):
         return StoreError(
-            f"{what}: the object store at {endpoint_name()} endpoint did not answer in time, 3 attempts ({exc}); it "
+            f"{what}: the object store at {endpoint_name()} endpoint did not answer in time ({exc}); it "
             f"accepts connections but does not respond: check the endpoint (AWS_ENDPOINT_URL) and its health, or "
             f"raise {S3_TIMEOUT_ENV}"
         )
