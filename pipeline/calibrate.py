@@ -305,6 +305,7 @@ def calibrate(
 
     A label value that is not a number is left out and counted when some values are numbers; when
     none is, the label is not numeric and that is a ``DatasetError`` naming a prompt and its value.
+    A label empty in every prompt, or on none of the measured ones, is a ``DatasetError`` too.
     """
     config = config or CalibrationConfig()
     numbers = [datasets.label_number(v) for v in values]
@@ -322,6 +323,17 @@ def calibrate(
         notes.append(f"{len(text)} label values are not numbers (e.g. {str(v)[:40]!r}); left out")
     measured = [p is not None and not (isinstance(p, float) and math.isnan(p)) for p in pass_rates]
     both = [x is not None and m for x, m in zip(numbers, measured, strict=True)]
+    if not any(both):  # a correlation over no prompt is no result: say why rather than store it
+        labelled = sum(x is not None for x in numbers)
+        if not labelled:
+            raise DatasetError(
+                f"label {label!r} ({source}) is empty in every one of the run's {len(values)} prompts; "
+                "nothing to correlate: name a label the rows have a value of with --label"
+            )
+        raise DatasetError(
+            f"label {label!r}: none of the {labelled} labelled prompts has samples in run {run_id}; "
+            "nothing to correlate: calibrate a run that sampled them"
+        )
     x = np.array([numbers[i] for i, ok in enumerate(both) if ok], float)
     y = np.array([pass_rates[i] for i, ok in enumerate(both) if ok], float)
     rho = spearman(x, y)
@@ -350,7 +362,7 @@ def calibrate_run(store: Store, run_id: str, config: CalibrationConfig | None = 
 
     Raises:
         StoreError: unknown run, or no stored problems for its dataset.
-        DatasetError: no such label, or a label that is not numeric.
+        DatasetError: no such label, a label that is not numeric, or one no measured prompt has.
     """
     config = config or CalibrationConfig()
     run = store.get_run(run_id)

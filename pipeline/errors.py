@@ -33,6 +33,12 @@ class StoreError(PipelineError):
     """A storage problem (bad data directory, unknown run, unsafe partition value, bad SQL)."""
 
 
+class DiskFullError(StoreError):
+    """A write found no room on a local disk (or a used-up quota); the message says what was being
+    written, the space it needs and the space left. Distinct so that the run's status write can
+    use the room kept for it and try once more."""
+
+
 class ReportError(PipelineError):
     """A report cannot be written (no analysis for the run, unknown option)."""
 

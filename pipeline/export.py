@@ -53,7 +53,7 @@ from pipeline import allocate, analyze, datasets, schema, stats
 from pipeline import estimators as est
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.sample.templates import CHAT_MESSAGES, render_prompt
-from pipeline.store import Store
+from pipeline.store import Store, disk_full, no_space, writable_output
 
 log = logging.getLogger(__name__)
 
@@ -485,6 +485,38 @@ def export_run(
         "rows": {"dataset": len(rows), "written": len(chosen), "left_out": len(left), "missing": len(missing)},
         "by_band": counts,
     }
+    side = output.with_name(output.name + ".meta.json")
+    # Every output is checked before any is written: a bad --exclude-list leaves no export behind.
+    writable_output(output, "--output")
+    if fmt == "jsonl":
+        writable_output(side, "the metadata file")
+    if exclude_list is not None:
+        writable_output(exclude_list, "--exclude-list")
+    try:
+        _write_outputs(run, rows, originals, chosen, measures, left, missing, metadata, output, side, exclude_list)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        raise disk_full(f"the export of run {run_id}", output, None) from exc
+    exclude = Path(exclude_list) if exclude_list is not None else None
+    return ExportResult(
+        path=output,
+        format=fmt,
+        key=key,
+        rows=len(rows),
+        written=len(chosen),
+        left_out=len(left),
+        by_band=counts,
+        missing=len(missing),
+        exclude_list=exclude,
+        metadata=metadata,
+    )
+
+
+def _write_outputs(run, rows, originals, chosen, measures, left, missing, metadata, output, side, exclude_list) -> None:
+    """The files of an export, written once every output was checked (the metadata file beside a
+    JSON Lines export, the exclude list last)."""
+    fmt, key = metadata["format"], metadata["key"]
     output.parent.mkdir(parents=True, exist_ok=True)
     picked = [rows[i] for i in chosen]
     picked_rows = [originals[i] for i in chosen]
@@ -492,7 +524,6 @@ def export_run(
         lines = [_jsonl_line(p["original"], r, key, m) for p, r, m in zip(picked, picked_rows, measures, strict=True)]
         with _atomic(output) as tmp:
             tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        side = output.with_name(output.name + ".meta.json")
         with _atomic(side) as tmp:
             tmp.write_text(json.dumps(metadata, indent=1, default=str) + "\n", encoding="utf-8")
     else:
@@ -506,21 +537,8 @@ def export_run(
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, default=str)})
         with _atomic(output) as tmp:
             pq.write_table(table, tmp)
-    exclude = None
     if exclude_list is not None:
         exclude = Path(exclude_list)
         exclude.parent.mkdir(parents=True, exist_ok=True)
         with _atomic(exclude) as tmp:
             tmp.write_text("".join(f"{pid}\n" for pid, _ in left) + "".join(f"{pid}\n" for pid in missing))
-    return ExportResult(
-        path=output,
-        format=fmt,
-        key=key,
-        rows=len(rows),
-        written=len(chosen),
-        left_out=len(left),
-        by_band=counts,
-        missing=len(missing),
-        exclude_list=exclude,
-        metadata=metadata,
-    )

@@ -6,16 +6,14 @@ import hashlib
 import os
 import posixpath
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from pipeline.cli.options import DataDir, Runs, open_store
 from pipeline.cli.output import say
 from pipeline.errors import ConfigError, StoreError
-
-if TYPE_CHECKING:
-    from pipeline.store import Store
+from pipeline.store import Location, Store, is_remote, resolve_data_dir
 
 _HTML = (".html", ".htm")
 
@@ -29,38 +27,61 @@ def comparison_name(run_ids: list[str]) -> str:
     return f"compare-{len(run_ids)}-runs-{digest}"
 
 
-def plan_outputs(run_ids: list[str], output: Path | None, store: Store) -> tuple[dict[str, Path], Path | None]:
+def output_location(text: str) -> Location:
+    """``--output`` as a location: an ``s3://`` URL as it is (checked), anything else a local path,
+    made absolute, whatever the data directory is."""
+    if is_remote(text):
+        return resolve_data_dir(text)
+    return Path(text).expanduser().resolve()
+
+
+def _join(folder: Location, name: str) -> Location:
+    return folder / name if isinstance(folder, Path) else f"{folder}/{name}"
+
+
+def _parent(loc: Location) -> Location:
+    return loc.parent if isinstance(loc, Path) else posixpath.dirname(loc)
+
+
+def plan_outputs(run_ids: list[str], output: str | None, store: Store) -> tuple[dict[str, Location], Location | None]:
     """Where each run's report (and the comparison, for several runs) goes.
 
     One run: ``--output`` is the HTML file, or a folder that gets ``<run_id>.html``.
     Several runs: ``--output`` is a folder (per-run reports and the comparison inside), or the
-    comparison's HTML file (per-run reports beside it). Default: ``store.report_path`` of each
+    comparison's HTML file (per-run reports beside it). Either a local path or an ``s3://`` URL,
+    whatever the data directory is. Default: ``store.report_path`` of each
     (``<data-dir>/reports/<name>.html``).
     """
-    as_file = output is not None and output.suffix.lower() in _HTML
+    loc = output_location(output) if output is not None else None
+    as_file = loc is not None and posixpath.splitext(str(loc))[1].lower() in _HTML
 
-    def path(name: str, folder: Path | None) -> Path:
-        return folder / f"{name}.html" if folder is not None else store.report_path(name)
+    def path(name: str, folder: Location | None) -> Location:
+        return _join(folder, f"{name}.html") if folder is not None else store.report_path(name)
 
     if len(run_ids) == 1:
-        return {run_ids[0]: output if as_file else path(run_ids[0], output)}, None
-    folder = output.parent if as_file else output
+        return {run_ids[0]: loc if as_file else path(run_ids[0], loc)}, None
+    folder = _parent(loc) if as_file else loc
     per_run = {r: path(r, folder) for r in run_ids}
-    comparison = output if as_file else path(comparison_name(run_ids), folder)
-    clash = [r for r, p in per_run.items() if os.path.realpath(p) == os.path.realpath(comparison)]
+    comparison = loc if as_file else path(comparison_name(run_ids), folder)
+
+    def same(a: Location, b: Location) -> bool:
+        return os.path.realpath(a) == os.path.realpath(b) if isinstance(a, Path) else str(a) == str(b)
+
+    clash = [r for r, p in per_run.items() if same(p, comparison)]
     if clash:
-        raise ConfigError(f"--output {str(output)!r} would overwrite the report of run {clash[0]!r}")
+        raise ConfigError(f"--output {output!r} would overwrite the report of run {clash[0]!r}")
     return per_run, comparison
 
 
 def report_cmd(
     runs: Runs = None,
     output: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--output",
-            help="HTML file, or folder for the reports (default <data-dir>/reports). With several "
-            "runs, a .html path names the comparison report.",
+            help="HTML file, or folder for the reports (default <data-dir>/reports): a local path or an "
+            "s3://bucket/key URL, whatever the data directory is. With several runs, a .html path names "
+            "the comparison report.",
         ),
     ] = None,
     plotly_js: Annotated[

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline import history, report, run
+from pipeline.errors import ReportError, StoreError
 from pipeline.observe import track
 from pipeline.store import Store
 
@@ -26,7 +27,13 @@ def after_run(config: run.ProfileConfig, store: Store, result: dict[str, Any]) -
     """What follows a finished run: its outcomes recorded as the observations source
     ``profile:<run id>``, then its report rendered (``report``: its path, or None when not asked for)."""
     track.track_run(store, result["run_id"])
-    path = report.write_run_report(store, result["run_id"]) if config.execution.report else None
+    try:
+        path = report.write_run_report(store, result["run_id"]) if config.execution.report else None
+    except StoreError as exc:  # a full disk: the run itself is stored and done, say so
+        raise ReportError(
+            f"run {result['run_id']} is done and stored, but its report was not written: {exc}; write it later "
+            f"with `difficulty report --run {result['run_id']}`"
+        ) from exc
     return {**result, "report": path}
 
 

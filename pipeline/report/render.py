@@ -59,8 +59,9 @@ def _plotly_context(store: Store, output: Location, mode: str) -> dict:
 
 
 def _render(store: Store, template: str, output: str | os.PathLike, mode: str, **context) -> Location:
-    """Render ``template`` to ``output``: a local file, or a URL in the store's object storage."""
-    output = store.as_location(str(output))
+    """Render ``template`` to ``output``: a local file or an ``s3://`` URL, whichever kind the
+    store's data directory is (``Store.writer_for``)."""
+    store, output = store.writer_for(output)
     text = (
         _env()
         .get_template(template)

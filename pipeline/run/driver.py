@@ -137,11 +137,18 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
 
 @contextmanager
 def failed_on_error(store: Store, run_id: str) -> Iterator[None]:
-    """Mark the run failed in the registry when its work stops with an error."""
+    """Mark the run failed in the registry when its work stops with an error.
+
+    The error that stopped the work is the one raised. When the status cannot be written either
+    (the disk that filled up is still full, the object store is gone) that is logged, not raised
+    over it: the run then reads ``interrupted`` and a rerun resumes it all the same."""
     try:
         yield
-    except BaseException:
-        store.set_run_status(run_id, "failed")
+    except BaseException as exc:
+        try:
+            store.set_run_status(run_id, "failed")
+        except (PipelineError, OSError) as status_exc:
+            log.warning("run %s stopped (%s) and its failed status could not be written: %s", run_id, exc, status_exc)
         raise
 
 

@@ -58,8 +58,11 @@ from pipeline.store.fs import (
     REMOTE_SCHEMES,
     S3_CLIENT_CONFIG,
     Location,
+    disk_full,
     is_remote,
+    no_space,
     resolve_data_dir,
+    writable_output,
 )
 from pipeline.store.query import DERIVED_VIEWS, load_sql
 from pipeline.store.registry import LEASE_RENEW_S, LEASE_TTL_S
@@ -80,13 +83,16 @@ __all__ = [
     "Location",
     "Store",
     "conform",
+    "disk_full",
     "is_remote",
+    "no_space",
     "load_sql",
     "pq",
     "resolve_data_dir",
     "schema",
     "schema_problem",
     "shard_name",
+    "writable_output",
 ]
 
 
@@ -162,6 +168,18 @@ class Store:
     def as_location(self, text: str | os.PathLike) -> Location:
         """A location of this store's kind from its full name: a Path locally, a URL remotely."""
         return fs.as_location(self, str(text))
+
+    def writer_for(self, loc: str | os.PathLike) -> tuple[Store, Location]:
+        """The store that writes ``loc`` (an output named by the user: a report) and ``loc`` as its
+        location: this store when ``loc`` is of its kind (an ``s3://`` URL in a remote store, a
+        path in a local one), else a store of ``loc``'s own folder, so a local path is never
+        taken for a key of the bucket nor a URL for a local file name."""
+        remote = is_remote(str(loc))
+        if remote == self.remote:
+            return self, self.as_location(str(loc))
+        if remote:
+            return Store(str(loc).rsplit("/", 1)[0]), str(loc)
+        return Store(Path(loc).parent), Path(loc)
 
     def relative(self, loc: Location) -> str:
         """A location's path below the root, with ``/`` separators."""

@@ -18,9 +18,14 @@ Locations handed out are Paths in a local store and full URLs (``s3://bucket/key
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import functools
 import logging
+import math
 import os
 import re
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -32,7 +37,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import MissingDependencyError, StoreError
+from pipeline.errors import ConfigError, DiskFullError, MissingDependencyError, StoreError
 
 log = logging.getLogger("pipeline.store")
 
@@ -45,8 +50,23 @@ REMOTE_SCHEMES = ("s3",)  # object stores the data directory may live on (throug
 Location = Path | str
 
 # Object-store requests: short connect timeout and few retries, so an unreachable endpoint or a
-# refused credential fails in seconds with a named error instead of retrying for minutes.
-S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+# refused credential fails in seconds with a named error instead of retrying for minutes. Each
+# attempt waits at most ``read_timeout`` for the endpoint's next bytes; the read timeout is set
+# from the total bound (``s3_client_config``) so that 3 attempts fit within it.
+S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 15, "retries": {"max_attempts": 3, "mode": "standard"}}
+# The most seconds one request to the object store may take, its retries included. Without it an
+# endpoint that accepts connections and never answers stalls a run silently: aiohttp waits for a
+# PUT's "100 Continue" with no timeout at all, and s3fs retries (5 times) on top of botocore's
+# attempts, so a read timeout of R seconds meant up to 20 R. A listing page is requested by
+# botocore's paginator outside s3fs's ``_call_s3``: the attempts' read timeouts bound it.
+S3_TIMEOUT_ENV = "DIFFICULTY_S3_TIMEOUT"
+DEFAULT_S3_TIMEOUT = 60.0
+# s3fs's own retries of a request botocore already retried: one more, for an error botocore does not
+# retry (a response body cut off while it is read).
+S3FS_RETRIES = 2
+
+# errnos of a write that found no room: a full disk, a used-up quota.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 # Per process: (location, size, version, type) -> None for a good file, else why it is bad. A file
 # changed in place gets a new key, so it is checked again; an unchanged one costs nothing past the
@@ -120,13 +140,91 @@ def filesystem(root: Location):
         raise MissingDependencyError(
             "an s3:// data directory needs s3fs; install it with: pip install 'difficulty-pipeline[s3]'"
         ) from exc
+    total = s3_timeout()
     # No listing cache: another process (a Ray actor) may write a shard at any time.
-    return s3fs.S3FileSystem(config_kwargs=S3_CLIENT_CONFIG, use_listings_cache=False, skip_instance_cache=True)
+    return _bounded_s3(s3fs)(
+        config_kwargs=s3_client_config(total),
+        use_listings_cache=False,
+        skip_instance_cache=True,
+        request_bound=total,
+    )
+
+
+def s3_timeout() -> float:
+    """The bound on one object-store request, retries included: ``$DIFFICULTY_S3_TIMEOUT`` seconds,
+    else ``DEFAULT_S3_TIMEOUT``."""
+    raw = os.environ.get(S3_TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_S3_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{S3_TIMEOUT_ENV}={raw!r} must be a number of seconds > 0 (default {DEFAULT_S3_TIMEOUT:g})")
+    return value
+
+
+def s3_client_config(total: float) -> dict:
+    """botocore's settings under a total bound of ``total`` seconds per request: the connect and
+    read timeouts of one attempt are at most a quarter of it, so the 3 attempts and their backoff
+    end first and the bound only catches what they cannot (a PUT waiting for "100 Continue")."""
+    return {
+        **S3_CLIENT_CONFIG,
+        "connect_timeout": min(S3_CLIENT_CONFIG["connect_timeout"], total / 4),
+        "read_timeout": min(S3_CLIENT_CONFIG["read_timeout"], total / 4),
+    }
+
+
+def endpoint_name() -> str:
+    """The object store's endpoint as the AWS environment sets it (the default AWS one otherwise)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the default AWS"
+
+
+@functools.cache
+def _bounded_s3(s3fs):
+    """``s3fs.S3FileSystem`` with every request bounded in time (``request_bound`` seconds, its
+    retries included) and without the "Expect: 100-continue" header on uploads, whose wait has no
+    timeout in aiohttp. Every S3 call of s3fs (a listing page, a GET of a byte range that pyarrow
+    or DuckDB asks for, a PUT) goes through ``_call_s3``, so the bound covers reads that do not
+    pass through ``call`` too."""
+    from botocore.handlers import add_expect_header
+
+    class BoundedS3FileSystem(s3fs.S3FileSystem):
+        retries = S3FS_RETRIES
+
+        def __init__(self, *args, request_bound: float = DEFAULT_S3_TIMEOUT, **kwargs):
+            self.request_bound = request_bound
+            super().__init__(*args, **kwargs)
+
+        async def set_session(self, refresh=False, kwargs=None):
+            client = await super().set_session(refresh=refresh, kwargs=kwargs or {})
+            client.meta.events.unregister("before-call.s3", add_expect_header)
+            return client
+
+        async def _call_s3(self, method, *akwarglist, **kwargs):
+            # asyncio.wait, not wait_for: a TimeoutError raised inside is botocore's or s3fs's, and
+            # ours must not be one (s3fs would retry it, as it does socket timeouts).
+            task = asyncio.ensure_future(super()._call_s3(method, *akwarglist, **kwargs))
+            done, _ = await asyncio.wait({task}, timeout=self.request_bound)
+            if task in done:
+                return task.result()
+            task.cancel()
+            target = "/".join(str(kwargs[k]) for k in ("Bucket", "Key", "Prefix") if kwargs.get(k))
+            raise StoreError(
+                f"the object store at {endpoint_name()} endpoint did not answer {method} "
+                f"{target} within {self.request_bound:g} s ({S3_TIMEOUT_ENV}); it accepts connections but does "
+                f"not respond: check the endpoint (AWS_ENDPOINT_URL) and its health, or raise {S3_TIMEOUT_ENV}"
+            )
+
+    return BoundedS3FileSystem
 
 
 def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
     """An object store's failure as a StoreError that names the cause a user can fix."""
     text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, StoreError):  # already named (a request past its bound)
+        return StoreError(f"{what}: {exc}")
     if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower():
         bucket = root.split("://", 1)[1].split("/", 1)[0]
         return StoreError(f"{what}: bucket {bucket!r} does not exist ({root}); create it or fix --data-dir")
@@ -137,10 +235,15 @@ def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
             f"{what}: the object store refused the credentials for {root} ({exc}); check AWS_ACCESS_KEY_ID, "
             "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the bucket's policy"
         )
-    if any(k in text for k in ("EndpointConnectionError", "ConnectTimeout", "Could not connect", "ConnectionError")):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the default AWS"
+    if any(k in text for k in ("ReadTimeoutError", "Read timeout on endpoint")):
         return StoreError(
-            f"{what}: cannot reach the object store at {endpoint} endpoint ({exc}); check AWS_ENDPOINT_URL"
+            f"{what}: the object store at {endpoint_name()} endpoint did not answer in time ({exc}); it "
+            f"accepts connections but does not respond: check the endpoint (AWS_ENDPOINT_URL) and its health, or "
+            f"raise {S3_TIMEOUT_ENV}"
+        )
+    if any(k in text for k in ("EndpointConnectionError", "ConnectTimeout", "Could not connect", "ConnectionError")):
+        return StoreError(
+            f"{what}: cannot reach the object store at {endpoint_name()} endpoint ({exc}); check AWS_ENDPOINT_URL"
         )
     return StoreError(f"{what} on {root}: {text}")
 
@@ -290,16 +393,64 @@ def put(s: Rooted, loc: Location, data: bytes | pa.Table) -> None:
         call(s, f"cannot write {_named(s, loc)}", s.fs.pipe, key(s, loc), body)
         return
     loc = Path(loc)
-    loc.parent.mkdir(parents=True, exist_ok=True)
     tmp = loc.parent / f".{loc.stem}.{uuid.uuid4().hex}.tmp"
     try:
+        loc.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, pa.Table):
             pq.write_table(data, tmp, compression="zstd")
         else:
             tmp.write_bytes(data)
         os.replace(tmp, loc)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        size = len(data) if isinstance(data, bytes) else len(parquet_bytes(data))  # the error path only
+        raise disk_full(_named(s, loc), loc, size) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def no_space(exc: OSError) -> bool:
+    """Whether an OSError is a full disk or a used-up quota (pyarrow's carries the errno in its text)."""
+    return exc.errno in NO_SPACE or any(f"[errno {e}]" in str(exc).lower() for e in NO_SPACE)
+
+
+def disk_full(what: str, loc: str | os.PathLike, needed: int | None) -> DiskFullError:
+    """A full disk as an error that says what was being written, the space it needs and the space
+    left. The partial file is gone (the atomic write removes it), so nothing stored is damaged."""
+    folder = Path(loc).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    need = f"it needs {needed:,} bytes" if needed is not None else "it needs more than that"
+    return DiskFullError(
+        f"no space left on the device writing {what} ({need}; {free:,} bytes free in "
+        f"{folder}); free some space or use another --data-dir, then run the command again: what was stored "
+        "before is intact"
+    )
+
+
+def writable_output(path: str | os.PathLike, what: str) -> Path:
+    """A local file a command is about to write, checked before anything is written: not a folder,
+    under a folder (not a file) where a file can be created. A probe file is made and removed in
+    the nearest existing folder, so a read-only disk or a missing permission fails here, for
+    every output of a command at once, rather than after the first output was written."""
+    out = Path(path).expanduser().absolute()
+    if out.is_dir():
+        raise StoreError(f"{what} {str(path)!r} is a folder; name a file")
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise StoreError(f"{what} {str(path)!r} cannot be written: {str(folder)!r} is a file, not a folder")
+    probe = folder / f".write-probe-{uuid.uuid4().hex}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = "no space left" if no_space(exc) else (exc.strerror or str(exc))
+        raise StoreError(f"{what} {str(path)!r} cannot be written: folder {str(folder)!r}: {reason}") from exc
+    return out
 
 
 def unlink(s: Rooted, loc: Location) -> None:
@@ -391,8 +542,13 @@ def append(s: Rooted, loc: Location, data: bytes) -> None:
         old = read_bytes(s, loc) if exists(s, loc) else b""
         put(s, loc, old + data)
         return
-    with open(loc, "ab") as fh:
-        fh.write(data)
+    try:
+        with open(loc, "ab") as fh:
+            fh.write(data)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        raise disk_full(_named(s, loc), loc, len(data)) from exc
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline import schema
-from pipeline.errors import StoreError
+from pipeline.errors import DiskFullError, StoreError
 from pipeline.store import files, fs
 from pipeline.store.fs import Facade, Location
 
@@ -32,6 +32,9 @@ log = logging.getLogger("pipeline.store")
 
 LEASE_TTL_S = 90.0  # a remote run lease not renewed for this long was left by a dead process
 LEASE_RENEW_S = 20.0
+# Room kept on a local disk while a run is worked on, freed for the write of its status when the
+# disk fills up during the run: a run row is about 7 KB, so the ``failed`` status still lands.
+STATUS_RESERVE = 64 * 1024
 
 
 def _pid_alive(pid: int) -> bool:
@@ -81,7 +84,15 @@ def set_run_status(s: Facade, run_id: str, status: schema.RunStatus) -> None:
     row = s.get_run(run_id)
     row["status"] = status
     row["updated_at"] = files.now()
-    _write_run(s, row)
+    try:
+        _write_run(s, row)
+    except DiskFullError:
+        # The disk filled up during the run: free the room kept for this write and try once more.
+        reserve = None if s.remote else Path(reserve_path(s, run_id))
+        if reserve is None or not reserve.exists():
+            raise
+        reserve.unlink()
+        _write_run(s, row)
 
 
 def list_runs(s: Facade) -> pa.Table:
@@ -122,10 +133,22 @@ def lock_run(s: Facade, run_id: str) -> Iterator[None]:
         fh.truncate()
         fh.write(f"pid {os.getpid()} on {socket.gethostname()}")
         fh.flush()
+        reserve = Path(reserve_path(s, run_id))
+        try:
+            reserve.write_bytes(bytes(STATUS_RESERVE))
+        except OSError as exc:  # the disk is full already: the run's first write will say so
+            log.warning("run %s: no room for the %d bytes kept for its status (%s)", run_id, STATUS_RESERVE, exc)
+            reserve.unlink(missing_ok=True)
         try:
             yield
         finally:
+            reserve.unlink(missing_ok=True)
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def reserve_path(s: Facade, run_id: str) -> Location:
+    """The room kept for a run's status while it is worked on (a hidden file, never listed)."""
+    return fs.child(s, files.partition_dir(s, "runs", {"run_id": run_id}), ".status-reserve")
 
 
 def _read_lease(s: Facade, run_id: str) -> dict | None:
