@@ -2,7 +2,7 @@
 
 Layout under the data directory (a local folder or an ``s3://bucket/prefix``)::
 
-    problems/dataset=<name>/part-0.parquet
+    problems/dataset=<name>/load-<UTC time>-<digest>.parquet   (one file per load)
     runs/run_id=<id>/run.parquet
     samples/run_id=<id>/shard-00000.parquet
     prompt_stats|weights|summary|allocation/run_id=<id>/part-0.parquet
@@ -247,8 +247,16 @@ class Store:
         files.delete_partition(self, table, partition)
 
     def read_table(self, table: str, where: dict[str, str] | None = None) -> pa.Table:
-        """Read a table (or one partition of it) into memory with its declared schema."""
+        """Read a table (or one partition of it) into memory with its declared schema
+        (``problems``: one row per prompt, its latest load's; see ``add_problems``)."""
         return files.read_table(self, table, where)
+
+    def add_problems(self, problems: pa.Table, dataset: str) -> Location | None:
+        """Store one load of a dataset's problems as a file of its own (``problems/dataset=<name>/
+        load-<UTC time>-<digest>.parquet``): it adds problems and updates those loaded again (the
+        latest load wins), and never drops one that another load (and a run) still uses, however
+        many loads run at once. None for an empty load (nothing written)."""
+        return files.add_problems(self, problems, dataset)
 
     # --- shards (files) ---------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ A shard file is kept only if its footer digest equals the digest registered for 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -33,10 +34,17 @@ log = logging.getLogger("pipeline.store")
 QUARANTINE_DIR = "quarantine"
 TMP_MAX_AGE_S = 3600  # a write's temporary file older than this was left by a dead writer
 SHARD_FILE = re.compile(r"^shard-(\d{5,})\.parquet$")  # shard_name(); more digits past 99999
-TMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # fs.put's temporary names
+# What ``doctor`` removes once older than ``TMP_MAX_AGE_S``: fs.put's temporary files, another
+# tool's half-written uploads (``.tmp-*``) and the probe objects of ``Store.open``. Never a lease
+# (``.lock``), which no writer leaves behind for an hour while it holds it.
+TEMPORARY = re.compile(r"^(\..+\.[0-9a-f]{32}\.tmp|\.tmp-.+|\.write-probe-[0-9a-f]{32})$")
 PARTITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
 WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
+# One file per load of a dataset's problems (``add_problems``): names sort by load time, so the
+# latest load of a prompt wins. Any other name in a problems partition (``part-0`` of the layout
+# before loads had files of their own) counts as older than every load.
+PROBLEMS_LOAD = re.compile(r"^load-\d{8}T\d{12}Z-[0-9a-f]{16}\.parquet$")
 
 
 def now() -> datetime:
@@ -243,23 +251,24 @@ def quarantine_file(s: Facade, table: str, path: Location, reason: str) -> FileP
 def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
     """See ``Store.doctor``."""
     found: list[FileProblem] = []
-    current = time.time()
+    good = {}
     for table in schema.SCHEMAS:
-        found += scan(s, table)[1]
-        folder = fs.location(s, table)
-        if s.remote or not folder.exists():  # an object store has no temporary files
+        good[table], bad = scan(s, table)
+        found += bad
+    owned_files(s, good["samples"], good["answer_counts"], found)
+    current = time.time()
+    for tmp, modified in fs.hidden_files(s, s.root):
+        rel = fs.relative(s, tmp)
+        age = current - modified
+        if rel.startswith(f"{QUARANTINE_DIR}/") or not TEMPORARY.match(rel.rsplit("/", 1)[-1]) or age < tmp_max_age_s:
             continue
-        for tmp in sorted(folder.rglob(".*.tmp")):
-            try:
-                age = current - tmp.stat().st_mtime
-                if not TMP_FILE.match(tmp.name) or not tmp.is_file() or age < tmp_max_age_s:
-                    continue
-                tmp.unlink()
-            except FileNotFoundError:  # renamed into place or removed meanwhile: not a leftover
-                log.info("%s was renamed or removed while the data directory was checked", tmp)
-                continue
-            reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
-            found.append(FileProblem(str(tmp.relative_to(s.root)), table, reason, "removed"))
+        try:
+            fs.unlink(s, tmp)
+        except FileNotFoundError:  # renamed into place or removed meanwhile: not a leftover
+            log.info("%s was renamed or removed while the data directory was checked", tmp)
+            continue
+        reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
+        found.append(FileProblem(rel, rel.split("/")[0] if "/" in rel else "", reason, "removed"))
     return found
 
 
@@ -297,10 +306,85 @@ def delete_partition(s: Facade, table: str, partition: dict[str, str]) -> None:
 
 
 def read_table(s: Facade, table: str, where: dict[str, str] | None = None) -> pa.Table:
+    if table == "problems":
+        return read_problems(s, where)
     files = s.files(table, where)
     if not files:
         return schema.SCHEMAS[table].empty_table()
     return pa.concat_tables([conform(fs.read_parquet(s, f), table) for f in files])
+
+
+# --- problems ---------------------------------------------------------------------------------
+
+
+def load_order(files: list[Location]) -> list[Location]:
+    """Problems files oldest load first (``PROBLEMS_LOAD``): the order ``sql/problems_latest.sql``
+    ranks them in, so a prompt's row is the one of its latest load."""
+
+    def rank(loc: Location) -> tuple[int, str]:
+        name = str(loc).rsplit("/", 1)[-1]
+        return (1 if PROBLEMS_LOAD.match(name) else 0, str(loc))
+
+    return sorted(files, key=rank)
+
+
+def read_problems(s: Facade, where: dict[str, str] | None = None, attempts: int = 3) -> pa.Table:
+    """The problems table (or a dataset's partition): one row per (dataset, prompt), its latest load's.
+
+    A load may remove an older file whose rows it holds (``add_problems``) between the listing and
+    the read: the read is then retried on a fresh listing.
+    """
+    for attempt in range(attempts):
+        found = load_order(s.files("problems", where))
+        if not found:
+            return schema.PROBLEMS.empty_table()
+        try:
+            return conform(s.files_query("problems_latest", found), "problems")
+        except StoreError:
+            if attempt + 1 == attempts or all(fs.exists(s, f) for f in found):
+                raise
+            log.info("a problems file was replaced while it was read; reading again")
+    raise AssertionError("unreachable")
+
+
+def add_problems(s: Facade, problems: pa.Table, dataset: str) -> Location | None:
+    """Store one load of a dataset's problems as a file of its own, never rewriting another.
+
+    A load adds problems and updates those it loads again (the latest load of a prompt wins, see
+    ``read_problems``); it never drops a problem another load stored, which a run stored earlier
+    may refer to. Two loads at once write two files, so neither loses the other's rows, on a disk
+    and on an object store alike, with no lock. An older file whose every row this load holds
+    unchanged is then removed (it can no longer win a prompt), so loading the same problems again
+    keeps one file. Nothing is written for an empty load.
+    """
+    data = conform(problems, "problems")
+    if data.num_rows == 0:
+        return None
+    others = set(data.column("dataset").to_pylist()) - {dataset}
+    if others:
+        raise StoreError(f"problems of dataset {dataset!r} include rows of {sorted(others)}")
+    digest = hashlib.sha256(fs.parquet_bytes(data)).hexdigest()[:16]
+    stamp = now().strftime("%Y%m%dT%H%M%S%fZ")
+    final = s.write_table("problems", data, {"dataset": dataset}, part=f"load-{stamp}-{digest}")
+    ids = set(data.column("prompt_id").to_pylist())
+    rows: set[tuple] | None = None
+    for old in load_order(s.files("problems", {"dataset": dataset})):
+        if str(old) == str(final):
+            break  # only older files: a newer one may hold another version of a prompt
+        try:
+            stored = conform(fs.read_parquet(s, old), "problems")
+        except FileNotFoundError:
+            continue  # removed by another load meanwhile
+        if not ids.issuperset(stored.column("prompt_id").to_pylist()):
+            continue
+        if rows is None:
+            rows = set(zip(*(data.column(c).to_pylist() for c in data.column_names), strict=True))
+        if rows.issuperset(zip(*(stored.column(c).to_pylist() for c in stored.column_names), strict=True)):
+            try:
+                fs.unlink(s, old)
+            except FileNotFoundError:
+                pass
+    return final
 
 
 # --- shards -----------------------------------------------------------------------------------
@@ -385,16 +469,73 @@ def shard_files(s: Facade, run_id: str) -> dict[int, Location]:
     A shard file is kept only if its footer digest equals the digest registered for that shard in
     ``plans``. A file that is not its plan's (a copy under another shard's name, a leftover of
     another plan, a file of a version that wrote no digest) is moved to quarantine, so every
-    reader (resume, analysis, report) counts each (prompt, sample index) once. A run with no
-    stored plan (imported before plans existed) keeps all its shard files.
+    reader (resume, analysis, report, the ``samples`` view, ``doctor``) counts each (prompt, sample
+    index) once. A run with no stored plan (imported before plans existed) keeps all its shard files.
     """
     plan = s.read_table("plans", {"run_id": run_id})
-    planned = dict(zip(plan.column("shard").to_pylist(), plan.column("digest").to_pylist(), strict=True))
+    return owned_shards(s, run_id, planned_digests(plan).get(run_id, {}), s.shard_digests(run_id))
+
+
+def planned_digests(plan: pa.Table) -> dict[str, dict[int, str]]:
+    """Each run's planned shards and their digests, from rows of ``plans``."""
+    out: dict[str, dict[int, str]] = {}
+    cols = (plan.column(c).to_pylist() for c in ("run_id", "shard", "digest"))
+    for run_id, shard, digest in zip(*cols, strict=True):
+        out.setdefault(run_id, {})[shard] = digest
+    return out
+
+
+def owned_shards(
+    s: Facade,
+    run_id: str,
+    planned: dict[int, str],
+    found: dict[int, tuple[Location, str | None]],
+    problems: list[FileProblem] | None = None,
+) -> dict[int, Location]:
+    """The shard files of ``found`` that the run's plan owns; the others are quarantined (see
+    ``shard_files``; each one's ``FileProblem`` added to ``problems``). No plan (``planned``
+    empty): every file is kept."""
     out = {}
-    for shard, (path, digest) in s.shard_digests(run_id).items():
+    for shard, (path, digest) in sorted(found.items()):
         if not planned or planned.get(shard) == digest:
             out[shard] = path
         else:
             why = "no shard of that number" if shard not in planned else "another content"
-            s.quarantine(path, f"shard {shard} is not what run {run_id}'s plan says ({why})")
+            moved = quarantine_file(s, "samples", path, f"shard {shard} is not what run {run_id}'s plan says ({why})")
+            if problems is not None:
+                problems.append(moved)
     return out
+
+
+def owned_files(
+    s: Facade, samples: list[Location], counts: list[Location], problems: list[FileProblem] | None = None
+) -> tuple[list[Location], list[Location]]:
+    """Of the (checked) files of ``samples`` and ``answer_counts``, those the runs' plans own: each
+    run's ``shard_files`` (the others quarantined), and the answer counts written with one of those
+    (the same shard, the same write id). What the views of both tables read, so a shard copied
+    under another name is never counted."""
+    by_run: dict[str, dict[int, tuple[Location, str | None]]] = {}
+    for path in samples:
+        run_id, shard = _run_shard(s, path)
+        if shard is not None:
+            by_run.setdefault(run_id, {})[shard] = (path, fs.footer_value(s, path, SHARD_DIGEST_KEY))
+    plans = planned_digests(s.read_table("plans")) if by_run else {}
+    owned = {run: owned_shards(s, run, plans.get(run, {}), found, problems) for run, found in by_run.items()}
+    kept_counts = []
+    for path in counts:
+        run_id, shard = _run_shard(s, path)
+        shard_path = owned.get(run_id, {}).get(shard)
+        write_id = fs.footer_value(s, path, WRITE_ID_KEY)
+        if shard_path is not None and write_id is not None and fs.footer_value(s, shard_path, WRITE_ID_KEY) == write_id:
+            kept_counts.append(path)
+    return [p for run in owned.values() for _, p in sorted(run.items())], kept_counts
+
+
+def _run_shard(s: Facade, path: Location) -> tuple[str, int | None]:
+    """The run id and shard number of a shard-named file under ``<table>/run_id=<id>/``."""
+    parts = fs.relative(s, path).split("/")
+    match = SHARD_FILE.match(parts[-1])
+    run = PARTITION.match(parts[1]) if len(parts) == 3 else None
+    if not match or not run or run[1] != "run_id":
+        return "", None
+    return run[2], int(match[1])

@@ -40,15 +40,21 @@ def connect(s: Facade, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
     """See ``Store.connect``."""
     con = fs.duckdb_connection(s)
     try:
+        found = {table: s.files(table) for table in schema.SCHEMAS}
+        # Only the shard files their runs' plans own (and the answer counts written with them):
+        # a shard copied under another name is quarantined, never counted twice.
+        found["samples"], found["answer_counts"] = files.owned_files(s, found["samples"], found["answer_counts"])
+        found["problems"] = files.load_order(found["problems"])
         for table, target in schema.SCHEMAS.items():
-            found = s.files(table)
-            if found:
+            paths = [str(f) for f in found[table]]
+            if not paths:
+                con.register(table, target.empty_table())
+            elif table == "problems":  # one row per prompt: its latest load's
+                con.sql(load_sql("problems_latest"), params={"files": paths}).create_view(table)
+            else:
                 # Partition columns live inside each file: hive partitioning stays off, so a
                 # numeric-looking run id is never re-typed.
-                paths = [str(f) for f in found]
                 con.read_parquet(paths, hive_partitioning=False, union_by_name=True).create_view(table)
-            else:
-                con.register(table, target.empty_table())
         for view in DERIVED_VIEWS:
             con.sql(load_sql(view)).create_view(view)
         if confined:
