@@ -151,7 +151,11 @@ def scan(s: Facade, table: str, where: dict[str, str] | None = None) -> tuple[li
     for loc, st in listed:
         try:
             reason = check(s, table, loc, st, footers.get(str(loc)))
-        except FileNotFoundError:
+        except (FileNotFoundError, StoreError) as exc:
+            # An object deleted between its listing and its read can fail either way on an object
+            # store; the error is only the store's when the file is still there.
+            if isinstance(exc, StoreError) and fs.exists(s, loc):
+                raise
             log.info("%s disappeared while it was checked (replaced or moved by another process)", loc)
             continue
         if reason is None:
@@ -373,7 +377,9 @@ def add_problems(s: Facade, problems: pa.Table, dataset: str) -> Location | None
             break  # only older files: a newer one may hold another version of a prompt
         try:
             stored = conform(fs.read_parquet(s, old), "problems")
-        except FileNotFoundError:
+        except (FileNotFoundError, StoreError):
+            if fs.exists(s, old):
+                raise
             continue  # removed by another load meanwhile
         if not ids.issuperset(stored.column("prompt_id").to_pylist()):
             continue
