@@ -102,42 +102,53 @@ def test_loading_the_same_problems_again_keeps_one_file_and_a_changed_row_wins(w
 
 LOADER = """
 import sys, time
-from pipeline.store import Store
-from pipeline import datasets
-store, limit, start = Store.open(), int(sys.argv[1]), float(sys.argv[2])
-problems = datasets.load("arithmetic", limit=limit).problems
+from typer.testing import CliRunner
+from pipeline.cli import app
+limit, seed, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 time.sleep(max(0.0, start - time.time()))
-for _ in range(int(sys.argv[3])):
-    store.add_problems(problems, "arithmetic")
+args = ["--backend", "simulate", "--no-prefect", "--no-report", "--grade-workers", "1", "--n", "1", "--seed", seed]
+for command in (["profile", *args, "--limit", limit], *[["load", "arithmetic", "--limit", limit]] * 3):
+    out = CliRunner().invoke(app, command)
+    assert out.exit_code == 0, out.output
 """
 
 
 @pytest.mark.slow
 def test_concurrent_loads_of_one_dataset_lose_no_problem(where, tmp_path):
-    """Two processes loading 2,000 and 1,500 problems of one dataset at once, again and again:
-    every problem either loaded is stored once, and the view agrees."""
+    """Two processes profiling 2,000 and 1,500 problems of one dataset at once (other seeds: other
+    problems), then loading them again and again: every problem either loaded is stored once, the
+    view agrees, and every prompt of both runs has its problem."""
+    import pipeline
     from pipeline import datasets
 
     script = tmp_path / "loader.py"
     script.write_text(LOADER)
     start = time.time() + 8  # both past their imports, then at once
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
+    env = {**os.environ, "PYTHONPATH": str(Path(pipeline.__file__).parents[1])}  # the package under test
+    loads = [(2000, 1), (1500, 2)]
     procs = [
-        subprocess.Popen([sys.executable, str(script), str(limit), str(start), "4"], env=env, stderr=subprocess.PIPE)
-        for limit in (2000, 1500)
+        subprocess.Popen(
+            [sys.executable, str(script), str(limit), str(seed), str(start)], env=env, stderr=subprocess.PIPE
+        )
+        for limit, seed in loads
     ]
     for proc in procs:
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()[-2000:]
-    expected = set()
-    for limit in (2000, 1500):
-        expected |= set(datasets.load("arithmetic", limit=limit).problems.column("prompt_id").to_pylist())
+    profiled, loaded = set(), set()
+    for limit, seed in loads:
+        profiled |= set(datasets.load("arithmetic", limit=limit, seed=seed).problems.column("prompt_id").to_pylist())
+        loaded |= set(datasets.load("arithmetic", limit=limit).problems.column("prompt_id").to_pylist())
+    expected = profiled | loaded
     store = Store.open()
     ids = store.read_table("problems", {"dataset": "arithmetic"}).column("prompt_id").to_pylist()
     assert len(ids) == len(set(ids)) and set(ids) == expected
     assert store.query("select count(distinct prompt_id) d, count(*) n from problems").to_pylist() == [
         {"d": len(expected), "n": len(expected)}
     ]
+    orphans = store.query("select count(distinct prompt_id) from samples anti join problems using (prompt_id)")
+    assert orphans.column(0).to_pylist() == [0]
+    assert store.query("select count(distinct prompt_id) from samples").column(0).to_pylist() == [len(profiled)]
 
 
 # --- a copied shard ------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Layout under the data directory (a local folder or an ``s3://bucket/prefix``)::
 
-    problems/dataset=<name>/load-<UTC time>-<digest>.parquet   (one file per load)
+    problems/dataset=<name>/load-<digest>.parquet   (one file per distinct load)
     runs/run_id=<id>/run.parquet
     samples/run_id=<id>/shard-00000.parquet
     prompt_stats|weights|summary|allocation/run_id=<id>/part-0.parquet
@@ -253,9 +253,9 @@ class Store:
 
     def add_problems(self, problems: pa.Table, dataset: str) -> Location | None:
         """Store one load of a dataset's problems as a file of its own (``problems/dataset=<name>/
-        load-<UTC time>-<digest>.parquet``): it adds problems and updates those loaded again (the
-        latest load wins), and never drops one that another load (and a run) still uses, however
-        many loads run at once. None for an empty load (nothing written)."""
+        load-<digest>.parquet``, the load's time in its footer): it adds problems and updates those
+        loaded again (the latest load wins), and never drops one that another load (and a run)
+        still uses, however many loads run at once. None for an empty load (nothing written)."""
         return files.add_problems(self, problems, dataset)
 
     # --- shards (files) ---------------------------------------------------------------------

@@ -41,10 +41,7 @@ TEMPORARY = re.compile(r"^(\..+\.[0-9a-f]{32}\.tmp|\.tmp-.+|\.write-probe-[0-9a-
 PARTITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
 WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
-# One file per load of a dataset's problems (``add_problems``): names sort by load time, so the
-# latest load of a prompt wins. Any other name in a problems partition (``part-0`` of the layout
-# before loads had files of their own) counts as older than every load.
-PROBLEMS_LOAD = re.compile(r"^load-\d{8}T\d{12}Z-[0-9a-f]{16}\.parquet$")
+LOADED_AT_KEY = "difficulty.loaded_at"  # footer key: when a problems file was loaded (UTC, sortable)
 
 
 def now() -> datetime:
@@ -321,45 +318,33 @@ def read_table(s: Facade, table: str, where: dict[str, str] | None = None) -> pa
 # --- problems ---------------------------------------------------------------------------------
 
 
-def load_order(files: list[Location]) -> list[Location]:
-    """Problems files oldest load first (``PROBLEMS_LOAD``): the order ``sql/problems_latest.sql``
-    ranks them in, so a prompt's row is the one of its latest load."""
-
-    def rank(loc: Location) -> tuple[int, str]:
-        name = str(loc).rsplit("/", 1)[-1]
-        return (1 if PROBLEMS_LOAD.match(name) else 0, str(loc))
-
-    return sorted(files, key=rank)
+def load_order(s: Facade, files: list[Location]) -> list[Location]:
+    """Problems files oldest load first (by the load time in each footer, ``LOADED_AT_KEY``; a
+    file without one, of the layout before loads had files of their own, first): the order
+    ``sql/problems_latest.sql`` ranks them in, so a prompt's row is the one of its latest load.
+    The footers were read by the files' check: this costs no read."""
+    stamped = [(fs.footer_value(s, f, LOADED_AT_KEY) or "", str(f), f) for f in files]
+    return [f for _, _, f in sorted(stamped, key=lambda item: item[:2])]
 
 
-def read_problems(s: Facade, where: dict[str, str] | None = None, attempts: int = 3) -> pa.Table:
-    """The problems table (or a dataset's partition): one row per (dataset, prompt), its latest load's.
-
-    A load may remove an older file whose rows it holds (``add_problems``) between the listing and
-    the read: the read is then retried on a fresh listing.
-    """
-    for attempt in range(attempts):
-        found = load_order(s.files("problems", where))
-        if not found:
-            return schema.PROBLEMS.empty_table()
-        try:
-            return conform(s.files_query("problems_latest", found), "problems")
-        except StoreError:
-            if attempt + 1 == attempts or all(fs.exists(s, f) for f in found):
-                raise
-            log.info("a problems file was replaced while it was read; reading again")
-    raise AssertionError("unreachable")
+def read_problems(s: Facade, where: dict[str, str] | None = None) -> pa.Table:
+    """The problems table (or a dataset's partition): one row per (dataset, prompt), its latest load's."""
+    found = load_order(s, s.files("problems", where))
+    if not found:
+        return schema.PROBLEMS.empty_table()
+    return conform(s.files_query("problems_latest", found), "problems")
 
 
 def add_problems(s: Facade, problems: pa.Table, dataset: str) -> Location | None:
-    """Store one load of a dataset's problems as a file of its own, never rewriting another.
+    """Store one load of a dataset's problems as a file of its own, never rewriting another's rows.
 
-    A load adds problems and updates those it loads again (the latest load of a prompt wins, see
-    ``read_problems``); it never drops a problem another load stored, which a run stored earlier
-    may refer to. Two loads at once write two files, so neither loses the other's rows, on a disk
-    and on an object store alike, with no lock. An older file whose every row this load holds
-    unchanged is then removed (it can no longer win a prompt), so loading the same problems again
-    keeps one file. Nothing is written for an empty load.
+    The file is named by its content (``load-<digest>.parquet``) and carries the time of the load
+    in its footer: a load adds problems and updates those it loads again (the latest load of a
+    prompt wins, see ``read_problems``), and never drops a problem another load stored, which a run
+    may refer to. Two loads at once write two files (or, for the same problems, the same file
+    twice), so neither loses the other's rows, on a disk and on an object store alike, with no
+    lock; and since no load ever removes a file, no reader finds one gone. Loading the same problems
+    again rewrites their one file with the new time. Nothing is written for an empty load.
     """
     data = conform(problems, "problems")
     if data.num_rows == 0:
@@ -367,30 +352,14 @@ def add_problems(s: Facade, problems: pa.Table, dataset: str) -> Location | None
     others = set(data.column("dataset").to_pylist()) - {dataset}
     if others:
         raise StoreError(f"problems of dataset {dataset!r} include rows of {sorted(others)}")
-    digest = hashlib.sha256(fs.parquet_bytes(data)).hexdigest()[:16]
-    stamp = now().strftime("%Y%m%dT%H%M%S%fZ")
-    final = s.write_table("problems", data, {"dataset": dataset}, part=f"load-{stamp}-{digest}")
-    ids = set(data.column("prompt_id").to_pylist())
-    rows: set[tuple] | None = None
-    for old in load_order(s.files("problems", {"dataset": dataset})):
-        if str(old) == str(final):
-            break  # only older files: a newer one may hold another version of a prompt
-        try:
-            stored = conform(fs.read_parquet(s, old), "problems")
-        except (FileNotFoundError, StoreError):
-            if fs.exists(s, old):
-                raise
-            continue  # removed by another load meanwhile
-        if not ids.issuperset(stored.column("prompt_id").to_pylist()):
-            continue
-        if rows is None:
-            rows = set(zip(*(data.column(c).to_pylist() for c in data.column_names), strict=True))
-        if rows.issuperset(zip(*(stored.column(c).to_pylist() for c in stored.column_names), strict=True)):
-            try:
-                fs.unlink(s, old)
-            except FileNotFoundError:
-                pass
-    return final
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_table(data)
+    digest = hashlib.sha256(sink.getvalue()).hexdigest()[:16]
+    loaded_at = now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return s.write_table(
+        "problems", data, {"dataset": dataset}, part=f"load-{digest}", metadata={LOADED_AT_KEY: loaded_at}
+    )
 
 
 # --- shards -----------------------------------------------------------------------------------

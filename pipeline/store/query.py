@@ -44,7 +44,7 @@ def connect(s: Facade, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
         # Only the shard files their runs' plans own (and the answer counts written with them):
         # a shard copied under another name is quarantined, never counted twice.
         found["samples"], found["answer_counts"] = files.owned_files(s, found["samples"], found["answer_counts"])
-        found["problems"] = files.load_order(found["problems"])
+        found["problems"] = files.load_order(s, found["problems"])
         for table, target in schema.SCHEMAS.items():
             paths = [str(f) for f in found[table]]
             if not paths:
