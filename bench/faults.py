@@ -16,8 +16,9 @@ Two more cases share one data directory between runs (``--cases``):
   half the samples, at seed 42: other problems), one after the other and then both at once as
   separate processes, each compared with the same run alone in a fresh data directory. Counted per
   run: samples lost, duplicated or mismatched; its prompts without a problem row (lost), extra
-  problem rows of a prompt (duplicated), problem rows that differ from the run alone's
-  (mismatched); and the rows its ``export`` writes and its ``regrade`` grades, against its prompts.
+  problem rows of a prompt (duplicated), problem rows whose problem, answer or status differ from
+  the run alone's (mismatched; labels a later load updated are counted apart); and the rows its
+  ``export`` writes and the prompts its ``regrade`` grades, against its prompts.
 - ``copy``: a finished shard copied under an unplanned shard's name and under another planned
   shard's name; ``samples`` counted through the view, then ``doctor`` run (it must report both and
   exit 1, a second ``doctor`` 0), then the run resumed; each time compared with the clean run.
@@ -75,6 +76,13 @@ def compare(reference: dict, got: pa.Table) -> tuple[int, int, int]:
     keys = keyed(got)
     bad = sum(1 for key in reference.keys() & keys.keys() if reference[key] != keys[key])
     return len(reference.keys() - keys.keys()), got.num_rows - len(keys), bad
+
+
+def graded(rows: list[tuple]) -> list[tuple]:
+    """What a run's grading reads of its problem rows: the problem, its gold answer and status. (A
+    later load may update the other fields, labels such as ``difficulty``: the same problem text
+    generated at two difficulties has one prompt id, and the latest load's labels.)"""
+    return [tuple(item for item in row if item[0] in ("problem", "answer", "status")) for row in rows]
 
 
 def problem_rows(store: Store, prompts: set[str]) -> dict[str, list[tuple]]:
@@ -159,7 +167,8 @@ def shared_dataset(args, work: Path, base_env: dict) -> None:
             stored = problem_rows(store, set(problems))
             p_lost = len(problems.keys() - stored.keys())
             p_dup = sum(len(rows) - 1 for rows in stored.values())
-            p_bad = sum(1 for pid, rows in stored.items() if rows[:1] != problems[pid])
+            p_bad = sum(1 for pid, rows in stored.items() if graded(rows[:1]) != graded(problems[pid]))
+            p_new = sum(1 for pid, rows in stored.items() if rows[:1] != problems[pid]) - p_bad
             export = work / f"export-{how.replace(' ', '-')}-{name}.jsonl"
             cli(data, "export", "--run", run_id, "--output", str(export))
             exported = sum(1 for _ in export.open())
@@ -174,7 +183,7 @@ def shared_dataset(args, work: Path, base_env: dict) -> None:
             e_lost = (len(problems) - exported) + (len(problems) - regraded)
             print(
                 f"  {how}, run {name}: samples lost {s_lost}, duplicated {s_dup}, mismatched {s_bad}; "
-                f"problems lost {p_lost}, duplicated {p_dup}, mismatched {p_bad}; "
+                f"problems lost {p_lost}, duplicated {p_dup}, mismatched {p_bad}, labels updated {p_new}; "
                 f"export {exported} of {len(problems)} rows; regrade {regraded} prompts"
             )
             for i, k in enumerate((s_lost + p_lost + e_lost, s_dup + p_dup, s_bad + p_bad)):
