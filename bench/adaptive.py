@@ -18,12 +18,22 @@ with the adaptive run's misclassification on the fair baseline, interpolated in 
 the grid points around it. A ``--adaptive width`` run per distribution prints the coverage of its
 intervals (should be near 1 - delta; ``--no-width`` skips it).
 
-    python bench/adaptive.py                     # 5,000 prompts per distribution, about 2 minutes
-    python bench/adaptive.py --prompts 1000      # quicker
+Then the bias table (``--bias-replicates``, ``--bias-prompts``): per distribution, replicates of
+fresh true rates and samples, the adaptive rounds run in process by ``adaptive.simulate`` (the
+functions ``run.plan_next_round`` calls, without the store) and analysed as ``finish_run`` does,
+beside a fixed-n run of the same cost (n = the adaptive rollouts per prompt, rounded: the first n
+samples of every prompt, analysed as a fixed-n run is). For mean p, D(G) for G in 4..64, GRPO's
+mean update mass and its share in every band of the summary, it prints the relative bias against
+the truth of the same replicate, its mean and standard error over the replicates, and the
+rollouts saved at equal misclassification (the fixed n deciding under the same prior).
+
+    python bench/adaptive.py                     # 5,000 prompts per distribution + the bias table
+    python bench/adaptive.py --quick             # 1,000 prompts, bias table 3 x 2,000: development
+    python bench/adaptive.py --bias-only --bias-replicates 10     # the bias table alone
+    python bench/adaptive.py --prior fit         # the Beta prior fitted to round 0 instead of the grid
     python bench/adaptive.py --round-rule step:k=4 --no-width --json out.json
 
-The fixed-n baseline uses the adaptive run's fitted prior (fitted to the first n_min samples,
-which are the fixed run's first n_min samples too).
+The fixed-n baseline decides with the adaptive run's fitted prior.
 """
 
 from __future__ import annotations
@@ -42,8 +52,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import adaptive, run, stats  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from pipeline import adaptive, analyze, run, stats  # noqa: E402
+from pipeline import estimators as est  # noqa: E402
 from pipeline.flows import executors  # noqa: E402
+from pipeline.run.driver import posterior_settings  # noqa: E402
 from pipeline.store import Store  # noqa: E402
 
 GRID = (4, 8, 16, 32, 64)
@@ -128,10 +142,17 @@ def one_distribution(name: str, args, work: Path) -> dict:
         "report": args.report,
         "seed": args.seed,
     }
-    acfg = adaptive.AdaptiveConfig.from_specs("band", args.n_min, args.n_max, args.round_rule)
+    acfg = adaptive.AdaptiveConfig.from_specs("band", args.n_min, args.n_max, args.round_rule, prior=args.prior)
     t0 = time.perf_counter()
     rid_a = profile(
-        store, base, args.prefect, adaptive="band", n_min=args.n_min, n_max=args.n_max, round_rule=args.round_rule
+        store,
+        base,
+        args.prefect,
+        adaptive="band",
+        n_min=args.n_min,
+        n_max=args.n_max,
+        round_rule=args.round_rule,
+        adaptive_prior=args.prior,
     )
     t_adaptive = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -147,7 +168,7 @@ def one_distribution(name: str, args, work: Path) -> dict:
     tgt = acfg.target
     true_band = band_of(p, tgt.lo, tgt.hi)
     run_row = store.get_run(rid_a)
-    prior = adaptive.Prior(run_row["prior_a"], run_row["prior_b"])
+    prior = adaptive.Prior.from_dict(json.loads(run_row["prior"]))
     n_a = ps.column("n").to_numpy()
     band_a = np.array([adaptive.BANDS.index(b) for b in ps.column("decided_band").to_pylist()])
     G = 8
@@ -159,7 +180,7 @@ def one_distribution(name: str, args, work: Path) -> dict:
         "distribution": name,
         "truth": DISTRIBUTIONS[name],
         "prompts": len(ids),
-        "prior": [prior.a, prior.b],
+        "prior": prior.label,
         "adaptive": {
             "rule": acfg.rule.spec,
             "rounds": len(rounds),
@@ -210,6 +231,7 @@ def one_distribution(name: str, args, work: Path) -> dict:
             n_min=args.n_min,
             n_max=args.n_max,
             round_rule=args.round_rule,
+            adaptive_prior=args.prior,
         )
         pw = store.read_table("prompt_stats", {"run_id": rid_w})
         pw_true = np.array([truth[pid] for pid in pw.column("prompt_id").to_pylist()])
@@ -228,11 +250,148 @@ def one_distribution(name: str, args, work: Path) -> dict:
     return out
 
 
+# --- the bias table: adaptive summaries against the truth, in process ----------------------------
+
+BIAS_G = (4, 8, 16, 32, 64)
+
+
+def _summary_values(n: np.ndarray, c: np.ndarray, settings: analyze.AnalyzeConfig) -> dict[str, float]:
+    """The summary metrics of the bias table from one analysis of counts ``(n, c)``."""
+    ids = pa.array([str(i) for i in range(len(n))])
+    table = analyze.summary(pa.table({"prompt_id": ids, "n": n, "c": c}), "bench", settings)
+    out: dict[str, float] = {}
+    for r in table.to_pylist():
+        if r["section"] == "dataset" and r["metric"] == "mean_pass_rate":
+            out["mean p"] = r["value"]
+        elif r["section"] == "zero_signal" and r["metric"] == "observed":
+            out[f"D({r['G']})"] = r["value"]
+        elif r["section"] == "gradient_share" and r["estimator"] == "grpo":
+            key = f"GRPO mass G={r['G']}" if r["band"] == "all" else f"GRPO {r['band']} share G={r['G']}"
+            out[key] = r["value"]
+    return out
+
+
+def _true_values(p: np.ndarray) -> dict[str, float]:
+    """The same metrics computed from the true pass rates."""
+    out = {"mean p": float(p.mean())}
+    grpo = est.get("grpo")
+    for G in BIAS_G:
+        out[f"D({G})"] = float(np.mean(p**G + (1 - p) ** G))
+    for G in BIAS_G:
+        m = grpo.weight(p, G) * p * (1 - p)
+        out[f"GRPO mass G={G}"] = float(m.mean())
+        for band in analyze.DEFAULT_BANDS:
+            out[f"GRPO {band.name} share G={G}"] = float(m[band.contains(p)].sum() / m.sum())
+    return out
+
+
+def bias_replicate(name: str, N: int, seed: int, acfg: adaptive.AdaptiveConfig) -> dict:
+    """One replicate: true rates, their samples, the adaptive rounds (``adaptive.simulate``, the same
+    functions ``run.plan_next_round`` calls) and the fixed-n run of the same cost (the first n
+    samples of every prompt, analysed as a fixed-n run is); each summary metric against the truth."""
+    rng = np.random.default_rng(seed)
+    p = true_rates(name, N, rng)
+    outcomes = rng.random((N, acfg.n_max)) < p[:, None]
+    n, c, prior = adaptive.simulate(outcomes, acfg)
+    cost = float(n.mean())
+    n_fixed = max(1, int(round(cost)))
+    c_fixed = outcomes[:, :n_fixed].sum(axis=1)
+    plain = analyze.AnalyzeConfig(group_sizes=BIAS_G, pass_at_k=False)
+    adapt = _summary_values(n, c, posterior_settings(plain, prior))
+    fixed = _summary_values(np.full(N, n_fixed), c_fixed, plain)
+    truth = _true_values(p)
+    t = acfg.target
+    true_band = band_of(p, t.lo, t.hi)
+    mis_a = float((adaptive.decide(n, c, prior, t).band != true_band).mean())
+    csum = np.cumsum(outcomes, axis=1)
+    mis_fixed = [
+        float((adaptive.decide(np.full(N, k), csum[:, k - 1], prior, t).band != true_band).mean()) for k in GRID
+    ]
+    n_star, _ = adaptive.log_n_crossing(GRID, mis_fixed, mis_a)
+    return {
+        "adaptive": {k: adapt[k] / v - 1 for k, v in truth.items() if v},
+        "fixed": {k: fixed[k] / v - 1 for k, v in truth.items() if v},
+        "cost": cost,
+        "n_fixed": n_fixed,
+        "saving": (1.0 - cost / n_star) if n_star is not None else None,
+        "misclassification": mis_a,
+    }
+
+
+def _se(v: np.ndarray) -> float:
+    return float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+
+
+def _cell(x: tuple[float, float] | None) -> str:
+    return f"{100 * x[0]:+7.2f} +-{100 * x[1]:5.2f}" if x else "n/a"
+
+
+def _se(v: np.ndarray) -> float:
+    return float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+
+
+def _cell(x: tuple[float, float] | None) -> str:
+    return f"{100 * x[0]:+7.2f} +-{100 * x[1]:5.2f}" if x else "n/a"
+
+
+def bias_table(names: list[str], N: int, replicates: int, seed: int, acfg: adaptive.AdaptiveConfig) -> dict:
+    """Per distribution: the mean relative bias and its standard error over ``replicates``."""
+    out = {}
+    for name in names:
+        reps = [bias_replicate(name, N, seed + 1000 * r + sum(map(ord, name)), acfg) for r in range(replicates)]
+        fixed_n = sorted({r["n_fixed"] for r in reps})
+        row: dict = {
+            "cost": float(np.mean([r["cost"] for r in reps])),
+            "n_fixed": str(fixed_n[0]) if len(fixed_n) == 1 else f"{fixed_n[0]}..{fixed_n[-1]}",
+        }
+        savings = [r["saving"] for r in reps if r["saving"] is not None]
+        row["saving"] = float(np.mean(savings)) if len(savings) == len(reps) else None
+        row["misclassification"] = float(np.mean([r["misclassification"] for r in reps]))
+        for side in ("adaptive", "fixed"):
+            keys = reps[0][side].keys()
+            vals = {k: np.array([r[side][k] for r in reps]) for k in keys}
+            row[side] = {k: (float(v.mean()), _se(v)) for k, v in vals.items()}
+        out[name] = row
+    return out
+
+
+def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfig) -> None:
+    names = list(table)
+    print(
+        f"\n== bias of the summary against the truth: {replicates} replicates x {N:,} prompts, adaptive "
+        f"{acfg.target.spec}, {acfg.rule.spec}, prior {acfg.prior} (relative bias, % +- standard error) =="
+    )
+    print(f"{'metric':26s}" + "".join(f"{n + ' adaptive':>24s}{'fixed':>17s}" for n in names))
+    print(
+        f"{'rollouts per prompt':26s}"
+        + "".join(f"{table[n]['cost']:24.2f}{'n = ' + str(table[n]['n_fixed']):>17s}" for n in names)
+    )
+    worst = 0.0
+    for key in table[names[0]]["adaptive"]:
+        cells = ""
+        for n in names:
+            a = table[n]["adaptive"].get(key)
+            f = table[n]["fixed"].get(key)
+            cells += f"{_cell(a):>24s}{_cell(f):>17s}"
+            if a:
+                worst = max(worst, abs(a[0]))
+        print(f"{key:26s}{cells}")
+    print(
+        "band misclassification of the adaptive run: "
+        + ", ".join(f"{n} {table[n]['misclassification']:.2%}" for n in names)
+    )
+    print(
+        "rollouts saved at equal misclassification: "
+        + ", ".join(f"{n} {table[n]['saving']:.1%}" if table[n]["saving"] is not None else f"{n} n/a" for n in names)
+    )
+    print(f"largest adaptive bias: {100 * worst:.2f}%")
+
+
 def show(r: dict) -> None:
     a = r["adaptive"]
     print(f"\n== {r['distribution']}: p ~ {r['truth']}, {r['prompts']:,} prompts ==")
     print(
-        f"fitted prior Beta({r['prior'][0]:.3f}, {r['prior'][1]:.3f}); adaptive {a['rule']}: {a['rounds']} rounds, "
+        f"fitted prior {r['prior']}; adaptive {a['rule']}: {a['rounds']} rounds, "
         f"{a['undecided']:.1%} stopped undecided at n_max ({a['seconds']:.1f} s; fixed n = 64: "
         f"{r['fixed_64_seconds']:.1f} s)"
     )
@@ -289,8 +448,15 @@ def main() -> None:
     ap.add_argument("--prefect", action="store_true", help="run the profiles as Prefect flows (slower start)")
     ap.add_argument("--report", action="store_true", help="also render the HTML reports")
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
+    ap.add_argument("--prior", default=adaptive.DEFAULT_PRIOR, choices=adaptive.PRIORS, help="the adaptive prior")
+    ap.add_argument("--bias-prompts", type=int, default=5000, help="prompts per replicate of the bias table")
+    ap.add_argument("--bias-replicates", type=int, default=20, help="replicates of the bias table (0: skip it)")
+    ap.add_argument("--bias-only", action="store_true", help="only the bias table (no pipeline runs)")
+    ap.add_argument("--quick", action="store_true", help="small sizes for development (1,000 prompts, 3 x 2,000)")
     ap.add_argument("--keep", type=Path, help="keep the data directories under this folder")
     args = ap.parse_args()
+    if args.quick:
+        args.prompts, args.bias_prompts, args.bias_replicates, args.width = 1000, 2000, 3, False
     names = [d.strip() for d in args.distributions.split(",") if d.strip()]
     unknown = sorted(set(names) - set(DISTRIBUTIONS))
     if unknown:
@@ -299,24 +465,34 @@ def main() -> None:
     start = time.perf_counter()
     results = []
     try:
-        for name in names:
+        for name in names if not args.bias_only else []:
             results.append(one_distribution(name, args, work))
             show(results[-1])
     finally:
         run.close_engines()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print("\nsavings (target >= 40% on u-shaped, uniform, easy-skewed): ", end="")
-    print(
-        ", ".join(
-            f"{r['distribution']} {r['saving']:.1%}" if r["saving"] is not None else r["distribution"] + " n/a"
-            for r in results
+    if results:
+        print("\nsavings (target >= 40% on u-shaped, uniform, mixture): ", end="")
+        print(
+            ", ".join(
+                f"{r['distribution']} {r['saving']:.1%}" if r["saving"] is not None else r["distribution"] + " n/a"
+                for r in results
+            )
         )
-    )
+    bias = None
+    if args.bias_replicates > 0:
+        acfg = adaptive.AdaptiveConfig.from_specs("band", args.n_min, args.n_max, args.round_rule, prior=args.prior)
+        bias = bias_table(names, args.bias_prompts, args.bias_replicates, args.seed, acfg)
+        show_bias(bias, args.bias_prompts, args.bias_replicates, acfg)
     print(f"total {time.perf_counter() - start:.0f} s")
     if args.json:
         args.json.write_text(
-            json.dumps(results, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+            json.dumps(
+                {"runs": results, "bias": bias},
+                indent=2,
+                default=lambda x: None if isinstance(x, float) and math.isnan(x) else x,
+            )
         )
 
 

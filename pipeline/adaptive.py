@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from pipeline import prior as priors
 from pipeline import stats
 from pipeline.errors import ConfigError
+from pipeline.prior import Prior
 from pipeline.specs import parse_spec, spec_name
 
 __all__ = [
@@ -49,16 +51,27 @@ __all__ = [
     "band_probabilities",
     "credible_interval",
     "decide",
+    "choose_prior",
     "decided_grid",
     "fit_prior",
     "jeffreys_prior",
     "next_round",
     "predictive_decided",
+    "simulate",
+    "state_prior",
 ]
 
 TARGETS = ("band", "width")
 ROUND_RULES = ("step", "greedy")
-PRIORS = ("fit", "jeffreys")
+# grid: the maximum-likelihood mixing distribution on a grid (pipeline/prior.py), refitted to every
+# round's counts; fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2).
+# auto: whichever of the two fits to all counts so far the likelihood prefers (``choose_prior``).
+PRIORS = ("auto", "grid", "fit", "jeffreys")
+DEFAULT_PRIOR = "auto"
+# auto takes the grid prior when its log-likelihood beats the Beta's by more than this times
+# log(prompts): the grid always fits a little better (it has ~200 free masses), by a few nats on
+# counts drawn from a Beta, by hundreds when the dataset has masses at 0 and 1 (bench/adaptive.py).
+AUTO_MARGIN = 2.0
 # Band codes of ``Decision.band``: index into BANDS (-1: no band, for the width target).
 BANDS = ("silent_hard", "informative", "silent_easy")
 # Neither prior parameter goes below this: a prior that piles almost all its mass at 0 or 1 would
@@ -177,7 +190,7 @@ class AdaptiveConfig:
     n_min: int = 4
     n_max: int = 64
     rule: RoundRule = field(default_factory=RoundRule)
-    prior: str = "fit"
+    prior: str = DEFAULT_PRIOR
 
     def __post_init__(self) -> None:
         for name in ("n_min", "n_max"):
@@ -190,9 +203,9 @@ class AdaptiveConfig:
             raise ConfigError(f"n_max={self.n_max!r} is out of range: allowed at most 100000")
         if self.prior not in PRIORS:
             raise ConfigError(f"adaptive prior {self.prior!r} is unknown: allowed {', '.join(PRIORS)}")
-        if self.prior == "fit" and self.n_min < 2:
+        if self.prior != "jeffreys" and self.n_min < 2:
             # One sample per prompt tells the mean pass rate and nothing of its spread: the
-            # beta-binomial likelihood is flat along a + b.
+            # beta-binomial likelihood is flat along a + b, and the grid fit puts all its mass at 0 and 1.
             raise ConfigError(
                 f"n_min={self.n_min} cannot fit a prior (its spread needs at least 2 samples per prompt): "
                 "use n_min >= 2, or the jeffreys prior"
@@ -200,7 +213,7 @@ class AdaptiveConfig:
 
     @classmethod
     def from_specs(
-        cls, target: str, n_min: int = 4, n_max: int = 64, rule: str = "greedy", prior: str = "fit"
+        cls, target: str, n_min: int = 4, n_max: int = 64, rule: str = "greedy", prior: str = DEFAULT_PRIOR
     ) -> AdaptiveConfig:
         """From the command line's strings: a target spec, bounds, a round-rule spec and a prior."""
         return cls(target=Target.parse(target), n_min=n_min, n_max=n_max, rule=RoundRule.parse(rule), prior=prior)
@@ -219,29 +232,31 @@ class AdaptiveConfig:
 # --- the prior ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Prior:
-    """A Beta prior over the dataset's pass rates and where it came from.
+def state_prior(acfg: AdaptiveConfig, n, c, n0, c0) -> Prior:
+    """The prior an adaptive run decides with, from its counts so far (``n``, ``c``: all samples;
+    ``n0``, ``c0``: round 0's). The grid prior uses every round (the stopping rule depends only on
+    observed outcomes, so the likelihood of the counts is the fixed-n one, docs/adaptive.md §6);
+    the Beta fit uses round 0 only."""
+    if acfg.prior == "auto":
+        return choose_prior(n, c)
+    if acfg.prior == "grid":
+        return priors.fit_grid_prior(n, c)
+    if acfg.prior == "fit":
+        return fit_prior(n0, c0)
+    return jeffreys_prior()
 
-    Attributes:
-        a, b: the Beta parameters.
-        method: ``fit`` (beta-binomial maximum likelihood), ``jeffreys``.
-        n_prompts: prompts the fit used (0 for Jeffreys).
-        loglik: the beta-binomial log-likelihood at (a, b) (without the binomial coefficients).
-        start: the method-of-moments start point of the fit.
-    """
 
-    a: float
-    b: float
-    method: str = "fit"
-    n_prompts: int = 0
-    loglik: float | None = None
-    start: tuple[float, float] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["start"] = list(self.start) if self.start is not None else None
-        return out
+def choose_prior(n, c) -> Prior:
+    """The ``auto`` prior: the grid prior and a Beta, both fitted to the same counts; the grid when
+    its log-likelihood exceeds the Beta's by more than ``AUTO_MARGIN * log(prompts)``, else the Beta
+    (which is then the better description: as good a fit with two parameters, and smooth)."""
+    grid = priors.fit_grid_prior(n, c)
+    beta = fit_prior(n, c)
+    gap = float(grid.loglik - beta.loglik)
+    margin = AUTO_MARGIN * math.log(max(grid.n_prompts, 2))
+    chosen = grid if gap > margin else beta
+    why = f"auto: grid log-likelihood {'+' if gap >= 0 else ''}{gap:.3g} against the Beta's, margin {margin:.3g}"
+    return replace(chosen, selection=why)
 
 
 def jeffreys_prior() -> Prior:
@@ -347,10 +362,13 @@ def decide(n, c, prior: Prior, target: Target) -> Decision:
     """
     n = np.asarray(n, float)
     c = np.asarray(c, float)
-    alpha, beta = prior.a + c, prior.b + n - c
-    lo, hi = credible_interval(alpha, beta, 1.0 - target.delta)
-    if target.kind == "band":
-        probs = np.stack(band_probabilities(alpha, beta, target.lo, target.hi))
+    if prior.is_grid:
+        lo, hi, probs = _grid_decision_parts(n, c, prior, target)
+    else:
+        alpha, beta = prior.a + c, prior.b + n - c
+        lo, hi = credible_interval(alpha, beta, 1.0 - target.delta)
+        probs = np.stack(band_probabilities(alpha, beta, target.lo, target.hi)) if target.kind == "band" else None
+    if probs is not None:
         band = np.argmax(probs, axis=0)
         prob = np.take_along_axis(probs, band[None], axis=0)[0]
         decided = prob >= 1.0 - target.delta
@@ -359,6 +377,29 @@ def decide(n, c, prior: Prior, target: Target) -> Decision:
         prob = np.full(n.shape, np.nan)
         decided = (hi - lo) <= 2.0 * target.h
     return Decision(decided & (n > 0), band, prob, lo, hi)
+
+
+def _grid_decision_parts(n: np.ndarray, c: np.ndarray, prior: Prior, target: Target):
+    """Under a grid prior: the central ``1 - delta`` interval (the posterior's quantiles, grid points)
+    and the three band probabilities (sums of posterior masses), per distinct pair, broadcast."""
+    shape = n.shape
+    n_i, c_i = n.ravel().astype(np.int64), c.ravel().astype(np.int64)
+    base = int(n_i.max(initial=0)) + 1
+    uniq, inv = np.unique(n_i * base + c_i, return_inverse=True)
+    p, w = prior.grid()
+    W = priors.grid_posterior(p, w, uniq // base, uniq % base)
+    cdf = np.cumsum(W, axis=1)
+    tail = target.delta / 2.0
+    # the smallest point with P(p <= point) >= tail (and >= 1 - tail); a little slack for rounding
+    lo = p[np.argmax(cdf >= tail - 1e-12, axis=1)][inv].reshape(shape)
+    hi = p[np.argmax(cdf >= 1.0 - tail - 1e-12, axis=1)][inv].reshape(shape)
+    if target.kind != "band":
+        return lo, hi, None
+    hard = W[:, p <= target.lo].sum(axis=1)
+    easy = W[:, p >= target.hi].sum(axis=1)
+    mid = np.clip(1.0 - hard - easy, 0.0, 1.0)
+    probs = np.stack([x[inv].reshape(shape) for x in (hard, mid, easy)])
+    return lo, hi, probs
 
 
 def decided_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
@@ -383,15 +424,22 @@ def predictive_decided(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) 
     alpha, beta = prior.a + c, prior.b + n - c
     out = np.zeros((len(n), len(extra)))
     top = grid.shape[0] - 1
+    if prior.is_grid:
+        pts, w = prior.grid()
+        W = priors.grid_posterior(pts, w, n, c)
     for j, k in enumerate(extra):
         x = np.arange(k + 1)
         logc = gammaln(k + 1) - gammaln(x + 1) - gammaln(k - x + 1)
-        logp = logc + betaln(alpha[:, None] + x, beta[:, None] + k - x) - betaln(alpha, beta)[:, None]
+        if prior.is_grid:  # the posterior masses times Bin(x; k, p_g), summed over the grid
+            binom = np.exp(logc[:, None] + priors.grid_likelihood(pts, np.full(k + 1, k), x))
+            pred = np.einsum("uk,xk->ux", W, binom)  # numpy's loops: the same bits on every rerun
+        else:
+            pred = np.exp(logc + betaln(alpha[:, None] + x, beta[:, None] + k - x) - betaln(alpha, beta)[:, None])
         rows = n + k
         ok = rows <= top
         dec = np.zeros((len(n), k + 1), bool)
         dec[ok] = grid[rows[ok][:, None], c[ok][:, None] + x]
-        out[:, j] = (np.exp(logp) * dec).sum(axis=1)
+        out[:, j] = (pred * dec).sum(axis=1)
     return out
 
 
@@ -481,6 +529,25 @@ def _best_jump(opt: np.ndarray, val: np.ndarray, cur: int) -> tuple[int, float] 
     return to, best
 
 
+def simulate(outcomes: np.ndarray, acfg: AdaptiveConfig) -> tuple[np.ndarray, np.ndarray, Prior]:
+    """The rounds of an adaptive run on known outcomes, without a store (bench, tests):
+    ``outcomes[i, s]`` is whether sample ``s`` of prompt ``i`` is correct (``n_max`` columns).
+    Each round refits the prior (``state_prior``) and applies the round rule, exactly as
+    ``run.plan_next_round`` does on stored samples. Returns the final ``n``, ``c`` and prior."""
+    outcomes = np.asarray(outcomes, bool)
+    csum = np.concatenate([np.zeros((len(outcomes), 1), np.int64), np.cumsum(outcomes, axis=1)], axis=1)
+    rows = np.arange(len(outcomes))
+    n = np.full(len(outcomes), acfg.n_min, np.int64)
+    c0 = csum[:, acfg.n_min]
+    while True:
+        c = csum[rows, n]
+        prior = state_prior(acfg, n, c, np.full_like(n, acfg.n_min), c0)
+        extra = next_round(n, c, prior, acfg)
+        if not extra.any():
+            return n, c, prior
+        n = n + extra
+
+
 # --- what a fixed n would have given (report, bench) --------------------------------------------
 
 
@@ -496,8 +563,15 @@ def fixed_n_expected(n: int, prior: Prior, target: Target) -> tuple[float, float
     """What a fixed-``n`` profile is expected to give under the prior: the band misclassification
     when each prompt gets its most probable band (``E[1 - max band probability]``; NaN for the
     width target), and the share of prompts decided."""
-    pmf = betabinom_pmf(n, prior.a, prior.b)
     c = np.arange(n + 1)
+    if prior.is_grid:
+        pts, w = prior.grid()
+        from scipy.special import gammaln
+
+        logc = gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1)
+        pmf = np.exp(logc[:, None] + priors.grid_likelihood(pts, np.full(n + 1, n), c)) @ w
+    else:
+        pmf = betabinom_pmf(n, prior.a, prior.b)
     d = decide(np.full(n + 1, n), c, prior, target)
     mis = float(pmf @ (1.0 - d.prob)) if target.kind == "band" else math.nan
     return mis, float(pmf @ d.decided)

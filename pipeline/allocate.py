@@ -17,20 +17,24 @@ the heap's order, so both return the same allocation.
 
 Two cases are not greedy's: a ``v`` that is not concave (DAPO with resampling, ``T > 1``), and a
 prompt that costs more than n rollouts (DAPO with resampling spends ``G (1 - z^T)/(1 - z)`` in
-expectation, docs/estimators.md §3; the budget then counts expected rollouts). Both are solved
-exactly by dynamic programming over the budget (a multiple-choice knapsack, ``allocate_dp``), or
-refused with ``AllocationTooLargeError`` when that would be too large. Nothing is called optimal
-that is not.
+expectation, docs/estimators.md §3, averaged over the posterior under one; the budget then counts
+expected rollouts). Both are solved exactly by dynamic programming over the budget (a
+multiple-choice knapsack, ``allocate_dp``) where that fits, and otherwise by the Lagrangian
+relaxation (``allocate_lagrangian``), whose dual bound certifies how far from the optimum its
+allocation can be (``Allocation.gap``). Nothing is called optimal that is not.
 
 Marginal gains that differ by less than ``TIE_RTOL`` times the largest value are ties (rounding
 noise, e.g. of the flat ``rloo`` and ``sign`` objectives, must not choose the allocation a trainer
 reads), and ties go round-robin: fewest rollouts given first, then prompt order, so identical
 prompts get allocations that differ by at most 1. Values depend on a prompt only through its
-``(n, c)`` counts, so tables are built once per unique pair.
+``(n, c)`` counts, so tables are built once per unique pair; under a value symmetric in p and q,
+``(n, c)`` and ``(n, n - c)`` share one row, so mirrored prompts get bit-identical gains.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import heapq
 import logging
 import math
@@ -57,6 +61,8 @@ __all__ = [
     "allocate_dp",
     "allocate_fast",
     "allocate_greedy",
+    "allocate_lagrangian",
+    "allocation_tables",
     "cost_table",
     "group_size_for_fidelity",
     "grpo_fidelity",
@@ -66,7 +72,7 @@ __all__ = [
 ]
 
 OBJECTIVES = ("signal", "knapsack", "variance")
-METHODS = ("fast", "greedy", "dp")
+METHODS = ("auto", "fast", "greedy", "dp", "lagrangian")
 DEFAULT_ESTIMATOR = "grpo"
 
 # Marginal gains within this relative tolerance are ties, and a gain below it times the values it
@@ -103,10 +109,12 @@ class AllocationConfig:
         posterior: use the Beta posterior per prompt instead of the point estimate ``c/n``.
         prior_a: Beta prior ``a`` (Jeffreys 1/2).
         prior_b: Beta prior ``b``.
-        method: ``fast`` (threshold bisection), ``greedy`` (one at a time, reference) or ``dp``
-            (exact dynamic programming, small instances). Where greedy is not optimal (a value not
-            concave in n, DAPO's expected rollouts) ``dp`` is used whatever is asked, and the
-            ``Allocation`` says so.
+        method: ``auto`` (``fast`` where greedy is exact, else ``dp`` where it fits, else
+            ``lagrangian``), ``fast`` (threshold bisection), ``greedy`` (one at a time, reference),
+            ``dp`` (exact dynamic programming, or ``AllocationTooLargeError``) or ``lagrangian``
+            (the relaxation with a certified gap, any size). Where greedy is not optimal (a value
+            not concave in n, DAPO's expected rollouts) ``fast`` and ``greedy`` are treated as
+            ``auto``, and the ``Allocation`` says which method produced it.
     """
 
     budget: int
@@ -117,7 +125,7 @@ class AllocationConfig:
     posterior: bool = False
     prior_a: float = 0.5
     prior_b: float = 0.5
-    method: str = "fast"
+    method: str = "auto"
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -156,10 +164,13 @@ class Allocation:
         uniform_total: total objective of the uniform allocation.
         sense: ``max`` or ``min`` (variance).
         p: the point estimate or posterior mean per prompt.
-        method: the method that produced ``n``: ``fast``, ``greedy`` or ``dp`` (exact; used
-            where greedy would not be optimal, whatever the config asked).
+        method: the method that produced ``n``: ``fast``, ``greedy`` or ``dp`` (exact), or
+            ``lagrangian`` (the relaxation, within ``gap`` of the optimum).
         cost: expected rollouts per prompt: ``n``, except under DAPO with resampling, where a
-            prompt spends ``n (1 - z^T)/(1 - z)``; ``cost.sum() <= budget`` then (not ``==``).
+            prompt spends ``n (1 - z^T)/(1 - z)`` (its posterior expectation under the posterior);
+            ``cost.sum() <= budget`` then (not ``==``).
+        gap: certified distance of ``total`` from the optimum, in the objective's units (0 for
+            the exact methods; for ``lagrangian`` the dual bound minus the total).
     """
 
     n: np.ndarray
@@ -172,6 +183,12 @@ class Allocation:
     p: np.ndarray
     method: str
     cost: np.ndarray
+    gap: float = 0.0
+
+    @property
+    def relative_gap(self) -> float:
+        """``gap / |total|``: how far from the optimum at most, as a fraction of the total."""
+        return self.gap / abs(self.total) if self.total else (0.0 if not self.gap else math.inf)
 
     @property
     def expected_rollouts(self) -> float:
@@ -240,28 +257,51 @@ def value_table(
                 out[:, j] = (1 - p**n - q**n) * p * q * q
         return out
     e = est.get(estimator)
+    T = _resample_tries(e)
     for j, n in enumerate(n_grid):
-        a_plus, a_minus = e.advantage_table(int(n))
-        d = a_plus[1 : n + 1] - a_minus[0:n]  # leave-one-out differences, s = 0..n-1
+        d = _loo_differences(e, int(n))
         if posterior:
-            # E[p q Binom(s; n-1, p)] = C(n-1, s) B(alpha+s+1, beta+n-s) / B(alpha, beta)
+            # E[p q Binom(s; n-1, p) z^t] over the posterior, term by term (``_resample_terms``)
             s = np.arange(n)
             logc = gammaln(n) - gammaln(s + 1) - gammaln(n - s)
-            terms = np.exp(logc + betaln(alpha[:, None] + s + 1, beta[:, None] + n - s) - betaln(alpha, beta)[:, None])
-            out[:, j] = terms @ d
+            col = np.zeros(rows)
+            for w, a, b in _resample_terms(alpha, beta, int(n), T):
+                terms = np.exp(logc + betaln(a[:, None] + s + 1, b[:, None] + n - s) - betaln(a, b)[:, None])
+                col += w * (terms @ d)
+            out[:, j] = col
         else:
-            out[:, j] = (stats.binom_pmf(int(n) - 1, p) @ d) * p * q
-    if isinstance(e, est.DAPO) and e.mode == "resample":
-        out = value_table_dapo_resample(out, n_grid, p, alpha, beta, e, posterior)
+            col = (stats.binom_pmf(int(n) - 1, p) @ d) * p * q
+            out[:, j] = col * e.resample_factor(p, int(n)) if T > 1 else col
     return out
 
 
-def value_table_dapo_resample(out, n_grid, p, alpha, beta, e, posterior):
-    """Apply DAPO's resample factor ``sum_{t<T} z^t`` (point estimate of p, or posterior mean)."""
-    pp = p if not posterior else alpha / (alpha + beta)
-    for j, n in enumerate(n_grid):
-        out[:, j] *= e.resample_factor(pp, int(n))
-    return out
+@functools.lru_cache(maxsize=4096)
+def _loo_differences(e: est.Estimator, n: int) -> np.ndarray:
+    """Leave-one-out differences ``A+(s+1) - A-(s)``, s = 0..n-1: ``v(n) = sum_s d_s p q Binom(s; n-1, p)``."""
+    a_plus, a_minus = e.advantage_table(n)
+    return a_plus[1 : n + 1] - a_minus[0:n]
+
+
+def _resample_tries(e: est.Estimator) -> int:
+    """T for DAPO with resampling (a silent group is drawn again, up to T tries), else 1."""
+    return e.T if isinstance(e, est.DAPO) and e.mode == "resample" and e.T > 1 else 1
+
+
+def _resample_terms(alpha: np.ndarray, beta: np.ndarray, n: int, T: int):
+    """The posterior expectation of ``f(p) sum_{t<T} z^t`` with ``z = p^n + q^n`` as Beta averages.
+
+    ``z^t = sum_m C(t, m) p^(n m) q^(n (t-m))``, and ``E[p^i q^j f(p)]`` under ``Beta(alpha, beta)``
+    is ``B(alpha+i, beta+j)/B(alpha, beta)`` times ``E[f]`` under ``Beta(alpha+i, beta+j)``. So it is
+    ``sum w E'[f]`` over the ``(w, alpha', beta')`` yielded here (one term, ``(1, alpha, beta)``, for
+    T = 1). Every weight is positive: nothing cancels. docs/estimators.md §5.
+    """
+    from scipy.special import betaln
+
+    base = betaln(alpha, beta)
+    for t in range(T):
+        for m in range(t + 1):
+            a, b = alpha + n * m, beta + n * (t - m)
+            yield math.comb(t, m) * np.exp(betaln(a, b) - base), a, b
 
 
 def cost_table(
@@ -276,16 +316,24 @@ def cost_table(
     """Expected rollouts a prompt spends at each n, or None where that is n itself.
 
     Only DAPO resampling (``T > 1``) differs: a silent group is drawn again, up to T tries, so a
-    group of n costs ``n (1 - z^T)/(1 - z)`` in expectation (docs/estimators.md §3), with the
-    same p as its value (the point estimate, or the posterior mean, as ``value_table`` uses).
+    group of n costs ``n (1 - z^T)/(1 - z)`` in expectation (docs/estimators.md §3), at the point
+    estimate of p, or averaged over the posterior (``E[sum_{t<T} z^t]``, exact: ``_resample_terms``),
+    as ``value_table`` does.
     """
     if objective != "signal":
         return None
     e = est.get(estimator)
-    if not (isinstance(e, est.DAPO) and e.mode == "resample" and e.T > 1):
+    T = _resample_tries(e)
+    if T == 1:
         return None
-    pp = np.asarray(p, float) if p is not None else np.asarray(alpha, float) / (np.asarray(alpha) + np.asarray(beta))
-    return np.stack([e.expected_rollouts(pp, int(n)) for n in n_grid], axis=1).astype(float)
+    if p is not None:
+        pp = np.asarray(p, float)
+        return np.stack([e.expected_rollouts(pp, int(n)) for n in n_grid], axis=1).astype(float)
+    alpha, beta = np.asarray(alpha, float), np.asarray(beta, float)
+    out = np.empty((len(alpha), len(n_grid)))
+    for j, n in enumerate(n_grid):
+        out[:, j] = int(n) * sum(w for w, _, _ in _resample_terms(alpha, beta, int(n), T))
+    return out
 
 
 # --- allocation ---------------------------------------------------------------------------------
@@ -302,7 +350,7 @@ def _uniform_expected(cost: np.ndarray, key: np.ndarray, budget: float, n_min: i
     """The uniform baseline when a prompt costs its expected rollouts: the largest group size every
     prompt can have within the budget, then one more for prompts in order while it still fits."""
     room = budget * (1 + 1e-12)
-    spent = cost[key].sum(axis=0)  # total at each common n
+    spent = np.bincount(key, minlength=cost.shape[0]) @ cost  # total at each common n
     fits = np.flatnonzero(spent <= room)
     j = int(fits[-1]) if fits.size else int(np.argmin(spent))  # (n = 1 costs T: rises are not assured)
     n = np.full(len(key), n_min + j, dtype=np.int64)
@@ -329,7 +377,7 @@ def _check_expected_budget(cost: np.ndarray, key: np.ndarray, budget: int, n_min
     """``_check_budget`` in expected rollouts (DAPO resampling)."""
     if len(key) == 0:
         raise ConfigError("no prompts to allocate over")
-    least, most = float(cost[key].min(axis=1).sum()), float(cost[key].max(axis=1).sum())
+    least, most = float(cost.min(axis=1)[key].sum()), float(cost.max(axis=1)[key].sum())
     if budget < least * (1 - 1e-12):
         raise ConfigError(
             f"budget {budget} is impossible: {len(key)} prompts with n_min={n_min} need at least {least:.6g} "
@@ -565,14 +613,14 @@ def _allocate_dp_expected(
     N, L = len(key), n_max - n_min
     _check_expected_budget(cost, key, budget, n_min, n_max)
     room = budget * (1 + 1e-12)  # expected costs are sums of floats: do not refuse on the last bit
-    # the least the prompts after i can cost, so no pair that leaves them too little is kept
-    rest = np.concatenate([np.cumsum(cost[key[::-1], :].min(axis=1))[::-1], [0.0]])
     # Refuse at once what would surely be refused later: the front has held up to about 20 pairs
     # per rollout of budget left to share (slack), so about 10 on average over the prompts.
     slack = max(budget - float(cost[key, 0].sum()), 0.0)
     guess = N * (L + 1) * 10 * (slack + 1)
     if guess > DP_MAX_PAIRS:
         raise _too_large("pairs (estimated)", guess, DP_MAX_PAIRS, N, L)
+    # the least the prompts after i can cost, so no pair that leaves them too little is kept
+    rest = np.concatenate([np.cumsum(cost.min(axis=1)[key[::-1]])[::-1], [0.0]])
     front_c, front_v = np.zeros(1), np.zeros(1)
     parents: list[np.ndarray] = []
     work = kept = 0
@@ -595,6 +643,165 @@ def _allocate_dp_expected(
         j, extra = divmod(int(parents[i][j]), L + 1)
         n[i] = n_min + extra
     return n
+
+
+# Most single-prompt moves tried after the relaxation's allocation (each raises the total or, with
+# whole-rollout budgets, spends one rollout left over).
+LAGRANGIAN_MAX_MOVES = 10_000
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """An allocation found by the Lagrangian relaxation and the bound that certifies it.
+
+    Attributes:
+        n: rollouts per prompt (feasible: within the budget, exactly the budget for whole rollouts).
+        total: ``sum_i v_i(n_i)``.
+        bound: the dual's value, an upper bound on the total of every feasible allocation.
+        multiplier: the price of one rollout (lambda) where the bound was taken.
+    """
+
+    n: np.ndarray
+    total: float
+    bound: float
+    multiplier: float
+
+    @property
+    def gap(self) -> float:
+        """Certified distance to the optimum: ``bound - total`` (>= 0; 0 up to rounding when exact)."""
+        return max(self.bound - self.total, 0.0)
+
+
+def allocate_lagrangian(
+    table: np.ndarray,
+    key: np.ndarray,
+    budget: int,
+    n_min: int,
+    n_max: int,
+    *,
+    cost: np.ndarray | None = None,
+) -> Relaxation:
+    """A feasible allocation for any table, with a certified bound on how far it is from the optimum.
+
+    Pricing a rollout at ``lambda`` splits the problem by prompt: ``D(lambda) = lambda B + sum_i
+    max_n (v_i(n) - lambda c_i(n))`` bounds the optimum from above for every ``lambda >= 0`` (every
+    real ``lambda`` when the budget must be spent exactly: whole rollouts, ``cost`` None), since a
+    feasible allocation pays ``sum_i c_i(n_i) <= B``. Each prompt's best n at a price lies on the
+    concave hull of its (cost, value) points, and the total cost falls as the price rises: bisection
+    over the float64 bit patterns (at most 64 steps, each vectorised over the unique rows) finds
+    the two neighbouring prices where it crosses the budget. Every prompt takes its choice at the
+    higher price (within budget); prompts whose choice differs at the lower price move up to it,
+    best ratio first, then in prompt order, while the budget lasts; then single-prompt moves that
+    raise the total (or, for whole rollouts, spend what is left at the best marginal gain) are made
+    while any fits. The gap ``bound - total`` is at most the value of one prompt's hull step when
+    no such move is left, so it shrinks relative to the total as prompts are added
+    (docs/estimators.md §5).
+    """
+    key = np.asarray(key, dtype=np.int64)
+    N = len(key)
+    value = np.asarray(table, float)
+    whole = cost is None
+    if whole:
+        _check_budget(budget, N, n_min, n_max)
+        cost = np.broadcast_to(np.arange(n_min, n_max + 1, dtype=float), value.shape)
+    else:
+        cost = np.asarray(cost, float)
+        _check_expected_budget(cost, key, budget, n_min, n_max)
+    used, pos = np.unique(key, return_inverse=True)
+    v, c = value[used], cost[used]
+    mult = np.bincount(pos, minlength=len(used)).astype(float)
+    rows = np.arange(len(used))
+    room = float(budget) if whole else budget * (1 + 1e-12)
+
+    def choose(lam: float) -> np.ndarray:  # each row's best n at price lam (ties: the fewest rollouts)
+        return np.argmax(v - lam * c, axis=1)
+
+    def spent(j: np.ndarray) -> float:
+        return float(c[rows, j] @ mult)
+
+    def dual(lam: float, j: np.ndarray) -> float:
+        # lam B + sum_i max_n (v - lam c), taken about the choice j (exact algebra for any j), so a
+        # price of 1e300 at a forced allocation does not swamp the values
+        vj, cj = v[rows, j], c[rows, j]
+        best = np.max(v - vj[:, None] - lam * (c - cj[:, None]), axis=1)
+        return lam * (budget - float(cj @ mult)) + float(vj @ mult) + float(best @ mult)
+
+    # prices in [lam_min, 1e300]: at 1e300 every prompt takes its cheapest n, which fits the budget
+    lam_min = -1e300 if whole else 0.0
+    j_lo = choose(lam_min)
+    if spent(j_lo) <= room:
+        lam_lo = lam_hi = lam_min
+        j_hi = j_lo
+    else:
+        a, b = _sortable(lam_min), _sortable(1e300)  # spent(a) > room >= spent(b)
+        while b - a > 1:
+            mid = (a + b) // 2
+            if spent(choose(_unsortable(mid))) <= room:
+                b = mid
+            else:
+                a = mid
+        lam_lo, lam_hi = _unsortable(a), _unsortable(b)
+        j_lo, j_hi = choose(lam_lo), choose(lam_hi)
+    j = j_hi[pos]
+    left = room - spent(j_hi)
+    # move the prompts whose choice differs at the lower price, best value per rollout first
+    moving = np.flatnonzero(j_lo != j_hi)
+    dv = v[moving, j_lo[moving]] - v[moving, j_hi[moving]]
+    dc = c[moving, j_lo[moving]] - c[moving, j_hi[moving]]
+    by_row = np.argsort(pos, kind="stable")  # prompts grouped by row, in prompt order
+    starts = np.concatenate([[0], np.cumsum(mult.astype(np.int64))])
+    for r in np.lexsort((by_row[starts[moving]], -dv / np.where(dc > 0, dc, np.inf))):
+        if dv[r] <= 0:
+            continue
+        members = by_row[starts[moving[r]] : starts[moving[r] + 1]]
+        k = len(members) if dc[r] <= 0 else min(len(members), int(max(left, 0.0) // dc[r]))
+        while k > 0 and dc[r] * k > left:  # floor division of floats may round up
+            k -= 1
+        j[members[:k]] = j_lo[moving[r]]
+        left -= max(dc[r], 0.0) * k
+    j = _improve(v, c, pos, j, left, whole)
+    total = float(v[pos, j].sum())
+    bound = min(dual(lam_lo, j_lo), dual(lam_hi, j_hi))
+    return Relaxation(n=n_min + j, total=total, bound=bound, multiplier=lam_hi)
+
+
+def _improve(v: np.ndarray, c: np.ndarray, pos: np.ndarray, j: np.ndarray, left: float, whole: bool) -> np.ndarray:
+    """Single-prompt moves after the relaxation, best gain first, the lowest prompt of a state first:
+    with whole rollouts, spend the ``left`` rollouts one at a time at the best marginal gain; with
+    expected rollouts, move to any n that fits what is left and raises the total."""
+    L1 = v.shape[1]
+    code = pos * L1 + j
+    states, inverse = np.unique(code, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(inverse, minlength=len(states)))])
+    # per state (row, j), its prompts as -index in ascending order: pop() gives the lowest prompt
+    members = {int(s): (-order[bounds[i] : bounds[i + 1]][::-1]).tolist() for i, s in enumerate(states)}
+    left = round(left) if whole else left
+    for _ in range(LAGRANGIAN_MAX_MOVES):
+        live = np.array([s for s, m in members.items() if m], dtype=np.int64)
+        sr, sj = np.divmod(live, L1)
+        if whole:
+            if left <= 0:
+                break
+            gain = np.where(sj + 1 < L1, v[sr, np.minimum(sj + 1, L1 - 1)] - v[sr, sj], -np.inf)
+            s = int(np.argmax(gain))
+            if not np.isfinite(gain[s]):
+                break
+            to, spend = sj[s] + 1, 1
+        else:
+            gain = v[sr] - v[sr, sj][:, None]
+            extra = c[sr] - c[sr, sj][:, None]
+            gain[(extra > left) | (gain <= 0)] = -np.inf
+            flat = int(np.argmax(gain))
+            s, to = divmod(flat, L1)
+            if not np.isfinite(gain[s, to]):
+                break
+            spend = float(extra[s, to])
+        i = members[int(live[s])].pop()
+        j[-i] = to
+        bisect.insort(members.setdefault(int(sr[s] * L1 + to), []), i)
+        left -= spend
+    return j
 
 
 def _prompt_name(prompt_ids, i: int) -> str:
@@ -621,13 +828,15 @@ def allocate(
         prompt_ids: names of the prompts (a list or an Arrow array), for messages (default: row
             numbers).
 
-    The method used is ``config.method`` where the value table is concave and a prompt costs n
-    rollouts, and the exact ``dp`` otherwise (``Allocation.method`` says which).
+    The method used is ``config.method`` where it is exact (``fast`` and ``greedy`` where the value
+    table is concave and a prompt costs n rollouts); otherwise the exact ``dp`` where it fits, and
+    the ``lagrangian`` relaxation with its certified ``Allocation.gap`` where it does not
+    (``Allocation.method`` says which).
 
     Raises:
         ConfigError: impossible budget (the message gives the minimum), or point estimates asked
             for a prompt with no samples.
-        AllocationTooLargeError: greedy is not optimal and the exact method would be too large.
+        AllocationTooLargeError: ``method="dp"`` asked and the exact programme would be too large.
     """
     n_obs = np.asarray(n_obs, dtype=np.int64)
     c_obs = np.asarray(c_obs, dtype=np.int64)
@@ -640,39 +849,12 @@ def allocate(
             f"{len(empty)} prompts have no samples (first: prompt {_prompt_name(prompt_ids, int(empty[0]))}), "
             "so no point estimate: use the posterior (posterior=True, --posterior)"
         )
-    n_grid = np.arange(config.n_min, config.n_max + 1)
-    if prompt_weights is not None:
-        # weights break the (n, c) sharing; one row per prompt
-        key = np.arange(N)
-        n_u, c_u = n_obs, c_obs
-    else:
-        n_u, c_u, key = stats.unique_pairs(n_obs, c_obs)
+    key, table, cost = allocation_tables(n_obs, c_obs, config, prompt_weights)
     if config.posterior:
-        alpha = config.prior_a + c_u
-        beta = config.prior_b + n_u - c_u
-        where = {"alpha": alpha, "beta": beta}
-        p_u = alpha / (alpha + beta)
+        p = (config.prior_a + c_obs) / (config.prior_a + config.prior_b + n_obs)
     else:
-        p_u = c_u / n_u
-        where = {"p": p_u}
-    cost = cost_table(config.objective, n_grid, estimator=config.estimator, **where)
-    if cost is None:  # refuse an impossible budget before the (larger) value table is built
-        _check_budget(config.budget, N, config.n_min, config.n_max)
-    else:
-        _check_expected_budget(cost, key, config.budget, config.n_min, config.n_max)
-    table = value_table(config.objective, n_grid, estimator=config.estimator, prompt_weights=prompt_weights, **where)
-    method = config.method
-    if cost is not None or method == "dp" or not is_concave(table, TIE_RTOL):
-        if method != "dp":
-            log.info(
-                "greedy is not optimal here (%s): allocating by exact dynamic programming",
-                "DAPO resampling charges expected rollouts" if cost is not None else "the value is not concave in n",
-            )
-        method = "dp"
-        n = allocate_dp(table, key, config.budget, config.n_min, config.n_max, cost=cost, tol=_tolerance(table))
-    else:
-        fn = allocate_fast if method == "fast" else allocate_greedy
-        n = fn(table, key, config.budget, config.n_min, config.n_max, rtol=TIE_RTOL)
+        p = c_obs / n_obs
+    n, method, bound = _solve(table, key, config, cost)
     if cost is None:
         uniform = _uniform(config.budget, N, config.n_min, config.n_max)
         spent = n.astype(float)
@@ -682,20 +864,102 @@ def allocate(
     value = table[key, n - config.n_min]
     uvalue = table[key, uniform - config.n_min]
     sense = "min" if config.objective == "variance" else "max"
+    total = float(value.sum())
+    gap = 0.0 if bound is None else max(bound - total, 0.0)
     if sense == "min":
-        value, uvalue = -value, -uvalue
+        value, uvalue, total = -value, -uvalue, -total
     return Allocation(
         n=n,
         value=value,
         uniform_n=uniform,
         uniform_value=uvalue,
-        total=float(value.sum()),
+        total=total,
         uniform_total=float(uvalue.sum()),
         sense=sense,
-        p=p_u[key],
+        p=p,
         method=method,
         cost=spent,
+        gap=gap,
     )
+
+
+def allocation_tables(
+    n_obs: np.ndarray, c_obs: np.ndarray, config: AllocationConfig, prompt_weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(key, table, cost)``: the value table ``allocate`` hands out (one row per distinct prompt,
+    columns n = n_min..n_max), each prompt's row, and the expected-cost table (None where a prompt
+    costs n rollouts). An impossible budget is refused before the value table is built.
+
+    Prompts that mirror each other, ``(n, c)`` and ``(n, n - c)``, under a value symmetric in p and
+    q share one computed row, so their gains are bit-identical and the tie rule, not rounding,
+    orders them.
+    """
+    n_obs = np.asarray(n_obs, dtype=np.int64)
+    c_obs = np.asarray(c_obs, dtype=np.int64)
+    N = len(n_obs)
+    n_grid = np.arange(config.n_min, config.n_max + 1)
+    c_row = np.minimum(c_obs, n_obs - c_obs) if _mirror_symmetric(config, n_grid) else c_obs
+    if prompt_weights is not None:
+        # weights break the (n, c) sharing; one row per prompt
+        key = np.arange(N)
+        n_u, c_u = n_obs, c_row
+    else:
+        n_u, c_u, key = stats.unique_pairs(n_obs, c_row)
+    if config.posterior:
+        where = {"alpha": config.prior_a + c_u, "beta": config.prior_b + n_u - c_u}
+    else:
+        where = {"p": c_u / n_u}
+    cost = cost_table(config.objective, n_grid, estimator=config.estimator, **where)
+    if cost is None:  # refuse an impossible budget before the (larger) value table is built
+        _check_budget(config.budget, N, config.n_min, config.n_max)
+    else:
+        _check_expected_budget(cost, key, config.budget, config.n_min, config.n_max)
+    table = value_table(config.objective, n_grid, estimator=config.estimator, prompt_weights=prompt_weights, **where)
+    return key, table, cost
+
+
+def _mirror_symmetric(config: AllocationConfig, n_grid: np.ndarray) -> bool:
+    """Whether ``v`` and the cost are the same at p and 1 - p: the ``variance`` objective and every
+    ``signal`` estimator whose leave-one-out differences read the same backwards (GRPO, RLOO, Dr.
+    GRPO, DAPO, ...), under point estimates or a posterior with a symmetric prior (a = b)."""
+    if config.posterior and config.prior_a != config.prior_b:
+        return False
+    if config.objective != "signal":
+        return config.objective == "variance"
+    e = est.get(config.estimator)
+    for n in n_grid:
+        d = _loo_differences(e, int(n))
+        if not np.allclose(d, d[::-1], rtol=1e-12, atol=1e-300):
+            return False
+    return True
+
+
+def _solve(table: np.ndarray, key: np.ndarray, config: AllocationConfig, cost: np.ndarray | None):
+    """``(n, method, bound)``: the method ``config.method`` asks for where it is exact, else the
+    exact programme where it fits, else the Lagrangian relaxation (``bound``: its certificate;
+    None for the exact methods)."""
+    args = (table, key, config.budget, config.n_min, config.n_max)
+    method = config.method
+    if method == "lagrangian":
+        r = allocate_lagrangian(*args, cost=cost)
+        return r.n, "lagrangian", r.bound
+    greedy_exact = cost is None and is_concave(table, TIE_RTOL)
+    if method != "dp" and greedy_exact:
+        fn = allocate_greedy if method == "greedy" else allocate_fast
+        return fn(*args, rtol=TIE_RTOL), "greedy" if method == "greedy" else "fast", None
+    if method != "dp":
+        log.info(
+            "greedy is not optimal here (%s): allocating by exact dynamic programming where it fits",
+            "DAPO resampling charges expected rollouts" if cost is not None else "the value is not concave in n",
+        )
+    try:
+        return allocate_dp(*args, cost=cost, tol=_tolerance(table)), "dp", None
+    except AllocationTooLargeError as exc:
+        if method == "dp":
+            raise
+        log.info("%s; allocating by the Lagrangian relaxation with a certified gap instead", exc)
+    r = allocate_lagrangian(*args, cost=cost)
+    return r.n, "lagrangian", r.bound
 
 
 # --- planning calculators -----------------------------------------------------------------------
@@ -839,6 +1103,7 @@ def allocation_table(
             "expected_value": pa.array(result.value),
             "uniform_n": pa.array(result.uniform_n.astype(np.int32)),
             "uniform_value": pa.array(result.uniform_value),
+            "gap": pa.array([result.gap] * N, pa.float64()),
         },
         schema=schema.ALLOCATION,
     )

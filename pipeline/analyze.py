@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from pipeline import estimators as est
 from pipeline import schema, stats
 from pipeline.errors import ConfigError
+from pipeline.prior import Prior, posterior_nodes
 from pipeline.store import Store, conform
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,10 @@ class AnalyzeConfig:
         bands: difficulty bands of the gradient-share summary.
         pass_at_k: compute per-prompt pass@k lists and the mean curve.
         posterior: every per-prompt estimate is its expectation under the posterior
-            ``Beta(prior_a + c, prior_b + n - c)`` (an adaptive run; see the module docstring).
+            ``Beta(prior_a + c, prior_b + n - c)`` (an adaptive run; see the module docstring),
+            or under ``prior`` when that is a grid prior; band shares are posterior expectations.
+        prior: the run's prior when it is a grid prior (``pipeline/prior.py``): with ``posterior``
+            every expectation is a sum over its grid. A Beta prior is given by ``prior_a, prior_b``.
         reco_answers: group sizes (each among ``group_sizes``) at which to add the answer-aware
             ReCo weight to ``weights``, as estimator ``RECO_ANSWERS`` (docs/estimators.md §6): from
             each prompt's answer histogram, at the observed answer shares, exact. Off by default:
@@ -108,6 +112,7 @@ class AnalyzeConfig:
     bands: tuple[Band, ...] = DEFAULT_BANDS
     pass_at_k: bool = True
     posterior: bool = False
+    prior: Prior | None = None
     reco_answers: tuple[int, ...] = ()
     _stats: stats.StatsConfig = field(init=False, repr=False, compare=False)
 
@@ -391,9 +396,17 @@ class _Pairs:
         known = self.n_u > 0
         # weight[e, u, j] and mass (at the point estimate, or their posterior means); NaN where n = 0
         self.weight = np.full((len(self.estimators), len(self.n_u), len(Gs)), np.nan)
+        self.grid = posterior and config.prior is not None and config.prior.is_grid
+        if self.grid:
+            nodes, W = posterior_nodes(config.prior, self.n_u, self.c_u)
+            self.p_u = np.where(known, W @ nodes, np.nan)
+            for j, G in enumerate(Gs):
+                self.plus[:, j], self.minus[:, j] = W @ nodes**G, W @ (1 - nodes) ** G
+            self.zero = self.plus + self.minus
         if posterior:
             self.mass = np.full_like(self.weight, np.nan)
-            nodes, W = stats.beta_quadrature(self.n_u, self.c_u, a, b, degree=max(Gs) + 1)
+            if not self.grid:
+                nodes, W = stats.beta_quadrature(self.n_u, self.c_u, a, b, degree=max(Gs) + 1)
             pq = nodes * (1 - nodes)
             for i, e in enumerate(self.estimators):
                 for j, G in enumerate(Gs):
@@ -412,12 +425,36 @@ class _Pairs:
     def curves(self) -> list[np.ndarray]:
         if self._curves is None:
             cfg = self.config
-            self._curves = (
-                stats.posterior_pass_at_k_curves(self.n_u, self.c_u, cfg.prior_a, cfg.prior_b)
-                if cfg.posterior
-                else stats.pass_at_k_curves(self.n_u, self.c_u)
-            )
+            if self.grid:  # 1 - E[q^k] as grid sums, k = 1..n of each pair
+                nodes, W = posterior_nodes(cfg.prior, self.n_u, self.c_u)
+                k = np.arange(1, int(self.n_u.max(initial=0)) + 1)
+                all_k = 1.0 - W @ (1.0 - nodes)[:, None] ** k[None, :]
+                self._curves = [all_k[u, :n] for u, n in enumerate(self.n_u.tolist())]
+            elif cfg.posterior:
+                self._curves = stats.posterior_pass_at_k_curves(self.n_u, self.c_u, cfg.prior_a, cfg.prior_b)
+            else:
+                self._curves = stats.pass_at_k_curves(self.n_u, self.c_u)
         return self._curves
+
+    def band_masses(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior run (docs/adaptive.md §7): per pair, the expected update mass inside each band
+        ``E[1{p in band} w(p, G) p q]`` (estimator, pair, G, band) and each band's probability
+        (pair, band), by sums over the posterior's nodes: the grid prior's, or for a Beta prior a
+        Gauss-Jacobi rule cut at the band edges (so the indicator is integrated exactly)."""
+        cfg = self.config
+        if self.grid:
+            prior = cfg.prior
+        else:
+            prior = Prior(cfg.prior_a, cfg.prior_b)
+        edges = sorted({x for band in cfg.bands for iv in band.intervals for x in iv[:2]})
+        nodes, W = posterior_nodes(prior, self.n_u, self.c_u, edges=edges, degree=max(cfg.group_sizes) + 1)
+        inside = np.stack([band.contains(nodes) for band in cfg.bands], axis=1).astype(float)  # (nodes, bands)
+        pq = nodes * (1 - nodes)
+        out = np.empty((len(self.estimators), len(self.n_u), len(cfg.group_sizes), len(cfg.bands)))
+        for i, e in enumerate(self.estimators):
+            for j, G in enumerate(cfg.group_sizes):
+                out[i, :, j, :] = W @ (inside * (e.weight(nodes, G) * pq)[:, None])
+        return out, W @ inside
 
 
 def _offsets(lengths: np.ndarray) -> pa.Array:
@@ -576,9 +613,16 @@ def _weights(ids, pairs: _Pairs, run_id: str) -> pa.Table:
         column(np.repeat(pairs.p_u[:, None], K, axis=1)),
         column(per_pair(pairs.weight)),
         column(per_pair(pairs.mass)),
+        _nulls(N * K),  # weight_se: these weights are closed forms
         pa.array(np.tile(pairs.zero, (1, E))[inv].ravel()),
     ]
     return pa.Table.from_arrays(cols, schema=schema.WEIGHTS)
+
+
+def _nulls(n: int, chunk: int = 1 << 16) -> pa.ChunkedArray:
+    """``n`` null float64 values as one small chunk repeated: no memory at Big-Math scale (13.75M rows)."""
+    block = pa.nulls(min(n, chunk), pa.float64())
+    return pa.chunked_array([block] * (n // chunk) + [block.slice(0, n % chunk)], pa.float64())
 
 
 RECO_ANSWERS = "reco_answers"  # the weights table's label of the answer-aware ReCo weight
@@ -586,8 +630,10 @@ RECO_ANSWERS = "reco_answers"  # the weights table's label of the answer-aware R
 
 def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: pa.Table, run_id: str) -> pa.Table:
     """``weights`` rows of the answer-aware ReCo weight (``est.reco_answer_weight_from_counts``,
-    plug-in, exact) at each G of ``reco_answers``; computed once per distinct histogram. A prompt
-    without samples gets nulls; samples with no extracted answer count as one shared wrong answer."""
+    plug-in, ``method="auto"``) at each G of ``reco_answers``; computed once per distinct histogram.
+    A prompt without samples gets nulls; samples with no extracted answer count as one shared wrong
+    answer. ``weight_se`` is the Monte Carlo standard error where a histogram was too wide for the
+    exact method, null where exact."""
     cfg = pairs.config
     N = len(ids)
     hist = _answer_histogram(counts)
@@ -606,6 +652,7 @@ def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: 
     rows = []
     for G in cfg.reco_answers:
         got = est.reco_answer_weight_from_counts(unique[:, 1:], G, n_correct=unique[:, 0].astype(int))
+        se = np.where(got.method == "mc", got.se_weight, np.nan)[inverse]
         g = cfg.group_sizes.index(G)
         rows.append(
             pa.table(
@@ -617,6 +664,7 @@ def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: 
                     "p": pa.array(p, mask=np.isnan(p)),
                     "weight": pa.array(got.weight[inverse], mask=np.isnan(got.weight[inverse])),
                     "mass": pa.array(got.mass[inverse], mask=np.isnan(got.mass[inverse])),
+                    "weight_se": pa.array(se, mask=np.isnan(se)),
                     "zero_signal": pa.array(pairs.zero[:, g][pairs.inv]),
                 }
             )
@@ -677,6 +725,9 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
                 z = pairs.zero[:, j]
                 factor = sum(z**t for t in range(e.T))
                 add("dapo", "rollouts_factor_resample", mean(factor), total, estimator=label, G=G)
+    # A posterior run's band share is sum_i E[1{p_i in band} m(p_i)] / sum_i E[m(p_i)]: putting each
+    # prompt in the band of its posterior mean would pile the shrunken ones into the middle bands.
+    in_band, band_prob = pairs.band_masses() if cfg.posterior else (None, None)
     for i, label in enumerate(pairs.labels):
         for j, G in enumerate(cfg.group_sizes):
             mass = np.nan_to_num(pairs.mass[i, :, j]) * m
@@ -684,10 +735,16 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
             add(
                 "gradient_share", "mean_mass", tot / total if total else np.nan, total, estimator=label, G=G, band="all"
             )
-            for band in cfg.bands:
-                inside = band.contains(p_safe) & known
-                share = mass[inside].sum() / tot if tot > 0 else np.nan
-                add("gradient_share", "share", share, int(m[inside].sum()), estimator=label, G=G, band=band.name)
+            for b, band in enumerate(cfg.bands):
+                if in_band is not None:
+                    part = float(in_band[i, :, j, b] @ m)
+                    share = part / tot if tot > 0 else np.nan
+                    count = int(round(float(band_prob[:, b] @ m)))
+                else:
+                    inside = band.contains(p_safe) & known
+                    share = mass[inside].sum() / tot if tot > 0 else np.nan
+                    count = int(m[inside].sum())
+                add("gradient_share", "share", share, count, estimator=label, G=G, band=band.name)
     if cfg.pass_at_k and total:
         kmax = int(pairs.n_u.max())
         sums = np.zeros(kmax)

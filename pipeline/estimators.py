@@ -630,8 +630,9 @@ def get(spec: str | Estimator) -> Estimator:
 
 # --- answer-aware ReCo weight (docs/estimators.md §6) -------------------------------------------
 
-#: ``method="auto"`` is exact while ``_exact_cost`` (array operations per prompt of the occupancy
-#: recursion, about ``A (min(G, A) + 8) (G + 1)^2``) is at most this, and Monte Carlo above it. Measured
+#: ``method="auto"`` is exact for a prompt while its ``_exact_cost`` (array operations of the occupancy
+#: recursion, about ``A (min(G, A) + 8) (G + 1)^2`` for A answers in a class) is at most this, and
+#: Monte Carlo above it; each prompt is judged alone, so one wide prompt moves only itself. Measured
 #: on a 2-core CPU: the exact path takes 0.2 ms a prompt at G = 16 with 16 answers, 5 ms at G = 64
 #: with 64, 0.35 s at G = 256 with 64 (cost 3e8, where 20,000 Monte Carlo replicates take about as
 #: long); G = 64 stays exact up to about 1,000 distinct answers, G = 256 up to about 60.
@@ -642,16 +643,17 @@ class AnswerAwareWeight(NamedTuple):
     """Answer-aware ReCo weight per prompt (docs/estimators.md §6): arrays of shape ``(P,)``, or
     floats when one prompt was given as a 1-D row.
 
-    ``se_weight`` and ``se_mass`` are Monte Carlo standard errors (0 where exact); ``method`` says
-    which was used ("exact" or "mc"). NaN rows: a prompt without answers, or (from counts) fewer
-    samples than G for the unbiased estimate.
+    ``method`` says how each prompt was computed, "exact" or "mc" (a string array, or a string for
+    one prompt); ``se_weight`` and ``se_mass`` are the Monte Carlo standard errors (0 where exact).
+    NaN rows: a prompt without answers, or (from counts) fewer samples than G for the unbiased
+    estimate.
     """
 
     weight: np.ndarray
     mass: np.ndarray
     se_weight: np.ndarray
     se_mass: np.ndarray
-    method: str
+    method: np.ndarray
 
 
 def _f_table(dc: int, dw: int) -> np.ndarray:
@@ -741,8 +743,12 @@ def _occupancy(weights: np.ndarray, G: int, *, finite: bool) -> np.ndarray:
     return T
 
 
-def _exact_cost(a_correct: int, a_wrong: int, G: int) -> float:
-    return float(sum(a * (min(G, a) + 8) * (G + 1) ** 2 for a in (a_correct, a_wrong)))
+def _exact_cost(a_correct, a_wrong, G: int):
+    """Array operations of the exact method for one prompt with these answer counts per class (ints
+    or arrays of them, one per prompt)."""
+    a = np.asarray([a_correct, a_wrong], dtype=float)
+    cost = (a * (np.minimum(G, a) + 8) * (G + 1) ** 2).sum(axis=0)
+    return float(cost) if cost.ndim == 0 else cost
 
 
 def _poly_weights(G: int, p: np.ndarray) -> np.ndarray:
@@ -786,16 +792,23 @@ def _prefix_distinct(x: np.ndarray) -> np.ndarray:
 
 
 def _draw(probs: np.ndarray, size: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
-    """Answer indices drawn iid from each row of ``probs`` (rows normalised, zero rows: answer 0)."""
+    """Answer indices drawn iid from each row of ``probs`` (any scale). A row without weight, or a
+    class without columns, always gives answer 0: ``_occupancy``'s convention that draws from an
+    empty class show one distinct answer (a class is empty only at p = 0 or 1, where just its first
+    draw carries weight: k = 1, resp. G - k = 1)."""
     R, A = probs.shape
-    total = probs.sum(axis=1, keepdims=True)
-    cdf = np.cumsum(np.where(total > 0, probs / np.where(total > 0, total, 1.0), np.eye(1, A)), axis=1)
-    cdf[:, -1] = 1.0
+    if A == 0:
+        return np.zeros((R, *size), dtype=np.intp)
+    cum = np.cumsum(probs, axis=1)
+    total = cum[:, -1:]
+    cdf = np.where(total > 0, cum / np.where(total > 0, total, 1.0), 1.0)  # exactly 1 from the last answer on
+    # the last column with weight: rounding in the shared searchsorted below never lands past it
+    last = np.where(total[:, 0] > 0, A - 1 - np.argmax(probs[:, ::-1] > 0, axis=1), 0)
     offset = np.arange(R, dtype=float)[:, None]
     flat = (cdf + offset).ravel()  # increasing across rows, so one searchsorted serves every row
     u = rng.random((R, *size)) + offset[:, :, None]
     idx = np.searchsorted(flat, u.reshape(R, -1), side="right").reshape(R, *size)
-    return np.minimum(idx - (np.arange(R) * A)[:, None, None], A - 1)
+    return np.minimum(idx - (np.arange(R) * A)[:, None, None], last[:, None, None])
 
 
 def _weight_mc(
@@ -842,20 +855,41 @@ def _rows(x: np.ndarray | list, what: str) -> tuple[np.ndarray, bool]:
     return x, one
 
 
-def _finish(weight, se, p, method: str, one: bool) -> AnswerAwareWeight:
+def _finish(weight, se, p, exact: np.ndarray, one: bool) -> AnswerAwareWeight:
     pq = p * (1 - p)
-    out = AnswerAwareWeight(weight, weight * pq, se, se * pq, method)
-    if one:
-        return AnswerAwareWeight(*(float(v[0]) for v in out[:4]), method)
-    return out
+    out = AnswerAwareWeight(weight, weight * pq, se, se * pq, np.where(exact, "exact", "mc"))
+    return _single(out) if one else out
 
 
-def _choose(method: str, correct: np.ndarray, wrong: np.ndarray, G: int) -> str:
+def _single(out: AnswerAwareWeight) -> AnswerAwareWeight:
+    """The one prompt of a one-row result, as floats and a string."""
+    return AnswerAwareWeight(*(float(v[0]) for v in out[:4]), str(out.method[0]))
+
+
+def _widths(x: np.ndarray) -> np.ndarray:
+    return np.count_nonzero(x, axis=1)
+
+
+def _choose(method: str, correct: np.ndarray, wrong: np.ndarray, G: int) -> np.ndarray:
+    """Per prompt: True where the exact method is used."""
     if method not in ("auto", "exact", "mc"):
         raise ConfigError(f"method={method!r} must be 'auto', 'exact' or 'mc'")
     if method != "auto":
-        return method
-    return "exact" if _exact_cost(correct.shape[1], wrong.shape[1], G) <= EXACT_COST_LIMIT else "mc"
+        return np.full(correct.shape[0], method == "exact")
+    return np.asarray(_exact_cost(_widths(correct), _widths(wrong), G) <= EXACT_COST_LIMIT)
+
+
+def _batches(correct: np.ndarray, wrong: np.ndarray, exact: np.ndarray) -> list[tuple[np.ndarray, bool]]:
+    """Row indices computed together, and whether exactly: the Monte Carlo rows in one batch, the exact
+    rows by the power of two at or above each class's answer count, since an exact batch costs as its
+    widest row (a zero column is a step that changes nothing)."""
+    out = [(np.flatnonzero(~exact), False)] if (~exact).any() else []
+    if exact.any():
+        rows = np.flatnonzero(exact)
+        level = [np.ceil(np.log2(np.maximum(_widths(x[rows]), 1))).astype(np.int64) for x in (correct, wrong)]
+        key = level[0] * 64 + level[1]
+        out += [(rows[key == k], True) for k in np.unique(key)]
+    return out
 
 
 def reco_answer_weight(
@@ -878,8 +912,8 @@ def reco_answer_weight(
         n_correct: how many leading columns of each row are correct answers (an int, or one per
             prompt). A correct answer with several forms ("1/2", "0.5") is several columns.
         method: "exact" (the occupancy recursion of ``_occupancy``), "mc" (Monte Carlo with
-            ``n_mc`` replicates, seeded by ``seed``, standard error returned), or "auto": exact while
-            ``_exact_cost`` is within ``EXACT_COST_LIMIT``.
+            ``n_mc`` replicates, seeded by ``seed``, standard error returned), or "auto": per prompt,
+            exact while its ``_exact_cost`` is within ``EXACT_COST_LIMIT``, Monte Carlo otherwise.
 
     Definition (docs/estimators.md §6): a group of G iid responses with ``D_C`` distinct correct and
     ``D_W`` distinct wrong answers has ``(1/G) sum_i r_i A_i = D_C D_W / (D_C + D_W)^2`` under
@@ -903,17 +937,19 @@ def reco_answer_weight(
         raise ConfigError("each row of probs must sum to 1 (or be all zero for a prompt without answers)")
     correct, wrong = _split(x, n_correct)
     p = np.clip(correct.sum(axis=1), 0.0, 1.0)
-    chosen = _choose(method, correct, wrong, G)
-    if chosen == "exact":
-        weight = np.einsum("pk,pk->p", _poly_weights(G, p), _phi_exact(correct, wrong, G, finite=False))
-        se = np.zeros(len(p))
-    else:
-        if int(n_mc) != n_mc or n_mc < 2:
-            raise ConfigError(f"n_mc={n_mc!r} must be an integer >= 2")
-        weight, se = _weight_mc(correct, wrong, p, G, int(n_mc), np.random.default_rng(seed))
+    exact = _choose(method, correct, wrong, G)
+    if method != "exact" and (int(n_mc) != n_mc or n_mc < 2):
+        raise ConfigError(f"n_mc={n_mc!r} must be an integer >= 2")
+    weight, se = np.empty(len(p)), np.zeros(len(p))
+    for rows, is_exact in _batches(correct, wrong, exact):
+        c, w = _compact(correct[rows]), _compact(wrong[rows])
+        if is_exact:
+            weight[rows] = np.einsum("pk,pk->p", _poly_weights(G, p[rows]), _phi_exact(c, w, G, finite=False))
+        else:
+            weight[rows], se[rows] = _weight_mc(c, w, p[rows], G, int(n_mc), np.random.default_rng(seed))
     weight = np.where(known, weight, np.nan)
     se = np.where(known, se, np.nan)
-    return _finish(weight, se, np.where(known, p, np.nan), chosen, one)
+    return _finish(weight, se, np.where(known, p, np.nan), exact, one)
 
 
 def reco_answer_weight_from_counts(
@@ -943,7 +979,7 @@ def reco_answer_weight_from_counts(
         with np.errstate(invalid="ignore", divide="ignore"):
             probs = np.where(n[:, None] > 0, x / np.where(n > 0, n, 1.0)[:, None], 0.0)
         out = reco_answer_weight(probs, G, n_correct=n_correct, method=method, n_mc=n_mc, seed=seed)
-        return AnswerAwareWeight(*(float(v[0]) for v in out[:4]), out.method) if one else out
+        return _single(out) if one else out
     if estimate != "unbiased":
         raise ConfigError(f"estimate={estimate!r} must be 'plugin' or 'unbiased'")
     if method == "mc":
@@ -952,7 +988,9 @@ def reco_answer_weight_from_counts(
         raise ConfigError("estimate='unbiased' needs integer counts")
     correct, wrong = _split(x, n_correct)
     n_c = correct.sum(axis=1)
-    phi = _phi_exact(correct, wrong, G, finite=True)
+    phi = np.empty((len(n), G + 1))
+    for rows, _ in _batches(correct, wrong, np.ones(len(n), dtype=bool)):
+        phi[rows] = _phi_exact(_compact(correct[rows]), _compact(wrong[rows]), G, finite=True)
     k = np.arange(G + 1, dtype=float)[None, :]
     enough = n >= G  # the U-statistic needs G of the n samples
     with np.errstate(invalid="ignore"):
@@ -964,8 +1002,8 @@ def reco_answer_weight_from_counts(
     with np.errstate(invalid="ignore", divide="ignore"):
         weight = np.where(pq > 0, mass / np.where(pq > 0, pq, 1.0), np.nan)
     zeros = np.where(np.isnan(mass), np.nan, 0.0)
-    out = AnswerAwareWeight(weight, mass, zeros, zeros, "exact")
-    return AnswerAwareWeight(*(float(v[0]) for v in out[:4]), "exact") if one else out
+    out = AnswerAwareWeight(weight, mass, zeros, zeros, np.full(len(mass), "exact"))
+    return _single(out) if one else out
 
 
 def answer_matrix(

@@ -193,6 +193,9 @@ WEIGHTS = pa.schema(
         pa.field("p", pa.float64()),  # point estimate c / n (null when n = 0)
         pa.field("weight", pa.float64()),  # w(p, G) at p
         pa.field("mass", pa.float64()),  # w(p, G) p q
+        # Monte Carlo standard error of weight (reco_answers rows too wide for the exact method);
+        # null where exact. The mass's is weight_se * mass / weight.
+        pa.field("weight_se", pa.float64()),
         pa.field("zero_signal", pa.float64()),  # unbiased (n >= G) or posterior (n < G)
     ]
 )
@@ -217,7 +220,7 @@ ALLOCATION = pa.schema(
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("objective", pa.string(), nullable=False),  # signal, knapsack, variance
         pa.field("estimator", pa.string()),  # for the signal objective
-        pa.field("method", pa.string()),  # fast or greedy
+        pa.field("method", pa.string()),  # fast, greedy, dp (exact) or lagrangian (see gap)
         pa.field("posterior", pa.bool_()),
         pa.field("budget", pa.int64()),
         pa.field("prompt_id", pa.string(), nullable=False),
@@ -226,6 +229,9 @@ ALLOCATION = pa.schema(
         pa.field("expected_value", pa.float64()),  # objective term at n_rollouts
         pa.field("uniform_n", pa.int32()),
         pa.field("uniform_value", pa.float64()),  # objective term under the uniform allocation
+        # certified distance of the allocation's total from the optimum (0: exact; lagrangian: the
+        # dual bound minus the total); the same on every row of one allocation, null before it existed
+        pa.field("gap", pa.float64()),
     ]
 )
 

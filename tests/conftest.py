@@ -133,6 +133,55 @@ def close_engines():
     close()
 
 
+# --- the fast tier: `make test-fast` -------------------------------------------------------------
+
+# Fixtures that start a server or load a real model: a test using one is `slow` by the marker's own
+# definition, marked here in one place rather than in each test file.
+SLOW_FIXTURES = frozenset(
+    {
+        "prefect_api",  # Prefect's ephemeral API server (10 to 60 s to start)
+        "s3_server",  # moto's S3 server (and s3_env, s3_data above it)
+        "s3_tools",  # another S3 server of a test's own
+        "browser",  # Chromium through Playwright (test_report)
+        "local_ray",  # a local Ray cluster (test_ray)
+        "tiny",  # real llama.cpp runs of the bundled model
+        "close_engines",
+        "sampler",  # test_sample_llamacpp's real llama.cpp sampler
+        "llama_server",  # llama-cpp-python's OpenAI-compatible server (test_sample_openai)
+    }
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--every-module",
+        action="store_true",
+        help="fail unless the tests that ran imported every module of the pipeline package (make test-fast)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With ``--every-module``: the modules of ``pipeline`` that no test imported in this process
+    (a tier that skips a module entirely is not a tier for editing it)."""
+    if not session.config.getoption("--every-module") or exitstatus != 0:
+        return
+    modules = set()
+    for path in (ROOT / "pipeline").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    # __main__ is the three lines of `python -m pipeline`, which the CLI tests run in subprocesses.
+    missing = sorted(modules - set(sys.modules) - {"pipeline.__main__"})
+    if missing:
+        session.config.get_terminal_writer().line(f"modules no test of this tier imported: {missing}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_configure(config):
     """The suite runs the real CPU components; a missing extra is an error, never a skip."""
     missing = [m for m in ("llama_cpp", "llama_cpp.server", "ray", "playwright", "s3fs", "moto") if _missing(m)]

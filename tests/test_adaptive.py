@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 
 from pipeline import adaptive, analyze, run, schema
 from pipeline import estimators as est
+from pipeline import prior as priors
 from pipeline.cli import app
 from pipeline.errors import ConfigError, SamplingError
 from pipeline.flows import executors, prefect_flows
@@ -224,6 +225,7 @@ def _posterior_analysis(prior: adaptive.Prior, Gs=(4, 8, 16)) -> analyze.Analysi
     return analyze.analyze(counts, "r", cfg)
 
 
+@pytest.mark.slow  # a minute of Monte Carlo on 2 cores: make test runs it, the fast tier does not
 def test_posterior_estimates_match_monte_carlo():
     """zero-signal rates, every estimator's weight and mass, and pass@k of an adaptive run's
     analysis are posterior expectations: checked against draws of p from each posterior, within
@@ -301,7 +303,10 @@ def test_plain_analysis_is_unchanged_without_posterior():
         ({"adaptive": "band", "round_rule": "random"}, "round rule 'random' is unknown: allowed step, greedy"),
         ({"adaptive": "band", "round_rule": "step:k=0"}, "k=0 must be an integer >= 1"),
         ({"adaptive": "band", "round_rule": "greedy:budget=0"}, "budget=0.0 must be a number > 0"),
-        ({"adaptive": "band", "adaptive_prior": "flat"}, "adaptive prior 'flat' is unknown: allowed fit, jeffreys"),
+        (
+            {"adaptive": "band", "adaptive_prior": "flat"},
+            "adaptive prior 'flat' is unknown: allowed auto, grid, fit, jeffreys",
+        ),
         ({"adaptive": "band", "n_min": 0}, "n_min=0 must be an integer >= 1"),
         ({"adaptive": "band", "n_min": 1}, "n_min=1 cannot fit a prior"),
     ],
@@ -418,12 +423,13 @@ def test_adaptive_run_end_to_end(store, close_engines):
     """Rounds of shards through the real stages: each prompt's samples are 0..n-1 once, with the
     seeds of a fixed-n run (its samples are the same ones); prompt_stats and runs record the spec's
     decisions; the analysis is the posterior one."""
-    result = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)
+    result = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="fit"), store)
     rid = result["run_id"]
     row = store.get_run(rid)
     acfg = adaptive.AdaptiveConfig.from_specs(**json.loads(row["adaptive"]))
     assert row["status"] == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05"
     prior = adaptive.Prior(row["prior_a"], row["prior_b"])
+    assert json.loads(row["prior"])["method"] == "fit"
     samples = store.read_table("samples", {"run_id": rid})
     per = {}
     for pid, idx in zip(samples.column("prompt_id").to_pylist(), samples.column("sample_idx").to_pylist(), strict=True):
@@ -607,13 +613,18 @@ def test_kill_9_of_an_adaptive_profile_then_rerun(prefect_api, tmp_path, close_e
 
 
 def test_report_shows_the_rounds(store, close_engines):
-    result = executors.profile_direct(run.ProfileConfig.build(**{**ADAPTIVE, "report": True}), store)
+    result = executors.profile_direct(
+        run.ProfileConfig.build(**{**ADAPTIVE, "report": True, "adaptive_prior": "grid"}), store
+    )
     html = Path(result["report"]).read_text()
     assert 'id="adaptive"' in html and "Adaptive profiling" in html
     assert "Prompts still open and rollouts spent, per round" in html
-    assert "Fitted prior over the pass-rate histogram" in html
+    assert "The dataset&#x27;s pass rates (fitted prior) beside the per-prompt estimates" in html or (
+        "The dataset's pass rates (fitted prior) beside the per-prompt estimates" in html
+    )
+    assert "dataset's pass rates: fitted grid prior" in html and "an artefact of stopping" in html
     assert re.search(r"of the rollouts saved|saved", html)
-    assert "posterior means under the fitted prior" in html
+    assert "posterior expectations under the fitted prior, grid prior (" in html
     fixed = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
     assert 'id="adaptive"' not in Path(fixed["report"]).read_text()
 
@@ -734,6 +745,37 @@ def test_cli_adaptive_profile_on_the_bundled_model(tmp_path, close_engines):
     assert "adaptive band:lo=0.1,hi=0.9,delta=0.05 (n 4..12" in out.output
     [report] = (data / "reports").glob("*.html")
     assert 'id="adaptive"' in report.read_text()
+
+
+def test_grid_prior_run_end_to_end(store, close_engines):
+    """The grid prior, refitted to every round's counts: the run stores it (points and masses),
+    every prompt's decision and estimates are the grid sums under it, and the last round's state
+    leaves no prompt open (decided under the final prior, or at n_max)."""
+    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="grid"), store)["run_id"]
+    row = store.get_run(rid)
+    acfg = adaptive.AdaptiveConfig.from_specs(**json.loads(row["adaptive"]))
+    assert acfg.prior == "grid"
+    stored = json.loads(row["prior"])
+    prior = adaptive.Prior.from_dict(stored)
+    assert prior.is_grid and stored["method"] == "grid" and len(stored["points"]) == len(stored["weights"])
+    p, w = np.array(stored["points"]), np.array(stored["weights"])
+    assert p[0] == 0.0 and p[-1] == 1.0 and w.sum() == pytest.approx(1.0)
+    ps = store.read_table("prompt_stats", {"run_id": rid}).to_pylist()
+    # the stored prior is the fit to the final counts
+    refit = priors.fit_grid_prior([r["n"] for r in ps], [r["c"] for r in ps])
+    np.testing.assert_allclose(refit.weights, w, atol=1e-12)
+    for r in ps:
+        n, c = r["n"], r["c"]
+        post = w * p**c * (1 - p) ** (n - c)
+        post /= post.sum()
+        probs = [post[p <= 0.1].sum(), post[(p > 0.1) & (p < 0.9)].sum(), post[p >= 0.9].sum()]
+        assert r["band_prob"] == pytest.approx(max(probs), abs=1e-9)
+        assert r["decided_band"] == adaptive.BANDS[int(np.argmax(probs))]
+        assert r["undecided"] == (max(probs) < 0.95)
+        assert n == acfg.n_max or not r["undecided"]
+        assert r["post_mean"] == pytest.approx(float(post @ p))
+        j = r["group_sizes"].index(8)
+        assert r["zero_signal"][j] == pytest.approx(float(post @ (p**8 + (1 - p) ** 8)))
 
 
 def test_reanalysing_an_adaptive_run_keeps_its_decisions_and_estimates(store, close_engines):

@@ -246,6 +246,16 @@ def _expected_rollouts(spec, p, grid):
     return np.array([[float(e.expected_rollouts(pi, int(G))) for G in grid] for pi in p])
 
 
+def _posterior_expected_rollouts(spec, a, b, grid):
+    """``E[c(n)]`` over each ``Beta(a, b)`` by numerical integration."""
+    e = est.get(spec)
+
+    def mean(G, ai, bi):
+        return integrate.quad(lambda x: float(e.expected_rollouts(x, int(G))) * beta_dist.pdf(x, ai, bi), 0, 1)[0]
+
+    return np.array([[mean(G, ai, bi) for G in grid] for ai, bi in zip(a, b, strict=True)])
+
+
 def test_dapo_resample_charges_expected_rollouts_and_is_exact():
     """Issue 16: v(n) of DAPO with resampling is not concave (p = 1/8 falls from n = 5), and a prompt
     spends G (1 - z^T)/(1 - z) rollouts in expectation (docs/estimators.md §3), not n."""
@@ -275,7 +285,7 @@ def test_dapo_resample_equals_brute_force(spec, posterior):
         if posterior:
             a, b = 0.5 + c, 0.5 + n - c
             value = alloc.value_table("signal", grid, alpha=a, beta=b, estimator=spec)
-            cost = _expected_rollouts(spec, a / (a + b), grid)
+            cost = _posterior_expected_rollouts(spec, a, b, grid)
         else:
             value = alloc.value_table("signal", grid, p=c / n, estimator=spec)
             cost = _expected_rollouts(spec, c / n, grid)
@@ -316,7 +326,7 @@ def test_dp_is_exact_on_a_non_concave_table_where_greedy_is_not():
 
 def test_exact_allocation_refuses_when_too_large():
     n, c = _instance(3, N=3000, n_obs=16)
-    cfg = alloc.AllocationConfig(budget=16 * 3000, estimator=DAPO_T4, n_min=2, n_max=512)
+    cfg = alloc.AllocationConfig(budget=16 * 3000, estimator=DAPO_T4, n_min=2, n_max=512, method="dp")
     with pytest.raises(errors.AllocationTooLargeError, match="n_max"):
         alloc.allocate(n, c, cfg)
 
@@ -481,3 +491,189 @@ def test_prompts_without_samples_one_rule_everywhere():
         alloc.allocate(n, c, point, prompt_ids=ids)
     table, res = alloc.allocate_prompts("r", ids, n, c, alloc.AllocationConfig(budget=12, posterior=True))
     assert table.column("prompt_id").to_pylist() == ["a", "b", "c"] and res.n.sum() == 12
+
+
+# --- issue 23: posterior expectations, the Lagrangian relaxation, mirrored ties -------------------
+
+
+def test_posterior_dapo_resample_tables_are_posterior_expectations():
+    """docs/estimators.md §5: under a posterior, DAPO-resample's v(n) and expected rollouts c(n) are
+    averages over Beta(a, b) (exact sums of Beta moments), not their values at the posterior mean."""
+    grid = np.array([1, 3, 16])
+    a, b = np.array([0.5, 4.5, 1.5]), np.array([4.5, 0.5, 1.5])
+    for spec in (DAPO_T4, "dapo:mode=resample,T=2"):
+        e = est.get(spec)
+        value = alloc.value_table("signal", grid, alpha=a, beta=b, estimator=spec)
+        cost = alloc.cost_table("signal", grid, alpha=a, beta=b, estimator=spec)
+        for i in range(len(a)):
+            for j, G in enumerate(grid):
+
+                def avg(f, i=i):
+                    return integrate.quad(lambda x: float(f(x)) * beta_dist.pdf(x, a[i], b[i]), 0, 1, limit=200)[0]
+
+                mass, spend = e.mass, e.expected_rollouts
+                assert value[i, j] == pytest.approx(avg(lambda x, G=G, f=mass: f(x, int(G))), rel=1e-7, abs=1e-14)
+                assert cost[i, j] == pytest.approx(avg(lambda x, G=G, f=spend: f(x, int(G))), rel=1e-9)
+        # the posterior mean is not the same thing: at Beta(0.5, 4.5) and n = 16 it undercharges
+        mean = a / (a + b)
+        assert cost[0, -1] > float(e.expected_rollouts(mean[0], 16)) * 1.2
+
+
+def test_posterior_dapo_resample_against_simulation():
+    """Monte Carlo of the resampling itself: p from the posterior, a group of G drawn again while it
+    is silent, up to T tries; the rollouts spent and the last group's sigma_k average to c(G), v(G)."""
+    rng = np.random.default_rng(23)
+    M, T = 400_000, 4
+    for a, b, G in ((0.5, 4.5, 8), (4.5, 0.5, 3), (2.5, 2.5, 5)):
+        p = rng.beta(a, b, M)
+        spent, sigma = np.zeros(M), np.zeros(M)
+        active = np.ones(M, bool)
+        for _ in range(T):
+            k = rng.binomial(G, p)
+            spent += G * active
+            sigma = np.where(active, np.sqrt(k * (G - k)) / G, sigma)
+            active &= (k == 0) | (k == G)
+        grid = np.array([G])
+        c = alloc.cost_table("signal", grid, alpha=np.array([a]), beta=np.array([b]), estimator=DAPO_T4)[0, 0]
+        v = alloc.value_table("signal", grid, alpha=np.array([a]), beta=np.array([b]), estimator=DAPO_T4)[0, 0]
+        assert abs(spent.mean() - c) < 4 * spent.std() / math.sqrt(M), (a, b, G)
+        assert abs(sigma.mean() - v) < 4 * sigma.std() / math.sqrt(M), (a, b, G)
+
+
+def test_posterior_dapo_resample_allocation_keeps_its_budget():
+    """It reported 79.72 expected rollouts for an allocation whose posterior expectation is 91.4."""
+    n = np.array([4] * 6 + [8] * 2)
+    c = np.array([0, 0, 0, 4, 4, 4, 4, 2])
+    cfg = alloc.AllocationConfig(budget=80, estimator=DAPO_T4, n_min=2, n_max=24, posterior=True)
+    res = alloc.allocate(n, c, cfg)
+    truth = [
+        _posterior_expected_rollouts(DAPO_T4, [0.5 + ci], [0.5 + ni - ci], [g])[0, 0]
+        for ni, ci, g in zip(n, c, res.n, strict=True)
+    ]
+    np.testing.assert_allclose(res.cost, truth, rtol=1e-9)
+    assert res.expected_rollouts == pytest.approx(sum(truth), rel=1e-9)
+    assert sum(truth) <= 80 + 1e-9
+
+
+def _dual(value, cost, key, budget, lam):
+    """``lam B + sum_i max_n (v_i(n) - lam c_i(n))``: an upper bound on every feasible allocation
+    (summed about each row's best n, so that a price of 1e300 does not swamp the values)."""
+    v, c = value[key], np.asarray(cost, float)[key]
+    j = np.argmax(v - lam * c, axis=1)
+    vj, cj = v[np.arange(len(key)), j], c[np.arange(len(key)), j]
+    best = np.max(v - vj[:, None] - lam * (c - cj[:, None]), axis=1)
+    return lam * (budget - cj.sum()) + vj.sum() + best.sum()
+
+
+def test_lagrangian_bound_brackets_the_exact_optimum():
+    # DAPO with resampling (expected rollouts, a bound on the spend) against the exact programme
+    for posterior in (False, True):
+        for seed in range(3):
+            n, c = _instance(seed, N=10, n_obs=8)
+            for budget in (70, 95, 120):
+                cfg = alloc.AllocationConfig(
+                    budget=budget, estimator=DAPO_T4, n_min=2, n_max=12, posterior=posterior, method="dp"
+                )
+                exact = alloc.allocate(n, c, cfg)
+                relax = alloc.allocate(n, c, dataclasses.replace(cfg, method="lagrangian"))
+                assert exact.method == "dp" and relax.method == "lagrangian"
+                assert relax.expected_rollouts <= budget * (1 + 1e-12)
+                assert relax.n.min() >= 2 and relax.n.max() <= 12
+                assert relax.total <= exact.total + 1e-12
+                assert exact.total <= relax.total + relax.gap + 1e-12, (posterior, seed, budget)
+                assert relax.total >= 0.97 * exact.total
+    # random non-concave tables charged whole rollouts: the budget is spent exactly
+    rng = np.random.default_rng(8)
+    grid = np.arange(2, 8)
+    for _ in range(30):
+        t = rng.normal(size=(3, 6)).cumsum(axis=1)
+        k = rng.integers(0, 3, 5)
+        for budget in (10, 17, 26, 35):
+            r = alloc.allocate_lagrangian(t, k, budget, 2, 7)
+            best = t[k, alloc.allocate_dp(t, k, budget, 2, 7) - 2].sum()
+            assert r.n.sum() == budget and r.n.min() >= 2 and r.n.max() <= 7
+            assert r.total == pytest.approx(t[k, r.n - 2].sum(), rel=1e-12)
+            assert r.total <= best + 1e-9 <= r.bound + 2e-9
+            # the bound is the dual at its multiplier, and no price gives a lower one
+            at = _dual(t, np.tile(grid, (3, 1)), k, budget, r.multiplier)
+            assert r.bound == pytest.approx(at, rel=1e-9, abs=1e-9)
+            for lam in np.linspace(-3, 3, 13):
+                assert _dual(t, np.tile(grid, (3, 1)).astype(float), k, budget, lam) >= r.bound - 1e-9
+
+
+def test_auto_allocates_large_dapo_resample_with_a_certified_gap():
+    """3,000 prompts at n_max = 512 were refused (AllocationTooLargeError); now the relaxation
+    answers, within a certified gap, and the exact programme still answers where it fits."""
+    n, c = _instance(3, N=3000, n_obs=16)
+    budget = 16 * 3000
+    cfg = alloc.AllocationConfig(budget=budget, estimator=DAPO_T4, n_min=2, n_max=512)
+    assert cfg.method == "auto"
+    res = alloc.allocate(n, c, cfg)
+    assert res.method == "lagrangian"
+    assert budget * 0.999 <= res.expected_rollouts <= budget * (1 + 1e-12)
+    assert 0 <= res.relative_gap < 1e-4
+    assert res.total > res.uniform_total
+    # the certificate: no multiplier gives a dual below total + gap (the gap is the dual's minimum)
+    grid = np.arange(2, 513)
+    n_u, c_u, key = alloc.stats.unique_pairs(n, c)
+    value = alloc.value_table("signal", grid, p=c_u / n_u, estimator=DAPO_T4)
+    cost = _expected_rollouts_fast(DAPO_T4, c_u / n_u, grid)
+    for lam in np.geomspace(1e-4, 1.0, 25):
+        assert _dual(value, cost, key, budget, lam) >= (res.total + res.gap) * (1 - 1e-12)
+    # small instances keep the exact method
+    small = alloc.allocate(n[:4], c[:4], dataclasses.replace(cfg, budget=64, n_max=24))
+    assert small.method == "dp" and small.gap == 0
+
+
+def _expected_rollouts_fast(spec, p, grid):
+    e = est.get(spec)
+    return np.stack([e.expected_rollouts(p, int(G)) for G in grid], axis=1)
+
+
+# Mirrored pairs where rounding noise used to give the second prompt the tied rollout:
+# (posterior, n, c, budget) at n_min = 2, n_max = 256.
+MIRROR_CASES = [
+    (False, 4, 1, 403),
+    (False, 16, 5, 89),
+    (False, 16, 7, 333),
+    (True, 4, 1, 327),
+    (True, 8, 2, 283),
+    (True, 16, 5, 141),
+]
+
+
+@pytest.mark.parametrize("posterior,n_obs,c,budget", MIRROR_CASES)
+def test_mirrored_prompts_follow_the_tie_rule(posterior, n_obs, c, budget):
+    """(n, c) and (n, n - c) have the same value under a p <-> q symmetric estimator; the stated
+    rule (fewest rollouts first, then prompt order) gives the first one the odd rollout."""
+    for method in ("fast", "greedy"):
+        cfg = alloc.AllocationConfig(budget=budget, n_min=2, n_max=256, posterior=posterior, method=method)
+        res = alloc.allocate([n_obs, n_obs], [c, n_obs - c], cfg)
+        np.testing.assert_array_equal(res.n, [(budget + 1) // 2, budget // 2])
+
+
+def test_every_mirrored_pair_follows_the_tie_rule():
+    """Every mirrored pair with n <= 16 (GRPO with point estimates and the posterior, RLOO), at
+    budgets across n_min = 2 .. n_max = 256: the two prompts get one bit-identical row of the table
+    ``allocate`` hands out, and both methods give the first prompt each tied rollout first."""
+    pairs = [(n, c) for n in range(1, 17) for c in range(0, (n + 1) // 2) if 2 * c != n]
+    n_obs = np.repeat([n for n, _ in pairs], 2)
+    c_obs = np.array([x for n, c in pairs for x in (c, n - c)])
+    budgets = range(5, 513, 24)
+    checked = 0
+    for spec, posterior in (("grpo", False), ("grpo", True), ("rloo", False)):
+        cfg = alloc.AllocationConfig(budget=len(n_obs) * 2, estimator=spec, n_min=2, n_max=256, posterior=posterior)
+        key, table, _ = alloc.allocation_tables(n_obs, c_obs, cfg)
+        for i in range(0, len(key), 2):
+            rows = table[key[i : i + 2]]
+            assert np.array_equal(rows[0], rows[1]), (spec, posterior, pairs[i // 2])
+            for budget in budgets:
+                for fn in (alloc.allocate_fast, alloc.allocate_greedy):
+                    got = fn(rows, np.arange(2), budget, 2, 256, rtol=alloc.TIE_RTOL)
+                    assert list(got) == [(budget + 1) // 2, budget // 2], (spec, posterior, pairs[i // 2], budget)
+                    checked += 1
+    assert checked == 3 * len(pairs) * len(budgets) * 2 > 3000
+    # an estimator that is not symmetric keeps one row per pair (its values differ)
+    cfg = alloc.AllocationConfig(budget=8, estimator="maxrl", n_min=2, n_max=8)
+    key, _, _ = alloc.allocation_tables(np.array([8, 8]), np.array([1, 7]), cfg)
+    assert key[0] != key[1]

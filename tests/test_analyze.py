@@ -466,6 +466,43 @@ def test_answer_aware_reco_rows_match_brute_force():
     assert got["many-wrong", 4]["weight"] < binary["many-wrong", 4]["weight"]
 
 
+def test_answer_aware_reco_rows_store_the_monte_carlo_error_where_it_was_used():
+    """At G = 64 a histogram with 1,100 distinct wrong answers is past the exact method's cost limit:
+    its row alone is Monte Carlo, with ``weight_se`` > 0 and within 5 of it of the exact value; the
+    other prompts' rows stay exact, with ``weight_se`` null, as on every other estimator's rows."""
+    wide = [("0", 300, 300)] + [(f"w{i}", 1, 0) for i in range(1100)]
+    hists = {"wide": wide, "narrow": [("42", 5, 5), ("1", 2, 0), ("2", 1, 0)], "binary": [("5", 5, 5), ("6", 3, 0)]}
+    counts = pa.Table.from_pylist(
+        [
+            {
+                "prompt_id": pid,
+                "n": sum(n for _, n, _ in hist),
+                "c": sum(k for *_, k in hist),
+                "answer_values": [a for a, *_ in hist],
+                "answer_counts": [n for _, n, _ in hist],
+                "answer_correct_counts": [k for *_, k in hist],
+            }
+            for pid, hist in hists.items()
+        ]
+    )
+    cfg = an.AnalyzeConfig(group_sizes=(8, 64), estimators=("grpo",), reco_answers=(8, 64))
+    weights = an.analyze(counts, "r", cfg).weights
+    assert weights.schema == schema.WEIGHTS
+    rows = weights.to_pylist()
+    assert all(r["weight_se"] is None for r in rows if r["estimator"] != an.RECO_ANSWERS)
+    got = {(r["prompt_id"], r["G"]): r for r in rows if r["estimator"] == an.RECO_ANSWERS}
+    assert sorted(got) == sorted((pid, G) for pid in hists for G in (8, 64))
+    for (pid, G), row in got.items():
+        x = np.array([[n for _, n, _ in hists[pid]]], float)
+        exact = est.reco_answer_weight_from_counts(x, G, n_correct=1, method="exact")
+        if (pid, G) == ("wide", 64):
+            assert row["weight_se"] > 0
+            assert abs(row["weight"] - exact.weight[0]) <= 5 * row["weight_se"]
+        else:
+            assert row["weight_se"] is None, (pid, G)
+            assert row["weight"] == pytest.approx(exact.weight[0], rel=1e-12), (pid, G)
+
+
 def test_answer_aware_reco_needs_histograms_and_listed_group_sizes():
     with pytest.raises(ValueError, match=r"reco_answers G=\[16\] must be among the group sizes"):
         an.AnalyzeConfig(group_sizes=(4, 8), reco_answers=(16,))

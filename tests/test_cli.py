@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import json
 import os
@@ -17,8 +18,9 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from pipeline.api import Tables
 from pipeline.cli import app, output
-from pipeline.cli.options import profile_defaults
+from pipeline.cli.profile_options import profile_defaults
 from pipeline.errors import StoreError
 from pipeline.store import Store
 
@@ -75,6 +77,24 @@ def test_sql_formats_and_output_file(data_dir, tmp_path):
     assert out.exit_code == 0 and "prompt_id" in out.output
     out = runner.invoke(app, ["sql", "select 1", "--format", "parquet"])
     assert out.exit_code == 1 and "--output" in out.output
+
+
+def test_sql_reads_only_the_tables_its_query_names(data_dir):
+    """A query lists and checks only the files of the views it names: a damaged samples file is
+    left alone by a query on runs, and moved aside by one on samples; a query on the catalogue
+    sees every view."""
+    runner.invoke(app, ["load", "arithmetic", "--limit", "3"])
+    bad = data_dir / "samples" / "run_id=r" / "shard-00000.parquet"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not parquet")
+    out = runner.invoke(app, ["sql", "select count(*) as n from problems", "--format", "csv"])
+    assert out.exit_code == 0 and out.stdout.splitlines() == ["n", "3"] and bad.exists()
+    out = runner.invoke(app, ["sql", "select count(*) as n from duckdb_views() where not internal", "--format", "csv"])
+    assert out.exit_code == 0 and int(out.stdout.splitlines()[1]) == len(Tables.views)
+    assert not bad.exists()  # the catalogue query made every view, samples' included
+    bad.write_bytes(b"not parquet")
+    out = runner.invoke(app, ["sql", "select count(*) as n from samples", "--format", "csv"])
+    assert out.exit_code == 0 and out.stdout.splitlines() == ["n", "0"] and not bad.exists()
 
 
 def test_sql_error_exit_1_nothing_written(data_dir, tmp_path):
@@ -227,7 +247,7 @@ def test_profile_pass_rates_option_reaches_the_backend(tmp_path):
 
 def _params(command: str) -> dict[str, object]:
     group = typer.main.get_command(app)
-    return {p.name: p for p in group.commands[command].params}
+    return {p.name: p for p in group.get_command(None, command).params}
 
 
 def test_profile_options_are_the_same_on_profile_schedule_and_checkpoints():
@@ -357,17 +377,139 @@ def test_drift_and_checkpoints_listing_formats(data_dir, tmp_path):
     assert "no new checkpoints" in out.stderr
 
 
-def test_importing_the_cli_loads_no_heavy_module():
-    code = (
-        "import sys, pipeline.cli\n"
-        "heavy = ('prefect', 'plotly', 'polars', 'scipy', 'jinja2', 'ray', 'llama_cpp', 'math_verify')\n"
-        "mine = ('pipeline.run', 'pipeline.report', 'pipeline.flows', 'pipeline.analyze', 'pipeline.allocate')\n"
-        "light = ('pipeline.run', 'pipeline.run.config')  # the config the profile options are built from\n"
-        "print([m for m in sys.modules if m.split('.')[0] in heavy or (m.startswith(mine) and m not in light)])\n"
+# What a command may not import: the samplers' and flows' dependencies, and the pipeline's own
+# computing modules. Checked by name in the process that ran the command, never by its time.
+HEAVY = ("scipy", "httpx", "prefect", "plotly", "vllm", "torch", "polars", "jinja2", "ray", "llama_cpp", "math_verify")
+COMPUTING = ("pipeline.sample", "pipeline.run", "pipeline.flows", "pipeline.report", "pipeline.analyze")
+RUN_AND_LIST = (
+    "import json, runpy, sys\n"
+    "out, sys.argv = sys.argv[1], ['difficulty', *sys.argv[2:]]\n"
+    "try:\n    runpy.run_module('pipeline', run_name='__main__')\n"
+    "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+    "open(out, 'w').write(json.dumps(sorted(sys.modules)))\n"
+)
+
+
+def modules_after(tmp_path: Path, *args: str, env: dict | None = None) -> set[str]:
+    """Every module loaded by the end of ``difficulty ARGS`` in a fresh interpreter."""
+    listing = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST, str(listing), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(listing.read_text()))
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in names or m.startswith(names))
+
+
+def test_importing_the_cli_loads_no_command_module():
+    code = "import sys, pipeline.cli\nprint(sorted(m for m in sys.modules if m.startswith('pipeline.')))\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == "['pipeline.cli']"
+
+
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [
+        (["--help"], ()),
+        (["sql", "select count(*) from samples"], ()),
+        (["sql", "--help"], ()),
+        (["runs"], ()),
+        (["groupsize", "--p", "0.5"], ()),
+        (["tries", "--p", "0.5"], ()),
+        (["weights", "--G", "4"], ("scipy",)),  # the estimators' own kernels need it
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_quick_commands_load_only_what_they_use(sim_dir, tmp_path, args, allowed):
+    modules = modules_after(tmp_path, *args, env={"DIFFICULTY_DATA": str(sim_dir)})
+    assert loaded(modules, tuple(h for h in HEAVY if h not in allowed) + COMPUTING) == []
+    if args[0] == "--help":  # the listing reads each command's summary without importing its module
+        assert loaded(modules, ("duckdb", "pyarrow", "numpy", "pipeline.store", "pipeline.cli.")) == []
+    if args[0] == "sql":
+        unused = ("pandas", "pipeline.estimators", "pipeline.grade", "pipeline.cli.profile_options")
+        assert loaded(modules, unused) == []
+
+
+def test_every_command_lists_its_own_docstring():
+    """``--help`` shows each command's docstring read from its source; it must be the one typer
+    shows for the command itself."""
+    from pipeline.cli import COMMANDS, command_docstring, command_function
+
+    for name, _, _ in COMMANDS:
+        assert command_docstring(name) == inspect.getdoc(command_function(name)), name
+    out = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0
+    for name, _, _ in COMMANDS:
+        summary = command_docstring(name).split("\n")[0]
+        assert f" {name} " in out.output and summary[:25] in out.output, name  # before any rich markup
+
+
+def test_a_mistyped_command_gets_a_suggestion_from_every_command():
+    out = runner.invoke(app, ["groupsise"])
+    assert out.exit_code == 2 and "No such command 'groupsise'. Did you mean 'groupsize'?" in out.output
+
+
+# --- sql shell ---------------------------------------------------------------------------------
+
+
+def sql_shell(data_dir: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    """``difficulty sql`` with no query, reading ``script`` on a pipe (as a user's ``< file.sql``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "sql", "--data-dir", str(data_dir), *args],
+        input=script,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_sql_shell_runs_multi_line_statements_on_one_connection(sim_dir):
+    run_id = Store(sim_dir).list_runs().column("run_id")[0].as_py()
+    script = (
+        "select run_id,\n"
+        "       count(*) as n\n"
+        "  from samples group by run_id;\n"
+        "\n"
+        ".tables\n"
+        "select count(*) as prompts from prompt_stats; select 'two on a line' as x;\n"
+        "select 'no semicolon at the end' as last\n"
+    )
+    done = sql_shell(sim_dir, script, "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["run_id,n", f"{run_id},240"]
+    assert "samples" in lines and "history_drift" in lines  # .tables
+    assert "prompts" in lines and lines[lines.index("prompts") + 1] == "30"
+    assert lines[-2:] == ["last", "no semicolon at the end"]
+    assert done.stderr == ""
+
+
+def test_sql_shell_keeps_the_confinement_and_reports_failures(sim_dir, tmp_path):
+    outside = tmp_path / "outside.parquet"
+    pq.write_table(pa.table({"secret": [1]}), outside)
+    before = sorted(p.name for p in sim_dir.rglob("*"))
+    script = (
+        f"select * from read_parquet('{outside}');\n"
+        "create table t as select 1;\n"
+        "select 41 + 1 as answer;\n"
+        ".quit\n"
+        "select 'after quit' as never;\n"
+    )
+    done = sql_shell(sim_dir, script, "--format", "json")
+    assert done.returncode == 1  # a piped script with a failed statement: status 1, after running all
+    errors = done.stderr.splitlines()
+    assert len(errors) == 2 and all(e.startswith("error: refused") for e in errors)
+    assert "outside.parquet" in errors[0] and "CREATE" in errors[1]
+    assert json.loads(done.stdout) == [{"answer": 42}]
+    assert sorted(p.name for p in sim_dir.rglob("*")) == before
+    refused = sql_shell(sim_dir, "select 1;\n", "--write")
+    assert refused.returncode == 1 and "give a QUERY" in refused.stderr
 
 
 def test_checkpoints_then_drift_with_simulated_checkpoints(tmp_path):

@@ -71,7 +71,7 @@ def test_one_wrong_answer_reduces_to_the_binary_proxy_exactly():
     probs = np.stack([p, 1 - p], axis=1)
     for G in range(1, 13):
         got = est.reco_answer_weight(probs, G)
-        assert got.method == "exact"
+        assert list(got.method) == ["exact"] * len(p)
         np.testing.assert_allclose(got.weight, reco().weight(p, G), rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(got.mass, reco().mass(p, G), rtol=1e-12, atol=1e-15)
         np.testing.assert_array_equal(got.se_weight, 0.0)
@@ -230,7 +230,7 @@ def test_monte_carlo_estimate_agrees_with_the_exact_weight():
     for G in (3, 8):
         exact = est.reco_answer_weight(probs, G, n_correct=n_correct, method="exact")
         mc = est.reco_answer_weight(probs, G, n_correct=n_correct, method="mc", n_mc=4000, seed=5)
-        assert mc.method == "mc"
+        assert list(mc.method) == ["mc"] * 8
         # a prompt with one correct and one wrong answer has a deterministic f: no variance, no error
         assert mc.se_weight[0] < 1e-12 and mc.weight[0] == pytest.approx(exact.weight[0], rel=1e-12)
         assert np.all(mc.se_weight[1:] > 0)
@@ -267,3 +267,102 @@ def test_auto_method_is_exact_within_the_cost_limit():
     wide = np.r_[0.2, np.full(300, 0.8 / 300)]
     assert est._exact_cost(1, 300, 256) > est.EXACT_COST_LIMIT
     assert est.reco_answer_weight(wide, 256, n_mc=200).method == "mc"
+
+
+# --- empty answer classes and the per-prompt method ----------------------------------------------
+
+
+def edge_weight_brute_force(probs: np.ndarray, G: int) -> float:
+    """The weight at p = 0 (``probs`` the wrong answers) or p = 1 (the correct ones), by enumerating
+    the G - 1 draws of the present class: only k = 1 (resp. G - 1) survives in the sum over k, with
+    coefficient G, and the one draw of the absent class is one distinct answer, so
+    ``w = G E[D / (1 + D)^2]`` over the distinct answers D of those G - 1 draws."""
+    total = 0.0
+    for seq in itertools.product(range(len(probs)), repeat=G - 1):
+        d = len(set(seq))
+        total += np.prod(probs[list(seq)]) * d / (1 + d) ** 2
+    return G * total
+
+
+def test_monte_carlo_draws_from_a_class_without_answers():
+    """p = 0 (no correct answer) and p = 1 (no wrong one): the Monte Carlo weight agrees with the
+    exact one, and both with the brute-force sum, alone and in a batch with interior prompts."""
+    wrong = np.array([0.5, 0.3, 0.2])
+    for G in (2, 4, 6):
+        want = edge_weight_brute_force(wrong, G)
+        exact = est.reco_answer_weight(wrong, G, n_correct=0, method="exact")
+        assert exact.weight == pytest.approx(want, rel=1e-12) and exact.mass == 0.0
+        mc = est.reco_answer_weight(wrong, G, n_correct=0, method="mc", n_mc=20_000, seed=1)
+        assert mc.method == "mc" and mc.mass == 0.0
+        assert abs(mc.weight - want) <= 5 * mc.se_weight, (G, mc.weight, want)
+        if G > 2:  # with one wrong draw, D = 1 is certain
+            assert mc.se_weight > 0
+    right = np.array([0.6, 0.4])
+    mc = est.reco_answer_weight(right, 5, n_correct=2, method="mc")
+    assert mc.se_weight > 0 and abs(mc.weight - edge_weight_brute_force(right, 5)) <= 5 * mc.se_weight
+    # one batch: p = 0, p = 1 and interior rows; and a batch whose classes have no column at all
+    probs = np.array([[0.5, 0.3, 0.2, 0.0], [0.6, 0.4, 0.0, 0.0], [0.2, 0.3, 0.25, 0.25], [0.1, 0.1, 0.4, 0.4]])
+    n_correct = np.array([0, 2, 1, 2])
+    for nc, rows in ((n_correct, slice(None)), (0, slice(0, 1)), (4, slice(1, 2))):
+        exact = est.reco_answer_weight(probs[rows], 6, n_correct=nc, method="exact")
+        mc = est.reco_answer_weight(probs[rows], 6, n_correct=nc, method="mc", n_mc=20_000, seed=2)
+        assert np.all(np.abs(mc.weight - exact.weight) <= 5 * mc.se_weight + 1e-12), (mc.weight, exact.weight)
+
+
+def test_auto_at_g256_with_64_wrong_answers_and_no_correct_one():
+    """Past the exact cost limit, ``auto`` takes Monte Carlo, which must draw from the empty class."""
+    wrong = np.full(64, 1 / 64)
+    assert est._exact_cost(0, 64, 256) > est.EXACT_COST_LIMIT
+    mc = est.reco_answer_weight(wrong, 256, n_correct=0, n_mc=2000)
+    assert mc.method == "mc" and mc.se_weight > 0
+    exact = est.reco_answer_weight(wrong, 256, n_correct=0, method="exact")
+    assert abs(mc.weight - exact.weight) <= 5 * mc.se_weight
+
+
+def test_auto_chooses_the_method_per_prompt():
+    """One prompt with 1,100 distinct answers at G = 64 is past the exact limit; it alone goes to
+    Monte Carlo (within 5 standard errors of the exact value), the others stay exact, to the last bit
+    of their values computed alone, with no standard error."""
+    rng = np.random.default_rng(21)
+    wide = np.r_[0.2, np.full(1100, 0.8 / 1100)]
+    assert est._exact_cost(1, 1100, 64) > est.EXACT_COST_LIMIT
+    probs = np.zeros((5, len(wide)))
+    for i, width in enumerate((2, 4, 7, 3)):
+        probs[i, :width] = rng.dirichlet(np.ones(width))
+    probs[4] = wide
+    got = est.reco_answer_weight(probs, 64, n_correct=np.array([1, 2, 3, 1, 1]), n_mc=4000)
+    assert list(got.method) == ["exact"] * 4 + ["mc"]
+    np.testing.assert_array_equal(got.se_weight[:4], 0.0)
+    assert got.se_weight[4] > 0 and got.se_mass[4] > 0
+    alone = est.reco_answer_weight(probs[:4, :7], 64, n_correct=np.array([1, 2, 3, 1]), method="exact")
+    np.testing.assert_allclose(got.weight[:4], alone.weight, rtol=1e-13)
+    exact_wide = est.reco_answer_weight(wide, 64, method="exact").weight
+    assert abs(got.weight[4] - exact_wide) <= 5 * got.se_weight[4]
+    # from counts: the same choice per histogram
+    counts = np.zeros((2, 1101))
+    counts[0, :3] = [5, 2, 1]
+    counts[1] = np.r_[300, np.ones(1100)]
+    fc = est.reco_answer_weight_from_counts(counts, 64, n_mc=500)
+    assert list(fc.method) == ["exact", "mc"] and fc.se_weight[0] == 0 and fc.se_weight[1] > 0
+
+
+def test_exact_batches_by_width_match_each_prompt_alone():
+    """The exact rows are computed in batches of similar width; every prompt's value is the one it
+    has alone, for probabilities and for the unbiased estimate from counts."""
+    rng = np.random.default_rng(4)
+    widths = [1, 2, 3, 5, 9, 17, 33, 2, 40]
+    A = max(widths) + 1
+    probs, counts, n_correct = np.zeros((len(widths), A)), np.zeros((len(widths), A)), []
+    for i, width in enumerate(widths):
+        probs[i, : width + 1] = rng.dirichlet(np.ones(width + 1))
+        counts[i, : width + 1] = rng.integers(1, 4, width + 1)
+        n_correct.append(1 + i % 2)
+    n_correct = np.array(n_correct)
+    G = 12
+    batch = est.reco_answer_weight(probs, G, n_correct=n_correct, method="exact")
+    unbiased = est.reco_answer_weight_from_counts(counts, G, n_correct=n_correct, estimate="unbiased")
+    for i in range(len(widths)):
+        one = est.reco_answer_weight(probs[i], G, n_correct=int(n_correct[i]), method="exact")
+        assert batch.weight[i] == pytest.approx(one.weight, rel=1e-13)
+        u = est.reco_answer_weight_from_counts(counts[i], G, n_correct=int(n_correct[i]), estimate="unbiased")
+        assert unbiased.mass[i] == pytest.approx(u.mass, rel=1e-13, nan_ok=True)

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from pipeline import datasets
 from pipeline.cli import app
-from pipeline.cli.options import profile_config
+from pipeline.cli.profile_options import profile_config
 from pipeline.errors import BackendUnavailableError, ConfigError, DatasetError, SamplingError
 from pipeline.ingest import ImportConfig, import_rollouts
 from pipeline.sample import SamplingParams

@@ -453,6 +453,7 @@ def _differential(pool: GradingPool, seed: int, cases: int) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow  # 40 s of math-verify on 2 cores; the regression table stays in the fast tier
 def test_differential_against_math_verify(pool):
     counts = _differential(pool, seed=7, cases=150)
     assert counts["pairs"] == 600

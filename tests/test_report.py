@@ -255,6 +255,25 @@ def test_allocations_of_one_run_with_different_budgets_stay_apart(tmp_path):
     assert [r[3] for r in rows.values()] == ["36", "36"]
 
 
+def test_the_allocation_table_shows_the_certified_gap(tmp_path):
+    """An exact allocation reads "exact"; the Lagrangian relaxation's its certified gap, also
+    relative to its value (docs/estimators.md §5)."""
+    store = Store(tmp_path / "data")
+    run = build_run(store, "gaps", n_prompts=36)
+    store.delete_partition("allocation", {"run_id": run})
+    counts = store.read_table("prompt_stats", {"run_id": run}).select(["prompt_id", "n", "c"])
+    spec = "dapo:mode=resample,T=4"
+    relaxed = allocate.AllocationConfig(budget=700, estimator=spec, n_max=64, posterior=True, method="lagrangian")
+    table = write_allocation(store, run, relaxed, counts)
+    write_allocation(store, run, allocate.AllocationConfig(budget=500, n_max=64, posterior=True), counts)
+    html = report.render_report(store, run, tmp_path / "r.html").read_text()
+    rows = {r[0]: r for r in _table_rows(html, "Allocations")}
+    assert rows["signal grpo · 500 rollouts · posterior"][-1] == "exact"
+    cell = rows[f"signal {spec} · 700 rollouts · posterior"][-1]
+    gap = table.column("gap")[0].as_py()
+    assert cell.startswith(f"{gap:.3g} (") and "of the value" in cell
+
+
 def test_without_a_stored_allocation_the_report_uses_the_default_policy(runs):
     data = report.load_run(runs, "run-b")  # no analysis and no allocation stored
     assert data.computed == [*analyze.ANALYSIS_TABLES, "allocation"]

@@ -15,7 +15,12 @@ from pipeline.sample.llamacpp import BUNDLED_NAME
 PINNED = [
     ({}, BUNDLED_NAME, "e5fde10c1124"),
     ({"backend": "simulate", "n": 16, "limit": 200}, "simulate", "2e385155a9c1"),
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "884c350d8c90"),
+    # The default prior became auto (the grid or a Beta, by likelihood): a different sampling
+    # procedure, so a different id. A run that names the Beta prior it was made with (fit, the old
+    # default) keeps the id it always had.
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "c7ccdbb77e19"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "4b0d6d4743b8"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "884c350d8c90"),
 ]
 
 

@@ -1,52 +1,148 @@
 """The ``difficulty`` command line: one typer app; the commands live in modules by area.
 
-=================  ==========================================================================
-``options``        every shared option, once, as an ``Annotated`` alias; the profile options
-``output``         tables (rich or plain, never wrapped), CSV, JSON, Parquet; status lines
-``errors``         ``PipelineError`` -> ``error: <message>`` and exit status 1, in one place
-``pipeline_cmds``  datasets, load, profile, grade, runs, sql
-``report_cmd``     report
-``regrade_cmd``    regrade
-``doctor_cmd``     doctor
-``models_cmd``     models (the converted-model cache of vLLM on the CPU)
-``analysis_cmds``  analyze, allocate
-``export_cmd``     export (a run's dataset in its own format, with its measurements)
-``calibrate_cmd``  calibrate (difficulty labels against pass rates)
-``orchestration``  schedule, checkpoints, drift
-``calculators``    weights, groupsize, tries
-=================  ==========================================================================
+======================  ========================================================================
+``options``             the cheap shared options, once each, as ``Annotated`` aliases (data dir, format, runs)
+``analysis_options``    the estimator option (its default is the estimator registry's)
+``profile_options``     options whose defaults live in the run's modules: grading, the profile set
+``output``              tables (rich or plain, never wrapped), CSV, JSON, Parquet; status lines
+``errors``              ``PipelineError`` -> ``error: <message>`` and exit status 1, in one place
+``pipeline_cmds``       datasets, load, profile, grade
+``sql_cmds``            runs, sql (one query, or a shell on one connection)
+``report_cmd``          report
+``regrade_cmd``         regrade
+``doctor_cmd``          doctor
+``models_cmd``          models (the converted-model cache of vLLM on the CPU)
+``analysis_cmds``       analyze, allocate
+``export_cmd``          export (a run's dataset in its own format, with its measurements)
+``calibrate_cmd``       calibrate (difficulty labels against pass rates)
+``curriculum_cmd``      replay
+``orchestration``       schedule, checkpoints, drift
+``observe_cmds``        track, current
+``calculators``         weights, groupsize, tries
+======================  ========================================================================
 
-Importing this package stays cheap (``difficulty --help``): Prefect, Plotly, Polars, SciPy and
-the run and flow modules are imported inside the commands that use them.
+A command's module is imported only when that command runs (``LazyGroup``, the one lazy
+mechanism of the command line): ``difficulty sql`` never imports the samplers, Prefect or SciPy,
+and ``difficulty --help`` imports no command module at all, reading each command's summary from
+its source. Within a command module imports stay at the top; Prefect, Plotly, SciPy and the run
+and flow modules are still imported inside the commands that use them.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import logging
 import os
-from typing import Annotated
+from difflib import get_close_matches
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+from typer.main import get_command_from_info
+from typer.models import CommandInfo
 
-from pipeline.cli import (
-    analysis_cmds,
-    calculators,
-    calibrate_cmd,
-    curriculum_cmd,
-    doctor_cmd,
-    export_cmd,
-    models_cmd,
-    observe_cmds,
-    orchestration,
-    pipeline_cmds,
-    regrade_cmd,
-    report_cmd,
-)
-from pipeline.cli.errors import exit_on_error
+__all__ = ["COMMANDS", "LazyGroup", "app"]
 
-__all__ = ["app"]
+PIPELINE = "Pipeline"
+ANALYSIS = "Analysis"
+ORCHESTRATION = "Orchestration"
+CALCULATORS = "Calculators"
+
+# (name, "module:function" in pipeline.cli, help panel), in the order of `difficulty --help`.
+COMMANDS = [
+    ("datasets", "pipeline_cmds:datasets_cmd", PIPELINE),
+    ("load", "pipeline_cmds:load_cmd", PIPELINE),
+    ("profile", "pipeline_cmds:profile_cmd", PIPELINE),
+    ("grade", "pipeline_cmds:grade_cmd", PIPELINE),
+    ("runs", "sql_cmds:runs_cmd", PIPELINE),
+    ("sql", "sql_cmds:sql_cmd", PIPELINE),
+    ("report", "report_cmd:report_cmd", PIPELINE),
+    ("regrade", "regrade_cmd:regrade_cmd", PIPELINE),
+    ("doctor", "doctor_cmd:doctor_cmd", PIPELINE),
+    ("models", "models_cmd:models_cmd", PIPELINE),
+    ("export", "export_cmd:export_cmd", PIPELINE),
+    ("analyze", "analysis_cmds:analyze_cmd", ANALYSIS),
+    ("allocate", "analysis_cmds:allocate_cmd", ANALYSIS),
+    ("calibrate", "calibrate_cmd:calibrate_cmd", ANALYSIS),
+    ("replay", "curriculum_cmd:replay_cmd", ANALYSIS),
+    ("schedule", "orchestration:schedule_cmd", ORCHESTRATION),
+    ("checkpoints", "orchestration:checkpoints_cmd", ORCHESTRATION),
+    ("drift", "orchestration:drift_cmd", ORCHESTRATION),
+    ("track", "observe_cmds:track_cmd", ORCHESTRATION),
+    ("current", "observe_cmds:current_cmd", ORCHESTRATION),
+    ("weights", "calculators:weights_cmd", CALCULATORS),
+    ("groupsize", "calculators:groupsize_cmd", CALCULATORS),
+    ("tries", "calculators:tries_cmd", CALCULATORS),
+]
+_BY_NAME = {name: (target.split(":"), panel) for name, target, panel in COMMANDS}
+
+
+def command_function(name: str) -> Any:
+    """The function of command ``name`` (its module imported now)."""
+    (module, function), _ = _BY_NAME[name]
+    return getattr(importlib.import_module(f"pipeline.cli.{module}"), function)
+
+
+def command_docstring(name: str) -> str:
+    """The docstring of command ``name``'s function, read from its source without importing the
+    module (the module's imports are what a command's start-up pays for)."""
+    (module, function), _ = _BY_NAME[name]
+    spec = importlib.util.find_spec(f"pipeline.cli.{module}")
+    source = spec.loader.get_source(spec.name) if spec is not None and spec.loader is not None else None
+    for node in ast.parse(source or "").body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return ast.get_docstring(node) or ""
+    raise LookupError(f"pipeline.cli.{module} has no function {function!r} (command {name!r} in COMMANDS)")
+
+
+class LazyGroup(TyperGroup):
+    """The app's commands, each built from ``COMMANDS`` when first asked for.
+
+    Running a command builds only its own click command, importing its module. Listing them
+    (``difficulty --help``) uses stand-ins that carry the name, the panel and the docstring read
+    from the source, so the listing imports no command module.
+    """
+
+    _listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [name for name, _, _ in COMMANDS]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in self.commands or cmd_name not in _BY_NAME:
+            return self.commands.get(cmd_name)
+        panel = _BY_NAME[cmd_name][1]
+        if self._listing:
+            return TyperCommand(name=cmd_name, help=command_docstring(cmd_name), rich_help_panel=panel)
+        # Imported here, not at the top: the listing does not need rich, which errors imports.
+        from pipeline.cli.errors import exit_on_error
+
+        info = CommandInfo(name=cmd_name, callback=exit_on_error(command_function(cmd_name)), rich_help_panel=panel)
+        command = get_command_from_info(info, pretty_exceptions_short=True, rich_markup_mode=self.rich_markup_mode)
+        self.commands[cmd_name] = command
+        return command
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return self._click_resolve_command(ctx, args)
+        except typer.TyperException as exc:  # click's "No such command": suggest from every name, built or not
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches and isinstance(getattr(exc, "message", None), str):
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
+    cls=LazyGroup,
     help="Per-prompt pass rates, estimator weights, zero-signal rates and rollout allocation.",
     no_args_is_help=True,
     add_completion=False,
@@ -62,39 +158,3 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log prog
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
-
-
-PIPELINE = "Pipeline"
-ANALYSIS = "Analysis"
-ORCHESTRATION = "Orchestration"
-CALCULATORS = "Calculators"
-
-# (name, function, help panel), in the order of `difficulty --help`.
-COMMANDS = [
-    ("datasets", pipeline_cmds.datasets_cmd, PIPELINE),
-    ("load", pipeline_cmds.load_cmd, PIPELINE),
-    ("profile", pipeline_cmds.profile_cmd, PIPELINE),
-    ("grade", pipeline_cmds.grade_cmd, PIPELINE),
-    ("runs", pipeline_cmds.runs_cmd, PIPELINE),
-    ("sql", pipeline_cmds.sql_cmd, PIPELINE),
-    ("report", report_cmd.report_cmd, PIPELINE),
-    ("regrade", regrade_cmd.regrade_cmd, PIPELINE),
-    ("doctor", doctor_cmd.doctor_cmd, PIPELINE),
-    ("models", models_cmd.models_cmd, PIPELINE),
-    ("export", export_cmd.export_cmd, PIPELINE),
-    ("analyze", analysis_cmds.analyze_cmd, ANALYSIS),
-    ("allocate", analysis_cmds.allocate_cmd, ANALYSIS),
-    ("calibrate", calibrate_cmd.calibrate_cmd, ANALYSIS),
-    ("replay", curriculum_cmd.replay_cmd, ANALYSIS),
-    ("schedule", orchestration.schedule_cmd, ORCHESTRATION),
-    ("checkpoints", orchestration.checkpoints_cmd, ORCHESTRATION),
-    ("drift", orchestration.drift_cmd, ORCHESTRATION),
-    ("track", observe_cmds.track_cmd, ORCHESTRATION),
-    ("current", observe_cmds.current_cmd, ORCHESTRATION),
-    ("weights", calculators.weights_cmd, CALCULATORS),
-    ("groupsize", calculators.groupsize_cmd, CALCULATORS),
-    ("tries", calculators.tries_cmd, CALCULATORS),
-]
-
-for _name, _command, _panel in COMMANDS:
-    app.command(_name, rich_help_panel=_panel)(exit_on_error(_command))

@@ -9,16 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pipeline.cli.options import (
-    DEFAULT_ESTIMATORS,
-    DataDir,
-    DatasetName,
-    Estimators,
-    Format,
-    RunId,
-    ints,
-    open_store,
-)
+from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
+from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
 from pipeline.cli.output import check_format, emit_sections, say
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.specs import split_specs
@@ -89,8 +81,9 @@ def analyze_cmd(
         str,
         typer.Option(
             "--reco-answers",
-            help="Also the answer-aware ReCo weight (from each prompt's answer histogram, exact) at these "
-            "group sizes, comma-separated, as estimator reco_answers in the weights table.",
+            help="Also the answer-aware ReCo weight (from each prompt's answer histogram; exact, or Monte Carlo "
+            "with its standard error in weight_se for a very wide histogram) at these group sizes, "
+            "comma-separated, as estimator reco_answers in the weights table.",
         ),
     ] = "",
     fmt: Format = "table",
@@ -180,8 +173,13 @@ def allocate_cmd(
         bool, typer.Option("--posterior/--point", help="Beta posterior per prompt, or the point estimate c/n.")
     ] = False,
     method: Annotated[
-        str, typer.Option("--method", help="fast, greedy (reference) or dp (exact; used anyway where greedy is not).")
-    ] = "fast",
+        str,
+        typer.Option(
+            "--method",
+            help="auto (fast where greedy is exact, else dp where it fits, else lagrangian), fast, greedy "
+            "(reference), dp (exact or refused) or lagrangian (relaxation with a certified gap).",
+        ),
+    ] = "auto",
     output: Annotated[
         Path | None,
         typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),
@@ -246,6 +244,12 @@ def allocate_cmd(
         + (
             f"; budget in expected rollouts (resampling): {result.expected_rollouts:.6g} spent"
             if result.expected_rollouts != result.n.sum()
+            else ""
+        )
+        + (
+            f"; certified gap {result.gap:.3g} ({result.relative_gap:.2e} of the value): the optimum is "
+            f"at most that much {'higher' if result.sense == 'max' else 'lower'}"
+            if result.method == "lagrangian"
             else ""
         )
         + (f"; wrote {output}" if output else "")

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.options import DEFAULT_ESTIMATORS, Estimators, Format, floats
+from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
+from pipeline.cli.options import Format, floats
 from pipeline.cli.output import check_format, emit
 from pipeline.errors import ConfigError
 from pipeline.specs import split_specs

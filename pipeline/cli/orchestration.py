@@ -1,7 +1,7 @@
 """Orchestration: ``schedule`` (a served Prefect deployment), ``checkpoints`` and ``drift``.
 
 ``schedule`` and ``checkpoints`` take the profile options of ``difficulty profile``
-(``pipeline.cli.options``).
+(``pipeline.cli.profile_options``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pipeline.cli import options as opt
+from pipeline.cli import profile_options as opt
 from pipeline.cli.errors import config_errors
 from pipeline.cli.options import DataDir, Format, open_store
 from pipeline.cli.output import check_format, emit_sections, say

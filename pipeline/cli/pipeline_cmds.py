@@ -1,4 +1,4 @@
-"""The main pipeline: ``datasets``, ``load``, ``profile``, ``grade``, ``runs`` and ``sql``."""
+"""The main pipeline: ``datasets``, ``load``, ``profile`` and ``grade``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pipeline.cli import options as opt
-from pipeline.cli.options import GRADE_DEFAULTS, DataDir, Format, open_store
-from pipeline.cli.output import SQL_FORMATS, check_format, emit, err_console, print_table, say
+from pipeline.cli import profile_options as opt
+from pipeline.cli.options import DataDir, Format, open_store
+from pipeline.cli.output import check_format, emit, err_console, print_table, say
+from pipeline.cli.profile_options import GRADE_DEFAULTS
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,6 +28,18 @@ def print_run_summary(store: Store, run_id: str) -> None:
     print_table(silent, title="zero-signal (silent group) rate by group size G")
     shares = store.named_query("gradient_shares", {"run_id": run_id, "G": 8})
     print_table(shares, title="gradient share by difficulty band at G = 8")
+
+
+def _prior_label(run: dict) -> str:
+    """A run's stored prior in words (its registry row's ``prior`` JSON)."""
+    import json
+
+    from pipeline.prior import Prior
+
+    stored = json.loads(run.get("prior") or "{}") or {}
+    if stored:
+        return Prior.from_dict(stored).label
+    return f"Beta({run['prior_a']:.3g}, {run['prior_b']:.3g})"
 
 
 def print_adaptive_summary(store: Store, run_id: str) -> None:
@@ -46,8 +59,8 @@ def print_adaptive_summary(store: Store, run_id: str) -> None:
     say(
         f"adaptive {settings['target']} (n {settings['n_min']}..{settings['n_max']}, {settings['rule']}): "
         f"{len(rounds)} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
-        f"{undecided} prompts stopped undecided at n_max; prior Beta({run['prior_a']:.3g}, {run['prior_b']:.3g}) "
-        f"({settings['prior']}); the analysis uses posterior means under it"
+        f"{undecided} prompts stopped undecided at n_max; prior {_prior_label(run)} "
+        f"({settings['prior']}); the analysis uses posterior expectations under it"
     )
 
 
@@ -185,31 +198,3 @@ def grade_cmd(
     say(f"run {info['run_id']} done; tables under {store.root}")
     if info.get("report"):
         say(f"report: {info['report']}")
-
-
-RUN_COLUMNS = ["run_id", "dataset", "model", "backend", "n_prompts", "status", "created_at"]
-
-
-def runs_cmd(fmt: Format = "table", data_dir: DataDir = None) -> None:
-    """List the runs in the registry, newest first."""
-    fmt = check_format(fmt)
-    runs = open_store(data_dir).list_runs()
-    emit(runs.select(RUN_COLUMNS), fmt, title="runs")
-
-
-def sql_cmd(
-    query: Annotated[
-        str,
-        typer.Argument(help="SQL over the views problems, runs, samples, prompt_stats, weights, summary, allocation."),
-    ],
-    fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
-    output: Annotated[Path | None, typer.Option("--output", help="Write the result to this file.")] = None,
-    write: Annotated[
-        bool,
-        typer.Option("--write", help="Allow one writing statement (COPY, CREATE...), only inside the data dir."),
-    ] = False,
-    data_dir: DataDir = None,
-) -> None:
-    """Run one read-only SQL query on the difficulty tables (DuckDB); files outside the data dir are refused."""
-    fmt = check_format(fmt, SQL_FORMATS)
-    emit(open_store(data_dir).user_query(query, write=write), fmt, output)

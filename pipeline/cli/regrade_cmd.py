@@ -6,14 +6,15 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli import options as opt
-from pipeline.cli.options import GRADE_DEFAULTS, DataDir, open_store
+from pipeline.cli import profile_options as opt
+from pipeline.cli.options import DataDir, Run, open_store
 from pipeline.cli.output import say
 from pipeline.cli.pipeline_cmds import print_run_summary
+from pipeline.cli.profile_options import GRADE_DEFAULTS
 
 
 def regrade_cmd(
-    run: opt.Run,
+    run: Run,
     math_verify: Annotated[
         bool,
         typer.Option(

@@ -6,4 +6,7 @@
 - ``trl_curriculum``: ``curriculum_trainer(policy, recorder)``, a ``GRPOTrainer`` subclass whose
   sampler asks a ``CurriculumPolicy`` for each step's prompts and whose reward feeds the recorded
   counts back to it; TRL is imported only when the class is built.
+- ``verl_curriculum``: ``CurriculumRLHFDataset``, verl's ``RLHFDataset`` for ``data.custom_cls`` whose
+  batches a policy chooses from the current difficulty in the data directory (outcomes come back
+  through ``difficulty track`` of verl's rollout dumps); verl is imported only when the class is read.
 """

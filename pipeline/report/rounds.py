@@ -36,8 +36,10 @@ def _prior(data: RunData) -> adaptive.Prior | None:
     a, b = data.run.get("prior_a"), data.run.get("prior_b")
     if a is None or b is None:
         return None
-    method = (json.loads(data.run.get("prior") or "{}") or {}).get("method", "fit")
-    return adaptive.Prior(float(a), float(b), method=method)
+    stored = json.loads(data.run.get("prior") or "{}") or {}
+    if stored.get("points"):
+        return adaptive.Prior.from_dict(stored)
+    return adaptive.Prior(float(a), float(b), method=stored.get("method", "fit"))
 
 
 def posterior_note(data: RunData, short: bool = False) -> str | None:
@@ -47,14 +49,14 @@ def posterior_note(data: RunData, short: bool = False) -> str | None:
         return None
     if short:
         return (
-            f"Adaptive run: these are posterior means under the fitted prior Beta({prior.a:.3g}, {prior.b:.3g}), "
+            f"Adaptive run: these are posterior means under the fitted prior, {prior.label}, "
             "not the unbiased estimates (see the adaptive-profiling section)."
         )
     return (
         f"This run is adaptive: each prompt stopped when its samples decided it, so c/n and the unbiased "
         f"estimators are biased here. Its estimates (zero-signal rates, weights and mass, pass@k, the mean "
-        f"pass rate of the summary) are posterior means under the fitted prior Beta({prior.a:.3g}, "
-        f"{prior.b:.3g}) (docs/adaptive.md §7, estimates under adaptive stopping)."
+        f"pass rate and the band shares of the summary) are posterior expectations under the fitted prior, "
+        f"{prior.label} (docs/adaptive.md §7, estimates under adaptive stopping)."
     )
 
 
@@ -94,7 +96,7 @@ def adaptive_section(data: RunData, charts: Charts) -> Section | None:
     undecided = int(s["undecided"].fill_null(False).sum()) if "undecided" in s.columns and s.height else 0
     sec.items = [
         ("Target", t.spec),
-        ("Prior", f"Beta({prior.a:.4g}, {prior.b:.4g}), {prior.method}" if prior else "not recorded"),
+        ("Prior", prior.label if prior else "not recorded"),
         ("Rounds", str(len(rounds))),
         ("Rollouts", f"{total:,} ({total / s.height:.2f} per prompt)" if s.height else ""),
         ("Stopped undecided at n_max", f"{undecided:,} ({pct(undecided / s.height)})" if s.height else ""),
@@ -152,48 +154,69 @@ def _rounds_chart(sec: Section, charts: Charts, rounds: list[dict]) -> None:
 
 
 def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.Prior) -> None:
+    """The dataset's pass-rate distribution as the fitted prior estimates it, beside the per-prompt
+    histograms: those show where stopping left the prompts (a prompt decided "informative" at 2 of 4
+    puts a spike at 0.5), not how the pass rates are spread."""
     from scipy.stats import beta
 
     edges = np.linspace(0, 1, 21)
     centres, width = (edges[:-1] + edges[1:]) / 2, 0.05
     fig = figure()
+    if prior.is_grid:
+        p, w = prior.grid()
+        mass = np.bincount(np.minimum((p / width).astype(int), len(centres) - 1), weights=w, minlength=len(centres))
+        fig.add_bar(
+            x=centres,
+            y=mass / width,
+            width=width * 0.9,
+            name="dataset's pass rates: fitted grid prior",
+            marker_color="rgba(220,57,18,0.75)",
+        )
     fig.add_bar(
         x=centres,
         y=hist(floats(s, "pass_rate"), edges) / width,
         width=width * 0.9,
-        name="c / n",
-        marker_color="rgba(120,120,120,0.45)",
+        name="c / n per prompt (shaped by stopping)",
+        marker_color="rgba(120,120,120,0.35)",
     )
     if "post_mean" in s.columns:
         fig.add_bar(
             x=centres,
             y=hist(floats(s, "post_mean"), edges) / width,
             width=width * 0.9,
-            name="posterior mean",
-            marker_color="rgba(51,102,204,0.45)",
+            name="posterior mean per prompt (shrunk)",
+            marker_color="rgba(51,102,204,0.35)",
         )
-    x = np.linspace(0.002, 0.998, 300)
-    density = beta.pdf(x, prior.a, prior.b)
-    cap = max(8.0, float(np.nanmax(hist(floats(s, "pass_rate"), edges) / width)) * 1.2)
-    fig.add_scatter(
-        x=x,
-        y=np.minimum(density, cap),
-        mode="lines",
-        name=f"fitted prior Beta({prior.a:.3g}, {prior.b:.3g})",
-        line={"color": "#dc3912", "width": 3},
-    )
+    if not prior.is_grid:
+        x = np.linspace(0.002, 0.998, 300)
+        density = beta.pdf(x, prior.a, prior.b)
+        cap = max(8.0, float(np.nanmax(hist(floats(s, "pass_rate"), edges) / width)) * 1.2)
+        fig.add_scatter(
+            x=x,
+            y=np.minimum(density, cap),
+            mode="lines",
+            name=f"dataset's pass rates: fitted prior Beta({prior.a:.3g}, {prior.b:.3g})",
+            line={"color": "#dc3912", "width": 3},
+        )
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(range=[-0.02, 1.02])
+    fitted = (
+        "The red bars are the grid prior: the maximum-likelihood distribution of pass rates fitted to every "
+        "prompt's counts, with point masses at 0 and 1 (the bars at the ends hold them)."
+        if prior.is_grid
+        else "The red curve is the Beta prior fitted to round 0 (beta-binomial maximum likelihood); it is cut "
+        "at the top of the plot where it runs to infinity at 0 or 1."
+    )
     sec.charts.append(
         charts.make(
             fig,
-            "Fitted prior over the pass-rate histogram",
+            "The dataset's pass rates (fitted prior) beside the per-prompt estimates",
             "pass rate",
             "density",
-            "The prior is fitted to round 0 only (beta-binomial maximum likelihood): it is what the dataset "
-            "looks like to this model, and every posterior of the run starts from it. The histograms are of the "
-            "final per-prompt estimates (densities, so they compare with the curve; the curve is cut at the "
-            "top of the plot where it runs to infinity at 0 or 1).",
+            f"{fitted} It is the estimate of how this dataset's pass rates are spread, and every posterior of "
+            "the run starts from it. The grey and blue histograms are per prompt, c / n and the posterior mean: "
+            "they show where adaptive stopping left each prompt, not the spread of pass rates. A prompt decided "
+            "at 2 of 4 sits at 0.5 whatever its rate, so their spike at 0.5 is an artefact of stopping.",
         )
     )
 

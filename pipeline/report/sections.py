@@ -503,6 +503,7 @@ def _allocation_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sec
                 fmt(total),
                 fmt(utotal),
                 f"{ratio:.3f}×" if not math.isnan(ratio) else "",
+                _gap_cell(part),
             ]
         )
     fig = figure(
@@ -530,11 +531,23 @@ def _allocation_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sec
     sec.tables.append(
         TableView(
             "Allocations",
-            ["allocation", "method", "budget", "prompts", "value", "uniform value", "gain"],
+            ["allocation", "method", "budget", "prompts", "value", "uniform value", "gain", "certified gap"],
             rows,
         )
     )
     return sec
+
+
+def _gap_cell(part) -> str:
+    """The certified gap of one allocation (docs/estimators.md §5): "exact", the gap relative to the
+    value for the Lagrangian relaxation, or blank where it was not stored."""
+    gap = part["gap"][0] if "gap" in part.columns else None
+    if gap is None:
+        return ""
+    if part["method"][0] != "lagrangian":
+        return "exact"
+    total = abs(float(part["expected_value"].sum()))
+    return f"{gap:.3g} ({gap / total:.1e} of the value)" if total else f"{gap:.3g}"
 
 
 def _pass_at_k(data: RunData, charts: Charts) -> Section:

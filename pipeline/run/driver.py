@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from pipeline import allocate, analyze, datasets, grade, schema
+from pipeline import adaptive, allocate, analyze, datasets, grade, schema
 from pipeline.errors import DatasetError, PipelineError
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import (
@@ -170,7 +170,7 @@ def finish_run(
         settings = None
         if plan.adaptive is not None:
             counts, prior = with_decisions(store, plan, counts, state)
-            settings = analyze.AnalyzeConfig(prior_a=prior.a, prior_b=prior.b, posterior=True)
+            settings = posterior_settings(analyze.AnalyzeConfig(), prior)
         analyze.write_analysis(store, plan.run_id, analyze.analyze(counts, plan.run_id, settings))
         table, alloc_config = allocate.default_allocation(plan.run_id, counts, budget_per_prompt)
         allocate.write_allocation(store, plan.run_id, table, alloc_config)
@@ -274,5 +274,10 @@ def reanalyze(store: Store, run_id: str, settings: analyze.AnalyzeConfig | None 
     plan = stored_run_plan(store, run_id)
     check_counts(plan, counts)
     counts, prior = with_decisions(store, plan, counts)
-    settings = replace(settings or analyze.AnalyzeConfig(), prior_a=prior.a, prior_b=prior.b, posterior=True)
-    return analyze.analyze(counts, run_id, settings)
+    return analyze.analyze(counts, run_id, posterior_settings(settings or analyze.AnalyzeConfig(), prior))
+
+
+def posterior_settings(settings: analyze.AnalyzeConfig, prior: adaptive.Prior) -> analyze.AnalyzeConfig:
+    """An adaptive run's analysis settings: every estimate a posterior expectation under its prior
+    (a grid prior's sums, or the Beta's moments and quadrature)."""
+    return replace(settings, prior_a=prior.a, prior_b=prior.b, posterior=True, prior=prior if prior.is_grid else None)

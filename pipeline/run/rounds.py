@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class AdaptiveState:
     """Where an adaptive run stands after its complete rounds: per prompt (in prompt-id order)
-    its samples ``n`` and correct ``c``, and the prior fitted to round 0 (or Jeffreys')."""
+    its samples ``n`` and correct ``c``, and the prior of ``adaptive.state_prior`` (the grid prior
+    fitted to every round so far, the Beta fitted to round 0, or Jeffreys')."""
 
     prompt_ids: list[str]
     n: np.ndarray
@@ -56,13 +57,9 @@ def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -
     counts = store.files_query("adaptive_counts", files, {"n_min": acfg.n_min})
     check_counts(plan, counts)
     n0, c0 = counts.column("n0").to_numpy(), counts.column("c0").to_numpy()
-    prior = adaptive.fit_prior(n0, c0) if acfg.prior == "fit" else adaptive.jeffreys_prior()
-    return AdaptiveState(
-        counts.column("prompt_id").to_pylist(),
-        counts.column("n").to_numpy().astype(np.int64),
-        counts.column("c").to_numpy().astype(np.int64),
-        prior,
-    )
+    n = counts.column("n").to_numpy().astype(np.int64)
+    c = counts.column("c").to_numpy().astype(np.int64)
+    return AdaptiveState(counts.column("prompt_id").to_pylist(), n, c, adaptive.state_prior(acfg, n, c, n0, c0))
 
 
 def _rounds_summary(plan: RunPlan, open_now: set[str]) -> list[dict[str, int]]:

@@ -341,7 +341,7 @@ class Store:
 
     # --- SQL (query) ------------------------------------------------------------------------
 
-    def connect(self, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
+    def connect(self, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table over its Parquet files.
 
         A table with no files yet gets an empty view of its declared schema, so queries on a fresh
@@ -351,8 +351,11 @@ class Store:
         ``confined`` (for a user's SQL): after the views exist, ``sql/confine_connection.sql``
         limits every file access to the data directory, turns off extension loading and locks
         the configuration.
+
+        ``views``: only these views (``query.views_named`` of one query: the files of the other
+        tables are then not even listed); None, every view.
         """
-        return query.connect(self, confined=confined)
+        return query.connect(self, confined=confined, views=views)
 
     def query(self, sql: str, params: list | dict | None = None) -> pa.Table:
         """Run one read query over the data directory's views; DuckDB errors become StoreError."""

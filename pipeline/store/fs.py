@@ -341,8 +341,16 @@ def metadata(s: Rooted, loc: Location) -> pq.FileMetaData:
 
 
 def read_parquet(s: Rooted, loc: Location, columns: list[str] | None = None) -> pa.Table:
-    """One Parquet file (pyarrow reads fsspec's local filesystem with its own native one)."""
-    return call(s, f"cannot read {_named(s, loc)}", pq.read_table, key(s, loc), columns=columns, filesystem=s.fs)
+    """One Parquet file (pyarrow reads fsspec's local filesystem with its own native one).
+
+    ``ParquetFile``, not ``pq.read_table``: the latter goes through ``pyarrow.dataset``, whose
+    import pulls in pandas (0.15 s on every quick command that reads the run registry)."""
+
+    def read() -> pa.Table:
+        with pq.ParquetFile(key(s, loc), filesystem=s.fs) as file:
+            return file.read(columns=columns)
+
+    return call(s, f"cannot read {_named(s, loc)}", read)
 
 
 def footer_value(s: Rooted, loc: Location, name: str) -> str | None:

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 
 import duckdb
@@ -36,19 +39,49 @@ def load_sql(name: str) -> str:
         raise StoreError(f"no query named {name!r}; known: {known}") from exc
 
 
-def connect(s: Facade, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
+# Words of a query that reads DuckDB's catalogue (SHOW TABLES, information_schema, duckdb_views()
+# and every other duckdb_* function): it sees every view.
+CATALOGUE_WORDS = frozenset({"show", "describe", "pragma", "information_schema", "pg_catalog"})
+
+
+def _words(sql: str) -> set[str]:
+    return set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
+
+
+def views_named(sql: str) -> set[str] | None:
+    """The views one query can read: those it names (as words: a name inside a string only adds a
+    view) and the tables the derived ones among them are built on; None (every view) when it reads
+    the catalogue. A query then lists and checks only its own tables' files."""
+    words = _words(sql)
+    if words & CATALOGUE_WORDS or any(w.startswith("duckdb_") for w in words):
+        return None
+    known = {*schema.SCHEMAS, *DERIVED_VIEWS}
+    named, added = set(), words & known
+    while added:  # a derived view may be built on another
+        named |= added
+        added = {v for view in added & set(DERIVED_VIEWS) for v in _words(load_sql(view)) & known} - named
+    return named
+
+
+def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
     """See ``Store.connect``."""
     con = fs.duckdb_connection(s)
     try:
-        found = {table: s.files(table) for table in schema.SCHEMAS}
-        # Only the shard files their runs' plans own (and the answer counts written with them):
-        # a shard copied under another name is quarantined, never counted twice.
-        found["samples"], found["answer_counts"] = files.owned_files(s, found["samples"], found["answer_counts"])
-        found["problems"] = files.load_order(s, found["problems"])
-        for table, target in schema.SCHEMAS.items():
+        wanted = [table for table in schema.SCHEMAS if views is None or table in views]
+        found = {table: s.files(table) for table in wanted}
+        if "samples" in found or "answer_counts" in found:
+            # Only the shard files their runs' plans own (and the answer counts written with them):
+            # a shard copied under another name is quarantined, never counted twice.
+            shards = found["samples"] if "samples" in found else s.files("samples")
+            owned, counts = files.owned_files(s, shards, found.get("answer_counts", []))
+            found.update({k: v for k, v in (("samples", owned), ("answer_counts", counts)) if k in found})
+        if "problems" in found:
+            found["problems"] = files.load_order(s, found["problems"])
+        for table in wanted:
             paths = [str(f) for f in found[table]]
             if not paths:
-                con.register(table, target.empty_table())
+                # from_batches, not empty_table(): building arrays would import pandas (0.15 s).
+                con.from_arrow(pa.Table.from_batches([], schema=schema.SCHEMAS[table])).create_view(table)
             elif table == "problems":  # one row per prompt: its latest load's
                 con.sql(load_sql("problems_latest"), params={"files": paths}).create_view(table)
             else:
@@ -56,7 +89,8 @@ def connect(s: Facade, *, confined: bool = False) -> duckdb.DuckDBPyConnection:
                 # numeric-looking run id is never re-typed.
                 con.read_parquet(paths, hive_partitioning=False, union_by_name=True).create_view(table)
         for view in DERIVED_VIEWS:
-            con.sql(load_sql(view)).create_view(view)
+            if views is None or view in views:
+                con.sql(load_sql(view)).create_view(view)
         if confined:
             roots, spill = fs.confinement(s)
             params = {"allowed_directories": roots, "temp_directory": str(spill)}
@@ -98,8 +132,18 @@ def files_query(s: Facade, name: str, found: list[Location], params: dict | None
             raise StoreError(f"{name}: cannot read {len(found)} files under {s.root}: {exc}") from exc
 
 
-def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
-    """See ``Store.user_query``."""
+def split_statements(sql: str) -> list[str]:
+    """The statements of a script, each on its own (DuckDB's parser: a ';' inside a string or a
+    comment does not split); ``StoreError`` when it does not parse."""
+    try:
+        return [statement.query for statement in duckdb.extract_statements(sql)]
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot parse the SQL: {exc}") from exc
+
+
+def check_statement(s: Facade, sql: str, *, write: bool = False, hint: str = "") -> None:
+    """The sandbox's rule for a user's SQL: exactly one statement and, without ``write``, a SELECT
+    or EXPLAIN (``StoreError`` says what was refused; ``hint`` says how to write instead)."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -111,14 +155,14 @@ def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
         )
     kind = statements[0].type
     if not write and kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
-        raise StoreError(
-            f"refused {kind.name} statement: sql is read-only and runs one SELECT or EXPLAIN; pass "
-            f"--write to run a writing statement (even then only files under {s.root} can be touched)"
-        )
-    con = s.connect(confined=True)
+        raise StoreError(f"refused {kind.name} statement: sql is read-only and runs one SELECT or EXPLAIN{hint}")
+
+
+@contextmanager
+def sandbox_errors(s: Facade) -> Iterator[None]:
+    """DuckDB's errors on a confined connection as ``StoreError``, saying why a refusal happened."""
     try:
-        rel = con.sql(sql)
-        return pa.table({}) if rel is None else rel.to_arrow_table()
+        yield
     except duckdb.PermissionException as exc:
         raise StoreError(
             f"refused: {exc}; sql may only use the views and files under {s.root} (absolute paths), "
@@ -128,6 +172,31 @@ def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
         if "configuration has been locked" in str(exc):
             raise StoreError(f"refused: {exc}; sql cannot change DuckDB's settings") from exc
         raise StoreError(str(exc)) from exc
+
+
+def user_relation(
+    s: Facade, con: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None
+) -> duckdb.DuckDBPyRelation:
+    """One read-only statement of a user's on a confined connection (``connect(confined=True)``),
+    as a DuckDB relation (not run until read: ``.pl()``, ``.arrow()``, ``.fetchall()``)."""
+    check_statement(s, sql)
+    with sandbox_errors(s):
+        return con.sql(sql, params=params or None)
+
+
+def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
+    """See ``Store.user_query``."""
+    check_statement(
+        s,
+        sql,
+        write=write,
+        hint=f"; pass --write to run a writing statement (even then only files under {s.root} can be touched)",
+    )
+    con = s.connect(confined=True, views=views_named(sql))
+    try:
+        with sandbox_errors(s):
+            rel = con.sql(sql)
+            return pa.table({}) if rel is None else rel.to_arrow_table()
     finally:
         con.close()
 

@@ -1,0 +1,316 @@
+"""A curriculum inside verl 0.9.1: its custom dataset class draws each batch's prompts from a policy.
+
+verl 0.9.1 has no sampler hook (``verl/trainer/ppo/utils.py::create_rl_sampler`` only picks a random
+or a sequential sampler; the ``data.sampler.class_path`` curriculum sampler of early-2026 main is
+gone). Its remaining hook is the dataset class: ``create_rl_dataset`` calls ``get_dataset_class``,
+which loads ``data.custom_cls.path`` / ``data.custom_cls.name`` (``pkg://module`` or a file; the
+class must subclass ``torch.utils.data.Dataset``) and builds it as
+``cls(data_files=..., tokenizer=..., processor=..., config=<data config>, max_samples=...)``.
+
+``CurriculumRLHFDataset`` subclasses verl's ``RLHFDataset`` (built on first access to the name, so
+importing this module never imports verl)::
+
+    python -m verl.trainer.main_ppo ... \\
+        data.train_files=train.parquet data.val_files=val.parquet \\
+        data.custom_cls.path=pkg://pipeline.integrations.verl_curriculum \\
+        data.custom_cls.name=CurriculumRLHFDataset \\
+        data.dataloader_num_workers=0 \\
+        trainer.rollout_data_dir=rollouts \\
+        +data.curriculum.data_dir=difficulty-data +data.curriculum.group_size=8
+
+The dataset of ``data.train_files`` ignores the index the sampler asks for: the ``j``-th item the
+dataloader fetches is slot ``j mod B`` of curriculum batch ``j // B`` (``B`` verl's batch,
+``data.gen_batch_size`` or ``data.train_batch_size``), and each curriculum batch is one
+``policy.choose(B)`` over the file's prompts, so ``data.shuffle`` does not matter. The counter lives
+in the one process that iterates: ``data.dataloader_num_workers`` must be 0 (each worker would count
+on its own), as verl's removed curriculum sampler required too. The dataset of ``data.val_files`` is
+verl's own, unchanged.
+
+Outcomes come back through the data directory, not through verl: verl dumps each step's rollouts
+(``trainer.rollout_data_dir``), ``difficulty track <dir> --data-file train.parquet`` imports them
+into the ``observations`` table (``--interval 60`` keeps importing), and before each batch the dataset
+checks the table's file list (a listing, cached checks): when it changed, the policy's counts are
+replaced by each prompt's discounted counts from ``observe.current`` (forgetting ``lambda`` of the
+policy, relative to the latest step), the policy's memory of what it picked when (the coverage
+floor) is kept. A profile imported with ``difficulty track --run RUN_ID`` is the prior at step 0.
+
+Settings (``data.curriculum.*``, added with hydra's ``+``): ``data_dir`` (default
+``$DIFFICULTY_DATA``, then ``./difficulty-data``), ``policy`` (a spec of ``curriculum.make_policy``,
+default ``signal``), ``dataset`` (the stored dataset the rows are prompts of; default: the one
+``difficulty load --data-file`` makes of the train file, loaded and stored if missing),
+``group_size`` (``G`` of the policy's score, say ``actor_rollout_ref.rollout.n``), ``seed``.
+Rows are matched to prompt ids as ``difficulty track`` matches verl rows: by problem text (the last
+user message), else by ``extra_info.index``; a row matching nothing is a prompt of its own, never
+observed (its prior only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import datasets
+from pipeline.curriculum import DEFAULT_POLICY, make_policy
+from pipeline.errors import ConfigError, DatasetError
+
+CLASS_NAME = "CurriculumRLHFDataset"
+CONFIG_KEY = "curriculum"  # data.curriculum.* in verl's config
+
+
+@dataclass(frozen=True)
+class VerlCurriculumConfig:
+    """``data.curriculum.*`` (module docstring)."""
+
+    data_dir: str | None = None
+    policy: str = DEFAULT_POLICY
+    dataset: str | None = None
+    group_size: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group_size is not None and (int(self.group_size) != self.group_size or self.group_size < 1):
+            raise ConfigError(f"data.curriculum.group_size={self.group_size!r} must be an integer >= 1")
+        if int(self.seed) != self.seed:
+            raise ConfigError(f"data.curriculum.seed={self.seed!r} must be an integer")
+
+
+def curriculum_config(data_config: Mapping) -> VerlCurriculumConfig:
+    """The ``curriculum`` mapping of verl's data config (absent: every default); unknown keys are errors."""
+    raw = data_config.get(CONFIG_KEY) if hasattr(data_config, "get") else None
+    raw = {} if raw is None else {str(k): raw[k] for k in raw}
+    known = [f.name for f in fields(VerlCurriculumConfig)]
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"data.{CONFIG_KEY} has unknown key(s) {unknown}; known: {known}")
+    return VerlCurriculumConfig(**raw)
+
+
+def batch_size(data_config: Mapping) -> int:
+    """verl's train dataloader batch: ``gen_batch_size``, else ``train_batch_size`` (``RayPPOTrainer``)."""
+    value = data_config.get("gen_batch_size") or data_config.get("train_batch_size")
+    if value is None or int(value) != value or value < 1:
+        raise ConfigError(f"data.train_batch_size={value!r}: the curriculum needs a batch size >= 1")
+    return int(value)
+
+
+def _files(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(value)] if isinstance(value, str | Path) else [str(v) for v in value]
+
+
+def is_train_dataset(data_files: Any, data_config: Mapping) -> bool:
+    """Whether verl builds this dataset from ``data.train_files`` (the curriculum's) or the validation files.
+
+    Raises:
+        ConfigError: train and validation are the same files (which one is being built is unknown).
+    """
+    files, train, val = _files(data_files), _files(data_config.get("train_files")), _files(data_config.get("val_files"))
+    if train and train == val:
+        raise ConfigError(
+            f"data.train_files and data.val_files are the same ({train}): the curriculum dataset cannot tell "
+            "validation from training; give a separate validation file"
+        )
+    return files == train
+
+
+def check_loader(data_config: Mapping) -> None:
+    """The dataloader settings the curriculum's fetch counter needs."""
+    workers = data_config.get("dataloader_num_workers", 0)
+    if workers:
+        raise ConfigError(
+            f"data.dataloader_num_workers={workers}: the curriculum counts the dataloader's fetches in one process; "
+            "set data.dataloader_num_workers=0"
+        )
+
+
+# --- rows to prompts --------------------------------------------------------------------------
+
+
+def row_prompt_ids(prompts: Sequence[Any], extra_infos: Sequence[Any], matcher) -> list[str]:
+    """Each verl row's prompt id: problem text (last user message), else ``extra_info.index``; a row matching
+    neither is ``row-<i>`` (a prompt never observed)."""
+    out = []
+    for i, (prompt, extra) in enumerate(zip(prompts, extra_infos, strict=True)):
+        text = datasets.user_text(datasets.verl_messages(prompt, origin="verl train file", row=i))
+        pid, _ = matcher.by_problem(text)
+        if pid is None and isinstance(extra, Mapping) and extra.get("index") is not None:
+            pid, _ = matcher.by_index(extra.get("index"))
+        out.append(pid if pid is not None else f"row-{i}")
+    return out
+
+
+class CurriculumSchedule:
+    """The dataloader's ``j``-th fetch to a row: slot ``j mod B`` of curriculum batch ``j // B``.
+
+    ``row_ids`` holds each row's prompt id; a prompt on several rows is drawn as its first row. Before
+    each batch ``counts()`` is asked for the current ``(n, c)`` per prompt of ``self.ids`` (None: no
+    change), then ``policy.choose(B)`` picks the batch. ``chosen`` keeps every batch's ids, in order.
+    """
+
+    def __init__(
+        self,
+        row_ids: Sequence[str],
+        batch: int,
+        *,
+        policy: str = DEFAULT_POLICY,
+        seed: int = 0,
+        group_size: int | None = None,
+        counts: Callable[[], tuple[np.ndarray, np.ndarray] | None] | None = None,
+    ) -> None:
+        first: dict[str, int] = {}
+        for i, pid in enumerate(row_ids):
+            first.setdefault(str(pid), i)
+        if batch < 1 or batch > len(first):
+            raise ConfigError(
+                f"batch size {batch} must be between 1 and the {len(first)} distinct prompts of the train file"
+            )
+        self.ids = list(first)
+        self.first_row = first
+        self.batch = batch
+        self.policy = make_policy(policy, self.ids, seed=seed, G=group_size)
+        self.counts = counts
+        self.fetched = 0
+        self.rows: list[int] = []
+        self.chosen: list[list[str]] = []
+        self.dataset: str | None = None  # the stored dataset, when built from the data directory
+
+    def next_row(self) -> int:
+        slot = self.fetched % self.batch
+        if slot == 0:
+            self._choose()
+        self.fetched += 1
+        return self.rows[slot]
+
+    def _choose(self) -> None:
+        got = self.counts() if self.counts is not None else None
+        if got is not None:
+            n, c = got
+            self.policy.n = np.asarray(n, dtype=float).copy()
+            self.policy.c = np.asarray(c, dtype=float).copy()
+        pids = self.policy.choose(self.batch)
+        self.chosen.append(pids)
+        self.rows = [self.first_row[p] for p in pids]
+
+
+class ObservedCounts:
+    """Each prompt's discounted counts from the ``observations`` table, re-read only when its files change.
+
+    Called, it returns ``(n_eff, c_eff)`` aligned with ``ids`` (0 for a prompt never observed), or None
+    when the table's files are those of the last call. ``latest_step`` is the newest step seen.
+    """
+
+    def __init__(self, store, dataset: str, ids: Sequence[str], forgetting: float) -> None:
+        from pipeline.observe.current import CurrentConfig
+
+        self.store = store
+        self.dataset = dataset
+        self.ids = list(ids)
+        self.config = CurrentConfig(forgetting=forgetting)
+        self.seen: tuple[str, ...] | None = None
+        self.latest_step: int | None = None
+
+    def __call__(self) -> tuple[np.ndarray, np.ndarray] | None:
+        from pipeline.observe.current import current_difficulty
+        from pipeline.observe.record import TABLE, read_observations
+
+        files = tuple(sorted(str(f) for f in self.store.files(TABLE)))
+        if files == self.seen:
+            return None
+        self.seen = files
+        obs = read_observations(self.store)
+        obs = obs.filter(pc.equal(obs.column("dataset"), pa.scalar(self.dataset)))
+        current = current_difficulty(obs, self.config)
+        where = {p: i for i, p in enumerate(self.ids)}
+        n, c = np.zeros(len(self.ids)), np.zeros(len(self.ids))
+        for pid, ne, ce in zip(
+            current.column("prompt_id").to_pylist(),
+            current.column("n_eff").to_pylist(),
+            current.column("c_eff").to_pylist(),
+            strict=True,
+        ):
+            if pid in where:
+                n[where[pid]], c[where[pid]] = ne, ce
+        if current.num_rows:
+            self.latest_step = int(pc.max(current.column("last_step")).as_py())
+        return n, c
+
+
+def build_schedule(frame, data_files: Any, data_config: Mapping, prompt_key: str = "prompt") -> CurriculumSchedule:
+    """The schedule of a train dataset: its rows (``frame``, verl's ``datasets.Dataset`` after filtering)
+    matched to the stored dataset's prompts, the policy's counts read from the data directory."""
+    from pipeline.observe.match import Matcher
+    from pipeline.observe.track import dataset_problems
+    from pipeline.store import Store
+
+    settings = curriculum_config(data_config)
+    check_loader(data_config)
+    store = Store.open(settings.data_dir)
+    files = _files(data_files)
+    if settings.dataset is None and len(files) != 1:
+        raise ConfigError(f"{len(files)} train files: name their stored dataset with +data.curriculum.dataset=NAME")
+    if settings.dataset is not None:
+        problems = dataset_problems(store, settings.dataset)
+    else:
+        problems = dataset_problems(store, data_file=files[0])
+    if problems.num_rows == 0:
+        raise DatasetError(f"no problems in {files[0]!r}")
+    dataset = problems.column("dataset")[0].as_py()
+    names = frame.column_names
+    if prompt_key not in names:
+        raise DatasetError(f"the train file has no {prompt_key!r} column (data.prompt_key); columns: {names}")
+    extra = frame["extra_info"] if "extra_info" in names else [None] * len(frame)
+    ids = row_prompt_ids(frame[prompt_key], extra, Matcher.from_problems(problems))
+    schedule = CurriculumSchedule(
+        ids,
+        batch_size(data_config),
+        policy=settings.policy,
+        seed=settings.seed,
+        group_size=settings.group_size,
+    )
+    schedule.counts = ObservedCounts(store, dataset, schedule.ids, schedule.policy.forgetting)
+    schedule.dataset = dataset
+    return schedule
+
+
+def dataset_class(base: type | None = None) -> type:
+    """``CurriculumRLHFDataset``: ``base`` (default verl's ``RLHFDataset``) whose train instance draws by the
+    policy (``schedule``); the validation instance is ``base`` unchanged."""
+    if base is None:
+        from verl.utils.dataset.rl_dataset import RLHFDataset
+
+        base = RLHFDataset
+
+    class CurriculumRLHFDataset(base):
+        def __init__(self, data_files, tokenizer, config, processor=None, max_samples: int = -1) -> None:
+            super().__init__(
+                data_files=data_files, tokenizer=tokenizer, config=config, processor=processor, max_samples=max_samples
+            )
+            self.schedule: CurriculumSchedule | None = None
+            if is_train_dataset(data_files, config):
+                self.schedule = build_schedule(
+                    self.dataframe, self.original_data_files, config, config.get("prompt_key", "prompt")
+                )
+
+        def __getitem__(self, item):
+            return super().__getitem__(item if self.schedule is None else self.schedule.next_row())
+
+    return CurriculumRLHFDataset
+
+
+_BUILT: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # verl's load_extern_object reads the class with getattr: build it (importing verl) on that first read.
+    if name == CLASS_NAME:
+        if name not in _BUILT:
+            _BUILT[name] = dataset_class()
+        return _BUILT[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,255 @@
+"""Priors over a dataset's pass rates and the posterior sums they give (``docs/adaptive.md`` §2, §3, §7).
+
+Two kinds of prior, one ``Prior`` record:
+
+- a Beta prior ``Beta(a, b)`` (fitted by the beta-binomial likelihood in ``adaptive.fit_prior``,
+  or Jeffreys');
+- a grid prior: the maximum-likelihood mixing distribution on a grid of ``K`` points from 0 to 1
+  (``grid_points``: 0 and 1 included, so prompts that are never or always solved get point masses),
+  fitted by EM to every prompt's counts (``fit_grid_prior``). It can take any shape the data
+  show, which a Beta cannot (a dataset with many prompts at exactly 0 and 1).
+
+A prompt's posterior enters every sum through *nodes* ``p_k`` and per-pair weights ``W[u, k]``
+(``posterior_nodes``): ``E[f(p) | n_u, c_u] = W[u] @ f(p_k)``. For the grid prior these are the
+grid and the normalised ``w_k p_k^c q_k^(n-c)``, exact; for a Beta prior a composite Gauss-Jacobi
+rule cut at given edges, so that a band indicator times a polynomial is integrated to rounding.
+Everything is per distinct ``(n, c)`` pair; callers group prompts by pair.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+
+__all__ = [
+    "GRID_SIZE",
+    "grid_points",
+    "Prior",
+    "fit_grid_prior",
+    "grid_likelihood",
+    "grid_posterior",
+    "posterior_nodes",
+]
+
+# Points of the grid prior (``grid_points``); 201 x (distinct pairs) stays a small matrix.
+GRID_SIZE = 201
+# EM stops when a sweep raises the log-likelihood by less than this per prompt, or after EM_MAX_ITER
+# sweeps from the uniform masses. The cap is a smoother: the fully converged fit is a few spikes,
+# and a spike just inside a band edge makes prompts near it look decided (docs/adaptive.md §2).
+EM_TOL = 1e-9
+EM_MAX_ITER = 200
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A prior over the dataset's pass rates and where it came from.
+
+    Attributes:
+        a, b: the Beta parameters; for a grid prior the Beta with the same mean and variance
+            (a summary for display only: no sum uses it).
+        method: ``fit`` (beta-binomial maximum likelihood), ``jeffreys``, or ``grid``.
+        n_prompts: prompts the fit used (0 for Jeffreys).
+        loglik: the fit's log-likelihood (without the binomial coefficients).
+        start: the method-of-moments start point of the Beta fit.
+        points, weights: the grid prior's points and masses (None for a Beta prior).
+        iterations: EM sweeps of the grid fit.
+        selection: how the ``auto`` prior chose this one (the log-likelihoods compared).
+    """
+
+    a: float
+    b: float
+    method: str = "fit"
+    n_prompts: int = 0
+    loglik: float | None = None
+    start: tuple[float, float] | None = None
+    points: tuple[float, ...] | None = None
+    weights: tuple[float, ...] | None = None
+    iterations: int | None = None
+    selection: str | None = None
+
+    @property
+    def is_grid(self) -> bool:
+        return self.points is not None
+
+    def grid(self) -> tuple[np.ndarray, np.ndarray]:
+        assert self.points is not None and self.weights is not None
+        return np.asarray(self.points, float), np.asarray(self.weights, float)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["start"] = list(self.start) if self.start is not None else None
+        for name in ("points", "weights"):
+            out[name] = list(out[name]) if out[name] is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Prior:
+        """The inverse of ``to_dict`` (a run's stored ``runs.prior``)."""
+        data = dict(data)
+        for name in ("start", "points", "weights"):
+            if data.get(name) is not None:
+                data[name] = tuple(float(v) for v in data[name])
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def label(self) -> str:
+        """How the report and the CLI name it."""
+        if self.is_grid:
+            p, w = self.grid()
+            return (
+                f"grid prior ({int((w > 1e-6).sum())} of {len(p)} points with mass; {w[p <= 0.01].sum():.1%} "
+                f"within 0.01 of p = 0, {w[p >= 0.99].sum():.1%} within 0.01 of p = 1, mean {float(w @ p):.3f}"
+                f"{', chosen by auto' if self.selection else ''})"
+            )
+        return f"Beta({self.a:.3g}, {self.b:.3g}), {self.method}" + (", chosen by auto" if self.selection else "")
+
+
+def _pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = np.asarray(n, np.int64)
+    c = np.asarray(c, np.int64)
+    base = int(n.max(initial=0)) + 1
+    uniq, inv = np.unique(n * base + c, return_inverse=True)
+    return uniq // base, uniq % base, inv.ravel()
+
+
+def grid_likelihood(points: np.ndarray, n, c) -> np.ndarray:
+    """``log p_k^c q_k^(n-c)`` for each pair (rows) and grid point (columns), ``0^0 = 1``."""
+    from scipy.special import xlog1py, xlogy
+
+    n = np.asarray(n, float)[:, None]
+    c = np.asarray(c, float)[:, None]
+    p = np.asarray(points, float)[None, :]
+    return xlogy(c, p) + xlog1py(n - c, -p)
+
+
+def grid_posterior(points: np.ndarray, weights: np.ndarray, n, c) -> np.ndarray:
+    """Posterior masses ``W[u, k]`` proportional to ``w_k p_k^c q_k^(n-c)``, rows summing to 1."""
+    with np.errstate(divide="ignore"):
+        logw = grid_likelihood(points, n, c) + np.log(np.asarray(weights, float))[None, :]
+    logw -= logw.max(axis=1, keepdims=True)
+    W = np.exp(logw)
+    return W / W.sum(axis=1, keepdims=True)
+
+
+def grid_points(size: int = GRID_SIZE) -> np.ndarray:
+    """The grid ``p_k = (1 - cos(pi k / (size - 1))) / 2``: 0 and 1 exactly, dense near both ends,
+    where ``p^G``, ``q^G`` and the update mass ``w(p, G) p q`` change fastest (an even grid of 201
+    points left every sum within 0.005 of 0 or 1 to one point)."""
+    x = (1.0 - np.cos(np.pi * np.arange(size) / (size - 1))) / 2.0
+    x[0], x[-1] = 0.0, 1.0
+    return x
+
+
+def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
+    """The grid prior: the masses ``w_k`` on ``p_k = grid_points(size)`` that maximise
+    ``sum_i log sum_k w_k p_k^c_i q_k^(n_i-c_i)`` (the nonparametric maximum likelihood on the grid).
+
+    EM from the uniform masses: ``w_k <- mean_i W[i, k]``, each sweep raising the likelihood, until
+    a sweep gains less than ``EM_TOL`` per prompt or after ``EM_MAX_ITER`` sweeps. Sums run over the
+    distinct pairs with their multiplicities. Deterministic for given counts.
+
+    Raises:
+        ConfigError: no prompt with samples, or ``size < 2``.
+    """
+    if size < 2:
+        raise ConfigError(f"grid prior size={size!r} must be at least 2")
+    n = np.asarray(n, np.int64)
+    c = np.asarray(c, np.int64)
+    keep = n > 0
+    if not keep.any():
+        raise ConfigError("the prior fit needs at least one prompt with samples")
+    n_u, c_u, inv = _pairs(n[keep], c[keep])
+    mult = np.bincount(inv, minlength=len(n_u)).astype(float)
+    N = float(mult.sum())
+    points = grid_points(size)
+    logL = grid_likelihood(points, n_u, c_u)
+    scale = logL.max(axis=1, keepdims=True)
+    L = np.exp(logL - scale)  # rows scaled to a maximum of 1: no underflow at large n
+    # Sums by numpy's own loops, not BLAS: a BLAS product may add in another order with another
+    # thread count, and a rerun must fit the same prior to the last bit (it decides the rounds).
+    w = np.full(size, 1.0 / size)
+    f = np.einsum("uk,k->u", L, w)
+    ll = float(np.sum(mult * np.log(f)))
+    sweeps = 0
+    while sweeps < EM_MAX_ITER:
+        w = w * np.einsum("uk,u->k", L, mult / f) / N
+        w /= w.sum()
+        f = np.einsum("uk,k->u", L, w)
+        new = float(np.sum(mult * np.log(f)))
+        sweeps += 1
+        gain, ll = new - ll, new
+        if gain < EM_TOL * N:
+            break
+    mean = float(np.sum(w * points))
+    var = float(np.sum(w * points**2)) - mean**2
+    a, b = _moment_beta(mean, var)
+    loglik = ll + float(np.sum(mult * scale[:, 0]))
+    return Prior(
+        a,
+        b,
+        method="grid",
+        n_prompts=int(N),
+        loglik=loglik,
+        points=tuple(points.tolist()),
+        weights=tuple(w.tolist()),
+        iterations=sweeps,
+    )
+
+
+def _moment_beta(mean: float, var: float) -> tuple[float, float]:
+    """The Beta with this mean and variance (clipped to a proper one): a display summary."""
+    mean = min(max(mean, 1e-6), 1 - 1e-6)
+    var = min(max(var, 1e-12), mean * (1 - mean) * (1 - 1e-6))
+    s = mean * (1 - mean) / var - 1.0
+    return mean * s, (1 - mean) * s
+
+
+def _beta_nodes(a: float, b: float, edges, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and log prior weights of a composite Gauss-Jacobi rule for the density
+    ``p^(a-1) q^(b-1)`` on [0, 1] cut at ``edges``: on each piece the singular factor at an end
+    at 0 or 1 is the Jacobi weight, the rest is smooth; ``m`` nodes per piece."""
+    from scipy.special import roots_jacobi
+
+    cuts = np.unique(np.r_[0.0, [e for e in edges if 0.0 < e < 1.0], 1.0])
+    nodes, logw = [], []
+    for s, e in zip(cuts[:-1], cuts[1:], strict=True):
+        at0, at1 = s == 0.0, e == 1.0
+        alpha_j = (b - 1.0) if at1 else 0.0  # weight (1 - x)^alpha_j (1 + x)^beta_j on [-1, 1]
+        beta_j = (a - 1.0) if at0 else 0.0
+        x, w = roots_jacobi(m, alpha_j, beta_j)
+        p = s + (e - s) * (1.0 + x) / 2.0
+        lw = np.log(w) + math.log((e - s) / 2.0)
+        # the density's factors not in the Jacobi weight, at the node
+        lw += (a - 1.0) * (math.log(e / 2.0) if at0 else np.log(p))
+        lw += (b - 1.0) * (math.log((1.0 - s) / 2.0) if at1 else np.log1p(-p))
+        nodes.append(p)
+        logw.append(lw)
+    return np.concatenate(nodes), np.concatenate(logw)
+
+
+def posterior_nodes(prior: Prior, n_u, c_u, edges=(), degree: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``p_k`` and weights ``W[u, k]`` with ``E[f(p) | n_u, c_u] = W[u] @ f(p_k)``.
+
+    Grid prior: the grid and the posterior masses (exact for every ``f``). Beta prior: the
+    composite Gauss-Jacobi rule of the prior density cut at ``edges``, each prompt's weights the
+    rule's times its likelihood, normalised; accurate to rounding for ``f`` a polynomial of degree
+    up to ``degree`` times the indicator of a union of pieces (``m`` nodes per piece with
+    ``2m - 1 >= degree + n + margin``).
+    """
+    n_u = np.asarray(n_u, float)
+    c_u = np.asarray(c_u, float)
+    if prior.is_grid:
+        p, w = prior.grid()
+        return p, grid_posterior(p, w, n_u, c_u)
+    m = int(math.ceil((degree + float(n_u.max(initial=0)) + 2) / 2)) + 12
+    p, logw = _beta_nodes(prior.a, prior.b, edges, m)
+    lw = logw[None, :] + grid_likelihood(p, n_u, c_u)
+    lw -= lw.max(axis=1, keepdims=True)
+    W = np.exp(lw)
+    return p, W / W.sum(axis=1, keepdims=True)
