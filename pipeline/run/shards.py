@@ -23,13 +23,14 @@ import pyarrow as pa
 
 from pipeline import analyze, grade
 from pipeline.errors import PipelineError, StoreError
-from pipeline.run.config import ProfileConfig
 from pipeline.run import progress
+from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import RunPlan, pending_shards
 from pipeline.sample import SamplingParams, make_sampler
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
+
 
 def _progress(shard: int, stage: str, done: int) -> None:
     counter = progress.current()
