@@ -24,7 +24,10 @@ step() {  # name, command...
 step venv python3 -m venv "$venv"
 smoke_gguf='from pipeline.sample.llamacpp import bundled_model_path; print(bundled_model_path())'
 case $way in
-  llamacpp-source)
+  llamacpp-source)  # with the Makefile's CMAKE_ARGS: only what the project loads, every core
+    CMAKE_ARGS=$(make -s -C "$repo" -f - print-cmake <<<'include Makefile
+print-cmake: ; @echo $$CMAKE_ARGS')
+    export CMAKE_ARGS CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
     step install $pip "$repo[cpu]"
     step first-completion "$venv/bin/python" -c "
 from llama_cpp import Llama
