@@ -62,7 +62,7 @@ from pipeline.sample.llamacpp import bundled_model_path
 p = bundled_model_path()
 tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
 m = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
-ids = tok.apply_chat_template([{'role': 'user', 'content': 'What is 2+3?'}], add_generation_prompt=True, return_tensors='pt')
+ids = tok.apply_chat_template([{'role': 'user', 'content': 'What is 2+3?'}], add_generation_prompt=True, return_tensors='pt', return_dict=True)['input_ids']
 print(tok.decode(m.generate(ids, max_new_tokens=16, do_sample=True)[0][ids.shape[1]:]))"
     ;;
   *) echo "unknown way: $way" >&2; exit 2 ;;
