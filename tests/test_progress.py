@@ -59,6 +59,7 @@ def counter(monkeypatch) -> Recorder:
 def test_counts_add_up_across_shards_with_rate_and_time_left():
     clock = Clock()
     c = RunProgress(clock)
+    assert progress.describe(c.snapshot()).startswith("preparing the run")  # no plan yet: no 0/0
     c.begin("r", [10, 10, 6], finished={0})  # a resumed run: shard 0 was written before
     snap = c.snapshot()
     assert (snap.total, snap.graded, snap.shards_done, snap.shards) == (26, 10, 1, 3)

@@ -137,6 +137,8 @@ def _duration(seconds: float) -> str:
 def describe(snap: Snapshot) -> str:
     """The display's line, e.g. ``samples 12,000/77,184 (16%) | sampled 12,800 | 3,400/s |
     0:00:19 left | shards 46/302``."""
+    if snap.run_id is None:
+        return "preparing the run: its problems, its plan, the engine"
     pct = 100 * snap.graded / snap.total if snap.total else 0.0
     parts = [f"samples {snap.graded:,}/{snap.total:,} ({pct:.0f}%)"]
     if snap.sampled > snap.graded:
