@@ -39,6 +39,16 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def problems_file(size: int, work: Path) -> Path:
+    """``size`` distinct sums as a JSON Lines file (the bundled arithmetic set stops at 87,135)."""
+    path = work / f"sums-{size}.jsonl"
+    with path.open("w") as f:
+        for i in range(size):
+            a, b = 1000 + 7919 * i % 1_000_003, 17 + i
+            f.write(json.dumps({"problem": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n")
+    return path
+
+
 def child(size: int, n: int, work: Path) -> dict:
     """One size, in this (child) process: flow, report, one query."""
     os.environ.setdefault("PREFECT_HOME", str(work / "prefect"))
@@ -52,7 +62,7 @@ def child(size: int, n: int, work: Path) -> dict:
     # busy machine, whatever the size): a tiny flow pays it before the clock starts.
     profile_flow(run.ProfileConfig.build(backend="simulate", limit=4, n=1, report=False), Store.open(work / "warm"))
     store = Store.open(work / "data")
-    cfg = run.ProfileConfig.build(backend="simulate", limit=size, n=n, report=False)
+    cfg = run.ProfileConfig.build(backend="simulate", data_file=str(problems_file(size, work)), n=n, report=False)
     t, c = time.perf_counter(), _cpu_s()
     run_id = profile_flow(cfg, store)["run_id"]
     flow_s, flow_cpu = time.perf_counter() - t, _cpu_s() - c
@@ -83,10 +93,11 @@ def run_size(size: int, n: int) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"scale-{size}-") as tmp:
         out = subprocess.run(
             [sys.executable, __file__, "--child", str(size), "--n", str(n), "--work", tmp],
-            check=True,
             capture_output=True,
             text=True,
         )
+    if out.returncode:
+        sys.exit(f"size {size} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
