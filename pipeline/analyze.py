@@ -819,11 +819,18 @@ def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
 ANALYSIS_TABLES = ("prompt_stats", "weights", "summary")
 
 
-def read_analysis(store: Store, run_id: str) -> Analysis | None:
-    """The analysis tables stored for a run, or None when any of them is missing."""
-    tables = {name: store.read_table(name, {"run_id": run_id}) for name in ANALYSIS_TABLES}
+def read_analysis(store: Store, run_id: str, *, weights: bool = True) -> Analysis | None:
+    """The analysis tables stored for a run, or None when any of them is missing. Without
+    ``weights`` the ``weights`` table (a row per prompt, estimator and group size: 8.8 M rows at
+    160,000 prompts) is only checked to be there, and the result holds it empty."""
+    names = [name for name in ANALYSIS_TABLES if weights or name != "weights"]
+    tables = {name: store.read_table(name, {"run_id": run_id}) for name in names}
     if any(t.num_rows == 0 for t in tables.values()):
         return None
+    if not weights:
+        if not store.files("weights", {"run_id": run_id}):
+            return None
+        tables["weights"] = schema.WEIGHTS.empty_table()
     return Analysis(**tables)
 
 
@@ -833,12 +840,16 @@ def write_analysis(store: Store, run_id: str, result: Analysis) -> None:
         store.replace_partition(name, getattr(result, name), {"run_id": run_id})
 
 
-def analysis_of_run(store: Store, run_id: str, config: AnalyzeConfig | None = None) -> tuple[Analysis, bool]:
+def analysis_of_run(
+    store: Store, run_id: str, config: AnalyzeConfig | None = None, *, weights: bool = True
+) -> tuple[Analysis, bool]:
     """The analysis of a run: the stored tables, else computed from its samples (not written).
 
-    Returns ``(analysis, computed)``; ``computed`` is True when it was not stored.
+    Returns ``(analysis, computed)``; ``computed`` is True when it was not stored. ``weights=False``:
+    a stored analysis comes without its ``weights`` rows (see ``read_analysis``); a computed one
+    has them all.
     """
-    stored = read_analysis(store, run_id)
+    stored = read_analysis(store, run_id, weights=weights)
     if stored is not None:
         return stored, False
     return analyze(counts_from_samples(store, run_id), run_id, config), True

@@ -9,10 +9,11 @@ of that name). Text labels with a trailing number (``"Level 5"``) read as that n
 The measure is Spearman's rank correlation between the label and the measured pass rate ``c / n``
 over the prompts that have both, ties given their average rank (Pearson's correlation of the
 ranks). Its interval is a percentile bootstrap over prompts: each resample draws N prompts with
-replacement, which is a multinomial weight per prompt; the weighted average ranks of a resample
-are computed in one pass over the values sorted once (the rank of a value is the weight below it
-plus half the weight tied with it, plus one half), so a resample costs O(N) and ranks are never
-sorted again. A negative correlation means a larger label is harder (a level); a positive one that
+replacement, which is a multinomial count per distinct (label, pass rate) pair; the weighted
+average ranks of a resample are computed in one pass over the values sorted once (the rank of a
+value is the weight below it plus half the weight tied with it, plus one half), so a resample
+costs the number of distinct pairs (a few hundred at most for a level against c / n), not N, and
+ranks are never sorted again. A negative correlation means a larger label is harder (a level); a positive one that
 a larger label is easier (a prior solve rate). The mean pass rate per label value (per quantile
 bin when there are more than ``max_groups`` values) shows where the ranking breaks down.
 """
@@ -130,13 +131,15 @@ def _ranks(inv: np.ndarray, k: int, w: np.ndarray) -> np.ndarray:
 
 
 def _pearson(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> float:
+    # Sums, not ``@``: a BLAS dot product starts its threads on long vectors, which costs more
+    # than the sum itself on a busy machine.
     sw = w.sum()
-    da = a - (w @ a) / sw
-    db = b - (w @ b) / sw
-    va, vb = w @ (da * da), w @ (db * db)
+    da = a - (w * a).sum() / sw
+    db = b - (w * b).sum() / sw
+    va, vb = (w * da * da).sum(), (w * db * db).sum()
     if va <= 0 or vb <= 0:
         return math.nan
-    return float(np.clip((w @ (da * db)) / math.sqrt(va * vb), -1.0, 1.0))
+    return float(np.clip((w * da * db).sum() / math.sqrt(va * vb), -1.0, 1.0))
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -154,18 +157,28 @@ def spearman_interval(
     x: np.ndarray, y: np.ndarray, bootstrap: int = 1000, level: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of Spearman's rho over resamples of the pairs (NaN, NaN when
-    fewer than 3 pairs or no resample has a defined correlation)."""
+    fewer than 3 pairs or no resample has a defined correlation).
+
+    A resample of the N pairs is drawn as how many times it holds each distinct (x, y) pair: a
+    multinomial of N over the distinct pairs with their shares as probabilities, the same law as
+    N draws with replacement. Ranks depend only on those counts, so each resample costs the
+    number of distinct pairs, not N: a pass rate at n samples has n + 1 values and a label a few,
+    so a resample of 160,000 prompts is a table of a hundred cells or so.
+    """
     x, y = np.asarray(x, float), np.asarray(y, float)
     N = len(x)
     if N < 3:
         return math.nan, math.nan
     ix, kx = _groups(x)
     iy, ky = _groups(y)
+    cells, counts = np.unique(ix.astype(np.int64) * max(ky, 1) + iy, return_counts=True)
+    cx, cy = cells // max(ky, 1), cells % max(ky, 1)
     rng = np.random.default_rng(seed)
+    share = counts / N
     rhos = np.empty(bootstrap)
-    for b in range(bootstrap):
-        w = np.bincount(rng.integers(0, N, N), minlength=N).astype(float)
-        rhos[b] = _pearson(_ranks(ix, kx, w), _ranks(iy, ky, w), w)
+    for b in range(bootstrap):  # one resample at a time: as many cells as pairs when values are distinct
+        w = rng.multinomial(N, share).astype(float)
+        rhos[b] = _pearson(_ranks(cx, kx, w), _ranks(cy, ky, w), w)
     rhos = rhos[~np.isnan(rhos)]
     if not len(rhos):
         return math.nan, math.nan

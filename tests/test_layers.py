@@ -136,7 +136,7 @@ def test_cycle_finder_finds_a_function_level_circle():
 # Inside a package that holds a stage's rooms, the rooms form their own order, left to right: a room
 # imports only rooms to its left (and never its package's facade, which imports the rooms).
 ROOMS = {
-    "run": ("config", "plan", "shards", "rounds", "driver"),
+    "run": ("progress", "config", "plan", "shards", "rounds", "driver"),
     "store": ("fs", "files", "registry", "query"),
     "observe": ("record", "match", "sources", "track", "current", "snapshot"),
 }

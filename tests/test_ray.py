@@ -96,3 +96,24 @@ def test_a_shard_written_where_the_driver_cannot_see_it_is_an_error(store, tmp_p
         worker = OtherDiskExecutor(local, Store.open(tmp_path / "node-2-disk"))
         with pytest.raises(StoreError, match="every node must reach the same data directory"):
             stages.run_shard(store, plan, 0, worker)
+
+
+def test_the_progress_count_adds_up_the_actors_shards(local_ray, tmp_path, monkeypatch, close_engines):
+    """Samples drawn on actors count in the driver's display when each shard is written: the
+    run's total, every shard once, nothing counted inside another process."""
+    from pipeline.run import progress
+
+    seen: list[progress.Snapshot] = []
+
+    class Recorder(progress.RunProgress):
+        def shard_done(self, shard: int) -> None:
+            super().shard_done(shard)
+            seen.append(self.snapshot())
+
+    counter = Recorder()
+    monkeypatch.setattr(progress, "_current", counter)
+    cfg = stages.ProfileConfig.build(**{**TINY, "backend": "simulate"}, executor="ray", replicas=2)
+    executors.profile_direct(cfg, Store.open(tmp_path / "data"))
+    assert [s.total for s in seen] == [12, 12, 12]
+    assert sorted(s.graded for s in seen) == [4, 8, 12] and sorted(s.shards_done for s in seen) == [1, 2, 3]
+    assert all(s.sampled == s.graded for s in seen)  # no partial count from another process

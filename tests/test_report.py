@@ -199,6 +199,16 @@ def test_in_memory_analysis_matches_stored_tables(runs, tmp_path):
     assert stored.top_mass["prompt_id"].to_list() == fresh.top_mass["prompt_id"].to_list()
 
 
+def test_the_report_leaves_a_stored_runs_weights_on_disk(runs, tmp_path):
+    full = analyze.read_analysis(runs, "run-a")
+    lean = analyze.read_analysis(runs, "run-a", weights=False)
+    assert full is not None and lean is not None and full.weights.num_rows > 0
+    assert lean.weights.num_rows == 0 and lean.prompt_stats.equals(full.prompt_stats)
+    bare = Store(tmp_path / "data")
+    build_run(bare, "run-a", model="model-a", analysis=False)
+    assert analyze.read_analysis(bare, "run-a", weights=False) is None  # nothing stored: computed instead
+
+
 def test_allocation_table_spends_the_budget(runs):
     from pipeline.allocate import AllocationConfig, allocate_prompts
 

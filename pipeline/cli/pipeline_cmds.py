@@ -66,25 +66,11 @@ def print_adaptive_summary(store: Store, run_id: str) -> None:
 
 @contextmanager
 def progress_bars() -> Iterator[None]:
-    """Sampling and grading progress bars on standard error while the block runs."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """The run's progress line on standard error while the block runs (nothing when it is piped)."""
+    from pipeline.run import progress
 
-    from pipeline import run
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console) as bars:
-        tasks: dict[str, int] = {}
-
-        def sink(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bars.add_task("sampling" if stage == "sample" else "grading", total=total)
-            bars.update(tasks[stage], completed=done, total=total)
-
-        run.set_progress_sink(sink)
-        try:
-            yield
-        finally:
-            run.set_progress_sink(None)
+    with progress.display(err_console.file):
+        yield
 
 
 def datasets_cmd(fmt: Format = "table") -> None:

@@ -177,7 +177,8 @@ def _json_dict(text: str | None) -> dict:
 def _analysis(store: Store, run_id: str) -> tuple[analyze.Analysis, bool]:
     """The run's analysis and whether it was computed (not stored)."""
     try:
-        return analyze.analysis_of_run(store, run_id)
+        # A stored analysis's weights stay on disk: the report reads its top rows by query.
+        return analyze.analysis_of_run(store, run_id, weights=False)
     except StoreError as exc:
         if store.files("samples", {"run_id": run_id}):
             raise  # the samples exist but cannot be read: say why, not that they are missing

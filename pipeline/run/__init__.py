@@ -5,6 +5,7 @@
 - ``plan``: the run id, its ``RunPlan`` (shards by digest) and which shards are finished.
 - ``shards``: the one graded-shard routine, the process's engines, the executors.
 - ``rounds``: an adaptive run's rounds and decisions (``docs/adaptive.md``).
+- ``progress``: the one progress display of a run (counts across shards, rounds, actors).
 - ``driver``: the driver (prepare, rounds of shards, finish), its steps injectable.
 """
 
@@ -50,7 +51,6 @@ _WHERE = {
     "run_shard": "shards",
     "sample_and_grade": "shards",
     "save_plan": "plan",
-    "set_progress_sink": "shards",
     "shard_job": "shards",
     "working_on": "driver",
     "write_graded_shard": "shards",

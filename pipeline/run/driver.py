@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from pipeline import adaptive, allocate, analyze, datasets, grade, schema
 from pipeline.errors import DatasetError, PipelineError
+from pipeline.run import progress
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import (
     RunPlan,
@@ -28,6 +29,7 @@ from pipeline.run.plan import (
     check_counts,
     compute_run_id,
     entries_from_plan_table,
+    finished_shards,
     require_finished,
     rounds_from_plan_table,
     save_plan,
@@ -225,12 +227,29 @@ class Steps:
     finish: Callable[[ProfileConfig, Store, RunPlan, AdaptiveState | None], dict[str, Any]] = finish_step
 
 
+def begin_progress(store: Store, plan: RunPlan) -> None:
+    """Tell the run's progress display (if one is drawn) the plan whose shards run next: every
+    shard's samples and those already written, so it counts the run's total, not a shard's."""
+    counter = progress.current()
+    if counter is None:
+        return
+    acfg = plan.adaptive
+    counter.begin(
+        plan.run_id,
+        [sum(count for _, _, count in entries) for entries in plan.entries],
+        finished_shards(store, plan),
+        round_=(plan.rounds[-1] if plan.rounds else 0) if acfg is not None else None,
+        bound=plan.problems.num_rows * acfg.n_max if acfg is not None else None,
+    )
+
+
 def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Steps = Steps()) -> dict[str, Any]:
     """The whole profile: prepare, every pending shard (round after round for an adaptive run),
     finish. Returns ``{"run_id": ...}``."""
     plan = steps.prepare(config, store, executor)
     steps.started(plan)
     with working_on(store, plan.run_id):
+        begin_progress(store, plan)
         steps.run_shards(store, plan, executor)
         state = None
         while plan.adaptive is not None:
@@ -239,6 +258,7 @@ def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Step
             if found.plan is None:
                 break
             plan = found.plan
+            begin_progress(store, plan)
             steps.run_shards(store, plan, executor)
         return steps.finish(config, store, plan, state)
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from pipeline import analyze, grade
 from pipeline.errors import PipelineError, StoreError
+from pipeline.run import progress
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import RunPlan, pending_shards
 from pipeline.sample import SamplingParams, make_sampler
@@ -30,21 +31,11 @@ from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
-# (stage, done, total) -> None; the CLI installs a progress bar here. Not a flow parameter,
-# because Prefect parameters must be serialisable.
-ProgressSink = Callable[[str, int, int], None]
-_progress_sink: ProgressSink | None = None
 
-
-def set_progress_sink(sink: ProgressSink | None) -> None:
-    """Route sampling and grading progress to ``sink`` (None: log only)."""
-    global _progress_sink
-    _progress_sink = sink
-
-
-def _progress(stage: str, done: int, total: int) -> None:
-    if _progress_sink is not None:
-        _progress_sink(stage, done, total)
+def _progress(shard: int, stage: str, done: int) -> None:
+    counter = progress.current()
+    if counter is not None:
+        counter.update(shard, stage, done)
 
 
 # --- engines are expensive: one per process, reused by every shard and run -------------------------
@@ -126,7 +117,7 @@ def grade_samples(samples: pa.Table, job: ShardJob, config: grade.GradeConfig) -
         raise PipelineError(f"run {job.run_id} shard {job.shard}: samples of prompts {unknown[:3]} not in the shard")
     items = samples.append_column("gold", pa.array([gold[p] for p in ids], pa.string()))
     graded = grade.grade_table(
-        items, config, pool=get_grading_pool(config), progress=lambda k: _progress("grade", k, len(items))
+        items, config, pool=get_grading_pool(config), progress=lambda k: _progress(job.shard, progress.GRADE, k)
     )
     return graded.drop_columns(["gold"]).append_column("run_id", pa.array([job.run_id] * graded.num_rows, pa.string()))
 
@@ -176,12 +167,11 @@ def sample_job(config: ProfileConfig, job: ShardJob, sampler=None) -> pa.Table:
     engine = config.engine
     sampler = sampler or get_sampler(engine.backend, engine.model, engine.backend_options)
     batches = _sample_batches(job.problems, config.sampling.params())
-    total = sum(sub.num_rows * p.n for sub, p in batches)
     done = [0]
 
     def sampled(k: int) -> None:
         done[0] += k
-        _progress("sample", done[0], total)
+        _progress(job.shard, progress.SAMPLE, done[0])
 
     parts = [sampler.sample(sub, p, sampled, template=job.template) for sub, p in batches]
     return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
@@ -246,12 +236,22 @@ def run_shard(store: Store, plan: RunPlan, shard: int, executor: Executor) -> in
     if store.shard_digest(plan.run_id, shard) == plan.digests[shard]:
         log.info("run %s shard %d already done", plan.run_id, shard)
         return 0
-    written = executor.write_shard(store, shard_job(plan, shard))
+    counter = progress.current()  # the run's display, if one is drawn
+    try:
+        written = executor.write_shard(store, shard_job(plan, shard))
+    except BaseException:
+        if counter is not None:
+            counter.shard_failed(shard)
+        raise
     if store.shard_digest(plan.run_id, shard) != plan.digests[shard]:
+        if counter is not None:
+            counter.shard_failed(shard)
         raise StoreError(
             f"run {plan.run_id} shard {shard} was written by a worker but is not in {store.root} as this "
             "process sees it: every node must reach the same data directory (an s3:// one, or a shared folder)"
         )
+    if counter is not None:
+        counter.shard_done(shard)
     return written
 
 
