@@ -10,14 +10,30 @@ samples lost, duplicated and mismatched against the clean run (all zero), proces
 after the kills (none), and the run's status right after each kill (``interrupted``, never a
 stale ``sampling``).
 
+Two more cases share one data directory between runs (``--cases``):
+
+- ``datasets``: two profiles of one dataset (``--prompts`` at seed 41 and three quarters of it,
+  half the samples, at seed 42: other problems), one after the other and then both at once as
+  separate processes, each compared with the same run alone in a fresh data directory. Counted per
+  run: samples lost, duplicated or mismatched; its prompts without a problem row (lost), extra
+  problem rows of a prompt (duplicated), problem rows whose problem, answer or status differ from
+  the run alone's (mismatched; labels a later load updated are counted apart); and the rows its
+  ``export`` writes and the prompts its ``regrade`` grades, against its prompts.
+- ``copy``: a finished shard copied under an unplanned shard's name and under another planned
+  shard's name; ``samples`` counted through the view, then ``doctor`` run (it must report both and
+  exit 1, a second ``doctor`` 0), then the run resumed; each time compared with the clean run.
+
     python bench/faults.py [--kills 20] [--prompts 2000] [--n 8] [--shard-size 50] [--seed 0]
+                           [--cases kills,datasets,copy]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +71,29 @@ def keyed(table: pa.Table) -> dict[tuple[str, int], tuple]:
     return {(r["prompt_id"], r["sample_idx"]): (r["completion"], r["correct"], r["grade_status"]) for r in rows}
 
 
+def compare(reference: dict, got: pa.Table) -> tuple[int, int, int]:
+    """Samples lost, duplicated and mismatched in ``got`` against ``reference`` (``keyed``)."""
+    keys = keyed(got)
+    bad = sum(1 for key in reference.keys() & keys.keys() if reference[key] != keys[key])
+    return len(reference.keys() - keys.keys()), got.num_rows - len(keys), bad
+
+
+def graded(rows: list[tuple]) -> list[tuple]:
+    """What a run's grading reads of its problem rows: the problem, its gold answer and status. (A
+    later load may update the other fields, labels such as ``difficulty``: the same problem text
+    generated at two difficulties has one prompt id, and the latest load's labels.)"""
+    return [tuple(item for item in row if item[0] in ("problem", "answer", "status")) for row in rows]
+
+
+def problem_rows(store: Store, prompts: set[str]) -> dict[str, list[tuple]]:
+    """Every stored problem row of ``prompts`` (as the ``problems`` view gives them)."""
+    rows: dict[str, list[tuple]] = {}
+    for row in store.query("select * from problems").to_pylist():
+        if row["prompt_id"] in prompts:
+            rows.setdefault(row["prompt_id"], []).append(tuple(sorted(row.items())))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kills", type=int, default=20)
@@ -62,11 +101,147 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--shard-size", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cases", default="kills,datasets,copy", help="which cases, comma-separated")
     args = ap.parse_args()
-    rng = random.Random(args.seed)
+    cases = set(args.cases.split(","))
     work = Path(tempfile.mkdtemp(prefix="faults-"))
     base_env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "DIFFICULTY_GUARD")}
     base_env.update(PREFECT_HOME=str(work / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    if "datasets" in cases:
+        shared_dataset(args, work, base_env)
+    if "copy" in cases:
+        copied_shard(args, work, base_env)
+    if "kills" in cases:
+        kills(args, work, base_env)
+
+
+def shared_dataset(args, work: Path, base_env: dict) -> None:
+    """Two profiles of one dataset in one data directory, one after the other, then at once."""
+    quarter = max(1, args.prompts * 3 // 4)
+    runs = {
+        "A": ["--limit", str(args.prompts), "--n", str(args.n), "--seed", "41"],
+        "B": ["--limit", str(quarter), "--n", str(max(1, args.n // 2)), "--seed", "42"],
+    }
+
+    def start(data: Path, name: str) -> subprocess.Popen:
+        cmd = [DIFFICULTY, "profile", "--backend", "simulate", "--shard-size", str(args.shard_size), *runs[name]]
+        env = {**base_env, "DIFFICULTY_DATA": str(data)}
+        return subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def finish(proc: subprocess.Popen) -> None:
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err.decode()[-2000:]
+
+    def cli(data: Path, *cmd: str) -> str:
+        env = {**base_env, "DIFFICULTY_DATA": str(data)}
+        out = subprocess.run([DIFFICULTY, *cmd], env=env, cwd=work, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    alone = {}
+    for name in runs:  # each run alone in a fresh data directory: the reference
+        t = time.perf_counter()
+        finish(start(work / f"alone-{name}", name))
+        store = Store(work / f"alone-{name}")
+        samples = store.read_table("samples")
+        prompts = set(samples.column("prompt_id").to_pylist())
+        run_id = store.list_runs().column("run_id")[0].as_py()
+        alone[name] = (run_id, keyed(samples), problem_rows(store, prompts))
+        print(f"run {name} alone: {time.perf_counter() - t:.1f} s, {len(prompts)} prompts, {samples.num_rows} samples")
+
+    for how in ("one after the other", "at once"):
+        data = work / f"shared-{how.replace(' ', '-')}"
+        t = time.perf_counter()
+        if how == "at once":
+            for proc in [start(data, name) for name in runs]:
+                finish(proc)
+        else:
+            for name in runs:
+                finish(start(data, name))
+        elapsed = time.perf_counter() - t
+        store = Store(data)
+        totals = [0, 0, 0]
+        for name, (run_id, reference, problems) in alone.items():
+            samples = store.query("select * from samples where run_id = ?", [run_id])
+            s_lost, s_dup, s_bad = compare(reference, samples)
+            stored = problem_rows(store, set(problems))
+            p_lost = len(problems.keys() - stored.keys())
+            p_dup = sum(len(rows) - 1 for rows in stored.values())
+            p_bad = sum(1 for pid, rows in stored.items() if graded(rows[:1]) != graded(problems[pid]))
+            p_new = sum(1 for pid, rows in stored.items() if rows[:1] != problems[pid]) - p_bad
+            export = work / f"export-{how.replace(' ', '-')}-{name}.jsonl"
+            cli(data, "export", "--run", run_id, "--output", str(export))
+            exported = sum(1 for _ in export.open())
+            cli(data, "regrade", "--run", run_id, "--no-math-verify", "--no-report")
+            regraded = (
+                store.query(
+                    "select count(distinct prompt_id) n from samples where starts_with(run_id, ?)", [f"{run_id}-g"]
+                )
+                .column(0)[0]
+                .as_py()
+            )
+            e_lost = (len(problems) - exported) + (len(problems) - regraded)
+            print(
+                f"  {how}, run {name}: samples lost {s_lost}, duplicated {s_dup}, mismatched {s_bad}; "
+                f"problems lost {p_lost}, duplicated {p_dup}, mismatched {p_bad}, labels updated {p_new}; "
+                f"export {exported} of {len(problems)} rows; regrade {regraded} prompts"
+            )
+            for i, k in enumerate((s_lost + p_lost + e_lost, s_dup + p_dup, s_bad + p_bad)):
+                totals[i] += k
+        print(
+            f"two runs of one dataset, {how} ({elapsed:.1f} s): lost {totals[0]}, duplicated {totals[1]}, "
+            f"mismatched {totals[2]}"
+        )
+
+
+def copied_shard(args, work: Path, base_env: dict) -> None:
+    """A finished shard copied under an unplanned name and under another planned shard's name."""
+    data = work / "copied"
+    env = {**base_env, "DIFFICULTY_DATA": str(data)}
+    profile = [DIFFICULTY, "profile", "--backend", "simulate", "--limit", str(args.prompts), "--n", str(args.n)]
+    profile += ["--shard-size", str(args.shard_size)]
+
+    def run(cmd: list[str], rc: int = 0) -> str:
+        out = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True)
+        assert out.returncode == rc, f"{cmd[1]} exited {out.returncode}: {out.stderr[-2000:]}"
+        return out.stdout
+
+    run(profile)
+    store = Store(data)
+    run_id = store.list_runs().column("run_id")[0].as_py()
+    clean = keyed(store.read_table("samples"))
+    folder = data / "samples" / f"run_id={run_id}"
+    n_shards = len(list(folder.glob("shard-*.parquet")))
+    stray, planned = folder / f"shard-{n_shards + 2:05d}.parquet", folder / "shard-00001.parquet"
+    totals = [0, 0, 0]
+
+    def counted(when: str, total: bool = True) -> None:
+        view = Store(data)  # a new process's view: nothing cached
+        got = view.query("select * from samples")
+        k = compare(clean, got)
+        for i in range(3):
+            totals[i] += k[i] if total else 0
+        print(f"  {when}: samples through the view lost {k[0]}, duplicated {k[1]}, mismatched {k[2]}")
+
+    shutil.copyfile(folder / "shard-00000.parquet", stray)
+    counted(f"shard-00000 copied to {stray.name}, no doctor yet")
+    shutil.copyfile(folder / "shard-00000.parquet", stray)
+    shutil.copyfile(folder / "shard-00000.parquet", planned)
+    found = json.loads(run([DIFFICULTY, "doctor", "--format", "json"], rc=1))
+    again = json.loads(run([DIFFICULTY, "doctor", "--format", "json"]))
+    print(f"  doctor found {sorted(r['file'].rsplit('/', 1)[-1] for r in found)}; a second doctor found {len(again)}")
+    counted("after doctor (shard-00001 was overwritten by the copy: quarantined, not counted)", total=False)
+    run(profile)
+    counted("after the run resumed")
+    print(
+        f"copied shard: lost {totals[0]}, duplicated {totals[1]}, mismatched {totals[2]} "
+        "(before doctor and after the resume)"
+    )
+
+
+def kills(args, work: Path, base_env: dict) -> None:
+    """The kill -9 case (see the module's docstring)."""
+    rng = random.Random(args.seed)
     cmd = [DIFFICULTY, "profile", "--backend", "simulate", "--limit", str(args.prompts), "--n", str(args.n)]
     cmd += ["--shard-size", str(args.shard_size)]
 

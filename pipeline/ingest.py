@@ -167,7 +167,7 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
             ],
         }
     )
-    store.write_table("problems", problems, {"dataset": dataset})
+    store.add_problems(problems, dataset)
     digest = hashlib.sha256()
     for pid, c in zip(ids, completion, strict=False):
         digest.update(f"{pid}\x1f{c}\x1e".encode())

@@ -114,6 +114,44 @@ def test_the_watchdog_ends_what_its_process_started(tmp_path):
     assert not _alive(child), "the child outlived its killed parent"
 
 
+def test_the_watchdog_ends_an_unmarked_process_named_by_a_folder_it_holds_open(tmp_path):
+    """Was: a local Ray cluster's two agents, started with an environment of their own (no
+    marker), outlived a kill -9 of the driver by about a minute. A process holding a file open in
+    a folder named with ``also_end`` (the cluster's session folder) is ended with the rest."""
+    session = tmp_path / "session_1234"
+    session.mkdir()
+    script = tmp_path / "guarded.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        "from pipeline.flows import watchdog\n"
+        "session = sys.argv[1]\n"
+        "watchdog.guard()\n"
+        "watchdog.also_end(session)\n"
+        "env = {k: v for k, v in os.environ.items() if k != watchdog.MARKER}\n"
+        "agent = 'import sys, time; log = open(sys.argv[1], \"a\"); time.sleep(300)'\n"
+        "log = os.path.join(session, 'agent.log')\n"
+        "child = subprocess.Popen([sys.executable, '-c', agent, log], env=env, start_new_session=True)\n"
+        "other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], env=env)\n"
+        "time.sleep(1)\n"
+        "print(child.pid, other.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script), str(session)], stdout=subprocess.PIPE, text=True)
+    child, other = map(int, proc.stdout.readline().split())
+    try:
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the unmarked process outlived its killed parent"
+        assert _alive(other), "a process that holds nothing in the folder is not the watchdog's"
+    finally:
+        for pid in (child, other):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]

@@ -14,8 +14,10 @@ DOCTOR_COLUMNS = ["file", "table", "reason", "action"]
 def doctor_cmd(fmt: Format = "table", data_dir: DataDir = None) -> None:
     """Check every table's files: move corrupt or foreign ones to quarantine/, remove stale temporary files.
 
-    Exits 0 when the data directory was clean and 1 when something was found (after it was moved or
-    removed), so a second run exits 0. Nothing is deleted but temporary files older than an hour.
+    Every shard is checked against its run's plan, as a rerun does: a copy under another shard's
+    name is quarantined. Exits 0 when the data directory was clean and 1 when something was found
+    (after it was moved or removed), so a second run exits 0. Nothing is deleted but temporary
+    files (and half uploads) older than an hour.
     """
     import pyarrow as pa
 

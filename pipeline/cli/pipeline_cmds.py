@@ -128,7 +128,7 @@ def load_cmd(
     result = datasets.load(dataset, data_file=data_file, split=split, limit=limit, columns=columns)
     problems = result.problems
     name = problems.column("dataset")[0].as_py() if problems.num_rows else (dataset or "empty")
-    store.write_table("problems", problems, {"dataset": name})
+    store.add_problems(problems, name)
     statuses = ", ".join(f"{k}: {v}" for k, v in sorted(result.status_counts.items()))
     say(
         f"loaded {problems.num_rows} problems into dataset {name} "

@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from pipeline import run
 from pipeline.errors import ConfigError, MissingDependencyError
+from pipeline.flows import watchdog
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,17 @@ def _import_ray():
     except ImportError as exc:
         raise MissingDependencyError(f"--executor ray needs Ray; install it with: {_EXTRA_HINT}") from exc
     return ray
+
+
+def _session_dir() -> str | None:
+    """The session folder of the local Ray cluster this process started (Ray's own attribute: None
+    if a Ray version no longer has it; the agents then end on their own, a minute later)."""
+    try:
+        from ray._private import worker
+
+        return worker._global_node.get_session_dir_path()
+    except (ImportError, AttributeError):
+        return None
 
 
 def actor_resources(config: run.ProfileConfig) -> dict[str, float]:
@@ -109,8 +121,17 @@ class RayExecutor:
             # A local cluster sized to the actors, unless an address says where the cluster is.
             address = self.config.execution.ray_address
             kwargs: dict[str, Any] = {"address": address} if address else {}
+            if not address:
+                watchdog.guard()  # a local cluster's processes end with this one, even on kill -9
             ray.init(log_to_driver=False, **kwargs)
             self._started_ray = True
+            if not address:
+                # Its dashboard and runtime-env agents get an environment of their own (no
+                # watchdog marker) and, their raylet gone, wait 60 s on the dead GCS before exiting:
+                # named by the session folder their open log files are in.
+                session = _session_dir()
+                if session:
+                    watchdog.also_end(session)
         res = actor_resources(self.config)
         self._cls = ray.remote(**res)(_Engine)
         for _ in range(self.concurrency):

@@ -69,7 +69,7 @@ def dataset_problems(store: Store, dataset: str | None = None, data_file: str | 
     if data_file is not None:
         problems = datasets.load(dataset, data_file=data_file).problems
         if problems.num_rows:
-            store.write_table("problems", problems, {"dataset": problems.column("dataset")[0].as_py()})
+            store.add_problems(problems, problems.column("dataset")[0].as_py())
         return problems
     if dataset is None:
         raise ConfigError("name the dataset the source's prompts belong to: --dataset NAME or --data-file PATH")

@@ -62,7 +62,7 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
         raise DatasetError("the dataset has no problems")
     dataset = problems.column("dataset")[0].as_py()
     template = template_for(dataset, data.template_file)
-    store.write_table("problems", problems, {"dataset": dataset})
+    store.add_problems(problems, dataset)
     gradable = problems.filter(pc.equal(problems.column("status"), schema.PROBLEM_OK))
     skipped = {k: v for k, v in result.status_counts.items() if k != schema.PROBLEM_OK}
     acfg = config.adaptive

@@ -2,7 +2,7 @@
 
 Layout under the data directory (a local folder or an ``s3://bucket/prefix``)::
 
-    problems/dataset=<name>/part-0.parquet
+    problems/dataset=<name>/load-<digest>.parquet   (one file per distinct load)
     runs/run_id=<id>/run.parquet
     samples/run_id=<id>/shard-00000.parquet
     prompt_stats|weights|summary|allocation/run_id=<id>/part-0.parquet
@@ -218,10 +218,12 @@ class Store:
         return files.quarantine_file(self, self.relative(path).split("/")[0], path, reason)
 
     def doctor(self, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
-        """Check every table's files: bad ones are quarantined, temporary files older than
-        ``tmp_max_age_s`` (left by a writer that died before its rename) removed. What was found;
-        empty when the data directory is clean, so a second call finds nothing. (An object store
-        has no temporary files: a write is one PUT.)"""
+        """Check every table's files: bad ones are quarantined, and so is every shard file its
+        run's plan does not own (``shard_files``, as a rerun checks them); temporary leftovers
+        older than ``tmp_max_age_s`` (``files.TEMPORARY``: a writer that died before its rename,
+        another tool's half-written upload, an interrupted write probe) are removed, on a disk and
+        on an object store. What was found; empty when the data directory is clean, so a second
+        call finds nothing."""
         return files.doctor(self, tmp_max_age_s)
 
     def write_table(
@@ -247,8 +249,16 @@ class Store:
         files.delete_partition(self, table, partition)
 
     def read_table(self, table: str, where: dict[str, str] | None = None) -> pa.Table:
-        """Read a table (or one partition of it) into memory with its declared schema."""
+        """Read a table (or one partition of it) into memory with its declared schema
+        (``problems``: one row per prompt, its latest load's; see ``add_problems``)."""
         return files.read_table(self, table, where)
+
+    def add_problems(self, problems: pa.Table, dataset: str) -> Location | None:
+        """Store one load of a dataset's problems as a file of its own (``problems/dataset=<name>/
+        load-<digest>.parquet``, the load's time in its footer): it adds problems and updates those
+        loaded again (the latest load wins), and never drops one that another load (and a run)
+        still uses, however many loads run at once. None for an empty load (nothing written)."""
+        return files.add_problems(self, problems, dataset)
 
     # --- shards (files) ---------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ A shard file is kept only if its footer digest equals the digest registered for 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -33,10 +34,14 @@ log = logging.getLogger("pipeline.store")
 QUARANTINE_DIR = "quarantine"
 TMP_MAX_AGE_S = 3600  # a write's temporary file older than this was left by a dead writer
 SHARD_FILE = re.compile(r"^shard-(\d{5,})\.parquet$")  # shard_name(); more digits past 99999
-TMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # fs.put's temporary names
+# What ``doctor`` removes once older than ``TMP_MAX_AGE_S``: fs.put's temporary files, another
+# tool's half-written uploads (``.tmp-*``) and the probe objects of ``Store.open``. Never a lease
+# (``.lock``), which no writer leaves behind for an hour while it holds it.
+TEMPORARY = re.compile(r"^(\..+\.[0-9a-f]{32}\.tmp|\.tmp-.+|\.write-probe-[0-9a-f]{32})$")
 PARTITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
 WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
+LOADED_AT_KEY = "difficulty.loaded_at"  # footer key: when a problems file was loaded (UTC, sortable)
 
 
 def now() -> datetime:
@@ -143,7 +148,11 @@ def scan(s: Facade, table: str, where: dict[str, str] | None = None) -> tuple[li
     for loc, st in listed:
         try:
             reason = check(s, table, loc, st, footers.get(str(loc)))
-        except FileNotFoundError:
+        except (FileNotFoundError, StoreError) as exc:
+            # An object deleted between its listing and its read can fail either way on an object
+            # store; the error is only the store's when the file is still there.
+            if isinstance(exc, StoreError) and fs.exists(s, loc):
+                raise
             log.info("%s disappeared while it was checked (replaced or moved by another process)", loc)
             continue
         if reason is None:
@@ -243,23 +252,24 @@ def quarantine_file(s: Facade, table: str, path: Location, reason: str) -> FileP
 def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
     """See ``Store.doctor``."""
     found: list[FileProblem] = []
-    current = time.time()
+    good = {}
     for table in schema.SCHEMAS:
-        found += scan(s, table)[1]
-        folder = fs.location(s, table)
-        if s.remote or not folder.exists():  # an object store has no temporary files
+        good[table], bad = scan(s, table)
+        found += bad
+    owned_files(s, good["samples"], good["answer_counts"], found)
+    current = time.time()
+    for tmp, modified in fs.hidden_files(s, s.root):
+        rel = fs.relative(s, tmp)
+        age = current - modified
+        if rel.startswith(f"{QUARANTINE_DIR}/") or not TEMPORARY.match(rel.rsplit("/", 1)[-1]) or age < tmp_max_age_s:
             continue
-        for tmp in sorted(folder.rglob(".*.tmp")):
-            try:
-                age = current - tmp.stat().st_mtime
-                if not TMP_FILE.match(tmp.name) or not tmp.is_file() or age < tmp_max_age_s:
-                    continue
-                tmp.unlink()
-            except FileNotFoundError:  # renamed into place or removed meanwhile: not a leftover
-                log.info("%s was renamed or removed while the data directory was checked", tmp)
-                continue
-            reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
-            found.append(FileProblem(str(tmp.relative_to(s.root)), table, reason, "removed"))
+        try:
+            fs.unlink(s, tmp)
+        except FileNotFoundError:  # renamed into place or removed meanwhile: not a leftover
+            log.info("%s was renamed or removed while the data directory was checked", tmp)
+            continue
+        reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
+        found.append(FileProblem(rel, rel.split("/")[0] if "/" in rel else "", reason, "removed"))
     return found
 
 
@@ -297,10 +307,59 @@ def delete_partition(s: Facade, table: str, partition: dict[str, str]) -> None:
 
 
 def read_table(s: Facade, table: str, where: dict[str, str] | None = None) -> pa.Table:
+    if table == "problems":
+        return read_problems(s, where)
     files = s.files(table, where)
     if not files:
         return schema.SCHEMAS[table].empty_table()
     return pa.concat_tables([conform(fs.read_parquet(s, f), table) for f in files])
+
+
+# --- problems ---------------------------------------------------------------------------------
+
+
+def load_order(s: Facade, files: list[Location]) -> list[Location]:
+    """Problems files oldest load first (by the load time in each footer, ``LOADED_AT_KEY``; a
+    file without one, of the layout before loads had files of their own, first): the order
+    ``sql/problems_latest.sql`` ranks them in, so a prompt's row is the one of its latest load.
+    The footers were read by the files' check: this costs no read."""
+    stamped = [(fs.footer_value(s, f, LOADED_AT_KEY) or "", str(f), f) for f in files]
+    return [f for _, _, f in sorted(stamped, key=lambda item: item[:2])]
+
+
+def read_problems(s: Facade, where: dict[str, str] | None = None) -> pa.Table:
+    """The problems table (or a dataset's partition): one row per (dataset, prompt), its latest load's."""
+    found = load_order(s, s.files("problems", where))
+    if not found:
+        return schema.PROBLEMS.empty_table()
+    return conform(s.files_query("problems_latest", found), "problems")
+
+
+def add_problems(s: Facade, problems: pa.Table, dataset: str) -> Location | None:
+    """Store one load of a dataset's problems as a file of its own, never rewriting another's rows.
+
+    The file is named by its content (``load-<digest>.parquet``) and carries the time of the load
+    in its footer: a load adds problems and updates those it loads again (the latest load of a
+    prompt wins, see ``read_problems``), and never drops a problem another load stored, which a run
+    may refer to. Two loads at once write two files (or, for the same problems, the same file
+    twice), so neither loses the other's rows, on a disk and on an object store alike, with no
+    lock; and since no load ever removes a file, no reader finds one gone. Loading the same problems
+    again rewrites their one file with the new time. Nothing is written for an empty load.
+    """
+    data = conform(problems, "problems")
+    if data.num_rows == 0:
+        return None
+    others = set(data.column("dataset").to_pylist()) - {dataset}
+    if others:
+        raise StoreError(f"problems of dataset {dataset!r} include rows of {sorted(others)}")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_table(data)
+    digest = hashlib.sha256(sink.getvalue()).hexdigest()[:16]
+    loaded_at = now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return s.write_table(
+        "problems", data, {"dataset": dataset}, part=f"load-{digest}", metadata={LOADED_AT_KEY: loaded_at}
+    )
 
 
 # --- shards -----------------------------------------------------------------------------------
@@ -385,16 +444,84 @@ def shard_files(s: Facade, run_id: str) -> dict[int, Location]:
     A shard file is kept only if its footer digest equals the digest registered for that shard in
     ``plans``. A file that is not its plan's (a copy under another shard's name, a leftover of
     another plan, a file of a version that wrote no digest) is moved to quarantine, so every
-    reader (resume, analysis, report) counts each (prompt, sample index) once. A run with no
-    stored plan (imported before plans existed) keeps all its shard files.
+    reader (resume, analysis, report, the ``samples`` view, ``doctor``) counts each (prompt, sample
+    index) once. A run with no stored plan (imported before plans existed) keeps all its shard files.
     """
     plan = s.read_table("plans", {"run_id": run_id})
-    planned = dict(zip(plan.column("shard").to_pylist(), plan.column("digest").to_pylist(), strict=True))
+    return owned_shards(s, run_id, planned_digests(plan).get(run_id, {}), s.shard_digests(run_id))
+
+
+def planned_digests(plan: pa.Table) -> dict[str, dict[int, str]]:
+    """Each run's planned shards and their digests, from rows of ``plans``."""
+    out: dict[str, dict[int, str]] = {}
+    cols = (plan.column(c).to_pylist() for c in ("run_id", "shard", "digest"))
+    for run_id, shard, digest in zip(*cols, strict=True):
+        out.setdefault(run_id, {})[shard] = digest
+    return out
+
+
+def owned_shards(
+    s: Facade,
+    run_id: str,
+    planned: dict[int, str],
+    found: dict[int, tuple[Location, str | None]],
+    problems: list[FileProblem] | None = None,
+) -> dict[int, Location]:
+    """The shard files of ``found`` that the run's plan owns; the others are quarantined (see
+    ``shard_files``; each one's ``FileProblem`` added to ``problems``). No plan (``planned``
+    empty): every file is kept."""
     out = {}
-    for shard, (path, digest) in s.shard_digests(run_id).items():
+    for shard, (path, digest) in sorted(found.items()):
         if not planned or planned.get(shard) == digest:
             out[shard] = path
         else:
             why = "no shard of that number" if shard not in planned else "another content"
-            s.quarantine(path, f"shard {shard} is not what run {run_id}'s plan says ({why})")
+            moved = quarantine_file(s, "samples", path, f"shard {shard} is not what run {run_id}'s plan says ({why})")
+            if problems is not None:
+                problems.append(moved)
     return out
+
+
+def owned_files(
+    s: Facade, samples: list[Location], counts: list[Location], problems: list[FileProblem] | None = None
+) -> tuple[list[Location], list[Location]]:
+    """Of the (checked) files of ``samples`` and ``answer_counts``, those the runs' plans own: each
+    run's ``shard_files`` (the others quarantined), and the answer counts written with one of those
+    (the same shard, the same write id). What the views of both tables read, so a shard copied
+    under another name is never counted."""
+    by_run: dict[str, dict[int, tuple[Location, str | None]]] = {}
+    for path in samples:
+        run_id, shard = _run_shard(s, path)
+        if shard is not None:
+            by_run.setdefault(run_id, {})[shard] = (path, fs.footer_value(s, path, SHARD_DIGEST_KEY))
+    plans: dict[str, dict[int, str]] = {}
+    if by_run:  # only the columns and runs needed: a plan has a row per (shard, prompt)
+        found = [f for f in s.files("plans") if _run_of(s, f) in by_run]
+        columns = ["run_id", "shard", "digest"]
+        if found:
+            plans = planned_digests(pa.concat_tables([fs.read_parquet(s, f, columns=columns) for f in found]))
+    owned = {run: owned_shards(s, run, plans.get(run, {}), found, problems) for run, found in by_run.items()}
+    kept_counts = []
+    for path in counts:
+        run_id, shard = _run_shard(s, path)
+        shard_path = owned.get(run_id, {}).get(shard)
+        write_id = fs.footer_value(s, path, WRITE_ID_KEY)
+        if shard_path is not None and write_id is not None and fs.footer_value(s, shard_path, WRITE_ID_KEY) == write_id:
+            kept_counts.append(path)
+    return [p for run in owned.values() for _, p in sorted(run.items())], kept_counts
+
+
+def _run_of(s: Facade, path: Location) -> str | None:
+    """The run id of a (listed) file right under ``<table>/run_id=<id>/``; string operations only
+    (``Path.relative_to`` over thousands of shards cost ``connect`` a quarter more)."""
+    *_, table, folder, _name = f"/{path}".rsplit("/", 3)
+    run = PARTITION.match(folder)
+    inside = str(path).startswith(str(s.root)) and table in schema.SCHEMAS
+    return run[2] if inside and run and run[1] == "run_id" else None
+
+
+def _run_shard(s: Facade, path: Location) -> tuple[str, int | None]:
+    """The run id and shard number of a shard-named file under ``<table>/run_id=<id>/``."""
+    match = SHARD_FILE.match(str(path).rsplit("/", 1)[-1])
+    run_id = _run_of(s, path)
+    return (run_id, int(match[1])) if match and run_id is not None else ("", None)

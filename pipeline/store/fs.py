@@ -264,6 +264,23 @@ def _find_local(base: str) -> dict[str, dict]:
     return out
 
 
+def hidden_files(s: Rooted, folder: Location) -> list[tuple[Location, float]]:
+    """Files under ``folder`` (recursively) whose name is hidden (``.``...), each with its
+    modification time (seconds since the epoch): what ``doctor`` looks at for temporary leftovers."""
+    base = str(key(s, folder)).rstrip("/")
+    if s.remote:
+        found = call(s, "cannot list the data directory", s.fs.find, base, detail=True)
+    else:
+        found = _find_local(base)
+    out = []
+    for name, info in sorted(found.items()):
+        if info.get("type") == "file" and name.rsplit("/", 1)[-1].startswith("."):
+            modified = info.get("LastModified") or info.get("mtime") or 0  # an object's is a datetime
+            seconds = modified.timestamp() if hasattr(modified, "timestamp") else float(modified)
+            out.append((child(s, folder, name[len(base) + 1 :]), seconds))
+    return out
+
+
 def info_stamp(s: Rooted, loc: Location) -> tuple:
     """One file's ``stamp`` (FileNotFoundError when it is gone)."""
     return stamp(call(s, "cannot read the data directory", s.fs.info, key(s, loc)))
