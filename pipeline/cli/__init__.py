@@ -25,8 +25,9 @@ A command's module is imported only when that command runs (``LazyGroup``, the o
 mechanism of the command line): ``difficulty sql`` never imports the samplers, Prefect or SciPy,
 and ``difficulty --help`` imports no command module at all, reading each command's summary from
 its source. ``difficulty sql QUERY`` with no option calls the command's function directly, with its
-own defaults, sparing typer's option parsing (which imports pydantic); any option goes through typer. Within a command module imports stay at the top; Prefect, Plotly, SciPy and the run
-and flow modules are still imported inside the commands that use them.
+own defaults, sparing typer's option parsing (which imports pydantic); any option goes through
+typer. Within a command module imports stay at the top; Prefect, Plotly, SciPy and the run and
+flow modules are still imported inside the commands that use them.
 """
 
 from __future__ import annotations
