@@ -67,23 +67,21 @@ def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None)
     """See ``Store.connect``."""
     con = fs.duckdb_connection(s)
     try:
-        needed = {table for table in schema.SCHEMAS if views is None or table in views}
-        if needed & {"samples", "answer_counts"}:  # the counts kept depend on the shards kept
-            needed |= {"samples", "answer_counts"}
-        found = {table: s.files(table) for table in needed}
-        # Only the shard files their runs' plans own (and the answer counts written with them):
-        # a shard copied under another name is quarantined, never counted twice.
-        if "samples" in found:
-            found["samples"], found["answer_counts"] = files.owned_files(s, found["samples"], found["answer_counts"])
+        wanted = [table for table in schema.SCHEMAS if views is None or table in views]
+        found = {table: s.files(table) for table in wanted}
+        if "samples" in found or "answer_counts" in found:
+            # Only the shard files their runs' plans own (and the answer counts written with them):
+            # a shard copied under another name is quarantined, never counted twice.
+            shards = found["samples"] if "samples" in found else s.files("samples")
+            owned, counts = files.owned_files(s, shards, found.get("answer_counts", []))
+            found.update({k: v for k, v in (("samples", owned), ("answer_counts", counts)) if k in found})
         if "problems" in found:
             found["problems"] = files.load_order(s, found["problems"])
-        for table, target in schema.SCHEMAS.items():
-            if views is not None and table not in views:
-                continue
+        for table in wanted:
             paths = [str(f) for f in found[table]]
             if not paths:
                 # from_batches, not empty_table(): building arrays would import pandas (0.15 s).
-                con.from_arrow(pa.Table.from_batches([], schema=target)).create_view(table)
+                con.from_arrow(pa.Table.from_batches([], schema=schema.SCHEMAS[table])).create_view(table)
             elif table == "problems":  # one row per prompt: its latest load's
                 con.sql(load_sql("problems_latest"), params={"files": paths}).create_view(table)
             else:
