@@ -435,6 +435,33 @@ def test_quick_commands_load_only_what_they_use(sim_dir, tmp_path, args, allowed
     if args[0] == "sql":
         unused = ("pandas", "pipeline.estimators", "pipeline.grade", "pipeline.cli.profile_options")
         assert loaded(modules, unused) == []
+    if args[0] == "sql" and args[1] != "--help":  # the query alone: past typer's option parsing
+        assert loaded(modules, ("pydantic", "fsspec", "pipeline.api")) == []
+
+
+def test_sql_with_the_query_alone_answers_as_with_options(sim_dir):
+    """``difficulty sql QUERY`` skips typer's parsing (``LazyGroup.invoke``): its answers, errors and
+    refusals are those of the same command given its options."""
+    env = {"DIFFICULTY_DATA": str(sim_dir), "COLUMNS": "200"}
+    for query in ("select count(*) as n, min(run_id) as r from samples", "select * from nope", "copy runs to 'x.csv'"):
+        quick = runner.invoke(app, ["sql", query], env=env)
+        parsed = runner.invoke(app, ["sql", "--format", "table", "--data-dir", str(sim_dir), query], env=env)
+        assert (quick.exit_code, quick.output) == (parsed.exit_code, parsed.output), query
+    assert quick.exit_code == 1 and "error:" in quick.output  # the COPY: refused without --write
+    assert runner.invoke(app, ["sql", "select 7 as seven"], env=env).output.count("7") == 1
+
+
+def test_quick_commands_take_their_options_only_from_the_command_line():
+    """The quick path calls the command with its Python defaults: only the data directory may come
+    from the environment, and ``Store.open`` reads that variable itself."""
+    from pipeline.cli import QUICK, command_function
+    from pipeline.store import DATA_DIR_ENV
+
+    for name in QUICK:
+        for param in inspect.signature(command_function(name), eval_str=True).parameters.values():
+            for info in getattr(param.annotation, "__metadata__", ()):
+                assert getattr(info, "envvar", None) in (None, DATA_DIR_ENV), (name, param.name)
+                assert getattr(info, "callback", None) is None and getattr(info, "parser", None) is None
 
 
 def test_every_command_lists_its_own_docstring():

@@ -24,8 +24,10 @@
 A command's module is imported only when that command runs (``LazyGroup``, the one lazy
 mechanism of the command line): ``difficulty sql`` never imports the samplers, Prefect or SciPy,
 and ``difficulty --help`` imports no command module at all, reading each command's summary from
-its source. Within a command module imports stay at the top; Prefect, Plotly, SciPy and the run
-and flow modules are still imported inside the commands that use them.
+its source. ``difficulty sql QUERY`` with no option calls the command's function directly, with its
+own defaults, sparing typer's option parsing (which imports pydantic); any option goes through
+typer. Within a command module imports stay at the top; Prefect, Plotly, SciPy and the run and
+flow modules are still imported inside the commands that use them.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ COMMANDS = [
     ("groupsize", "calculators:groupsize_cmd", CALCULATORS),
     ("tries", "calculators:tries_cmd", CALCULATORS),
 ]
+# Commands run past typer's parsing when given their one argument alone (``LazyGroup.invoke``).
+QUICK = frozenset({"sql"})
 _BY_NAME = {name: (target.split(":"), panel) for name, target, panel in COMMANDS}
 
 
@@ -132,6 +136,28 @@ class LazyGroup(TyperGroup):
             if matches and isinstance(getattr(exc, "message", None), str):
                 exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
             raise
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run a command; ``difficulty sql QUERY`` (the query alone, no option) calls the command's
+        function with its own defaults, past typer's parsing: building a command's options imports
+        pydantic (0.2 s, as much as DuckDB's own start). Any option, ``--help`` included, takes typer's
+        path, so the command's signature stays the one definition of its options."""
+        args = [*ctx._protected_args, *ctx.args]
+        if len(args) != 2 or args[0] not in QUICK or args[1].startswith("-"):
+            return super().invoke(ctx)
+        ctx._protected_args, ctx.args = [], []
+        with ctx:
+            ctx.invoked_subcommand = args[0]
+            super(TyperGroup, self).invoke(ctx)  # the app's callback (logging), as on typer's path
+            from pipeline.cli.errors import exit_on_error
+
+            return exit_on_error(command_function(args[0]))(args[1])
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:  # unset, typer's --help is None, whose coercion imports pydantic; False is not coerced
+            option.default = False
+        return option
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True

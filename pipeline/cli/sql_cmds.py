@@ -10,16 +10,18 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
-from pipeline.api import Tables
 from pipeline.cli.errors import print_error
 from pipeline.cli.options import DataDir, Format, open_store
 from pipeline.cli.output import SQL_FORMATS, check_format, emit
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.store.query import split_statements
+
+if TYPE_CHECKING:
+    from pipeline.api import Tables
 
 log = logging.getLogger("pipeline.cli")
 
@@ -69,6 +71,8 @@ def sql_cmd(
         return
     if write or output is not None or fmt == "parquet":
         raise ConfigError("the SQL shell only reads and prints: give a QUERY for --write, --output or parquet")
+    from pipeline.api import Tables  # the shell's connection; one query needs only the store
+
     with Tables(data_dir) as tables:
         failed = shell(tables, fmt, sys.stdin)
     if failed:
