@@ -362,8 +362,10 @@ def check_log(log: pa.Table, where: str = "log") -> pa.Table:
             f"{where}: row {i} (step {step}, prompt {prompt!r})"
             f" has n={n[i]}, c={c[i]}; need n >= 1 and 0 <= c <= n ({len(bad)} such rows)"
         )
-    return table.group_by(["step", "prompt_id"]).aggregate([("n", "sum"), ("c", "sum")]).rename_columns(
-        ["step", "prompt_id", "n", "c"]
+    return (
+        table.group_by(["step", "prompt_id"])
+        .aggregate([("n", "sum"), ("c", "sum")])
+        .rename_columns(["step", "prompt_id", "n", "c"])
     )
 
 
