@@ -14,10 +14,11 @@ every prompt ``n_min`` samples; after each round every open prompt may get more,
 rules, both deterministic functions of the counts (so a rerun re-derives the same rounds):
 
 - ``step:k=K``: every open prompt gets ``K`` more (fewer at ``n_max``);
-- ``greedy:k=K,budget=B``: a round spends ``ceil(B x open prompts)`` rollouts, in batches of
-  ``K``, where they most raise the expected number of prompts decided at the end of the round
+- ``greedy:k=K,budget=B``: a round spends at most ``ceil(B x open prompts)`` rollouts, in batches
+  of ``K``, where they most raise the expected number of prompts decided at the end of the round
   (the beta-binomial predictive of each prompt, greedily by gain per rollout on each prompt's
-  upper concave hull, so a prompt that needs 12 more samples to have any chance gets 12 at once).
+  upper concave hull, so a prompt that needs 12 more samples to have any chance gets 12 at once),
+  at most one such jump per prompt and round.
 
 Everything here is a pure numpy/scipy function of counts; the rounds loop lives in ``run.py``.
 """
@@ -471,7 +472,8 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
     room, each with ``P(decided)`` from the predictive; hand out the round's budget jump by jump,
     always to the jump with the largest gain per rollout (from the prompt's current allocation to
     any larger option: its upper concave hull, so a gain that only comes after several batches is
-    seen). A jump larger than what is left of the budget is cut to the largest option that fits."""
+    seen); a prompt gets one jump per round, and what is left of the budget is not spent. A jump
+    larger than what is left of the budget is cut to the largest option that fits."""
     k = config.rule.k
     idx = np.flatnonzero(open_)
     budget = max(k, math.ceil(config.rule.budget * len(idx)))
@@ -510,9 +512,9 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
             to = cur + 1 + int(fits[-1])
         left -= int(opt[to] - opt[cur])
         pos[j] = to
-        nxt = _best_jump(opt, gains[j], to)
-        if nxt is not None:
-            heapq.heappush(heap, (-nxt[1], j, nxt[0]))
+        # One jump per prompt and round: samples past the jump would be committed before its
+        # outcomes are seen, which often decide the prompt (a 0/4 prompt under masses at 0 and 1
+        # needs 5 more; the leftover budget gave it 13); the next round re-plans with them.
     for j, i in enumerate(idx):
         extra[i] = options[j][pos[j]]
     return extra

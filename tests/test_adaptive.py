@@ -197,6 +197,30 @@ def test_greedy_round_spends_its_budget_where_a_batch_decides_most():
     np.testing.assert_array_equal(adaptive.next_round(n, c, prior, step), [4, 0, 4, 4, 4, 4])
 
 
+def test_greedy_round_gives_each_prompt_one_jump_and_leaves_the_rest():
+    """Under a grid prior with masses at 0 and 1 (30%, 25%, the rest Beta(2, 2)) a 0/4 prompt needs
+    a few more wrong answers to be decided (1/4 is decided now): each open prompt gets exactly its best-slope jump from 0
+    (the hull of V, brute force over every option), never a second one in the same round, however
+    large the budget; the budget left over is not spent."""
+    pts = priors.grid_points()
+    dens = pts * (1 - pts)
+    w = 0.45 * dens / dens.sum()
+    w[0], w[-1] = 0.30, 0.25
+    prior = adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w / w.sum()))
+    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=1,budget=40")
+    n, c = np.array([4, 4, 4, 4]), np.array([0, 4, 1, 0])
+    extra = adaptive.next_round(n, c, prior, acfg)
+    grid = adaptive.decided_grid(prior, acfg.target, acfg.n_max)
+    assert adaptive.decide(n, c, prior, acfg.target).decided.tolist() == [False, False, True, False]
+    assert extra[2] == 0
+    for i in (0, 1, 3):
+        ks = np.arange(1, acfg.n_max - n[i] + 1)
+        slope = adaptive.predictive_decided(n[i : i + 1], c[i : i + 1], prior, grid, ks)[0] / ks
+        assert extra[i] == ks[np.flatnonzero(slope >= slope.max() - 1e-15)[0]]
+    assert extra[0] == extra[3] and 0 < extra[0] < 16 and 0 < extra[1] < 16
+    assert extra.sum() < acfg.rule.budget * len(n)
+
+
 def test_fixed_n_expectations_and_log_n_interpolation():
     prior, t = adaptive.Prior(0.3, 0.4), adaptive.Target()
     mis, share = adaptive.fixed_n_expected(16, prior, t)
