@@ -221,13 +221,18 @@ class AdaptiveConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain values (run id, run registry)."""
-        return {
+        out: dict[str, Any] = {
             "target": self.target.spec,
             "n_min": self.n_min,
             "n_max": self.n_max,
             "rule": self.rule.spec,
             "prior": self.prior,
         }
+        if self.rule.kind == "greedy":
+            # The greedy round once spent its whole budget, several jumps per prompt; it now gives
+            # one jump per prompt and round: another sampling procedure, so another run id.
+            out["greedy_jumps"] = 1
+        return out
 
 
 # --- the prior ----------------------------------------------------------------------------------

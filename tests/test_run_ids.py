@@ -17,10 +17,12 @@ PINNED = [
     ({"backend": "simulate", "n": 16, "limit": 200}, "simulate", "2e385155a9c1"),
     # The default prior became auto (the grid or a Beta, by likelihood): a different sampling
     # procedure, so a different id. A run that names the Beta prior it was made with (fit, the old
-    # default) keeps the id it always had.
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "c7ccdbb77e19"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "4b0d6d4743b8"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "884c350d8c90"),
+    # default) kept the id it always had, until the greedy round rule changed: it gave a prompt
+    # several jumps per round (spending the round's whole budget) and now gives one, so every
+    # greedy run has a new id (was c7ccdbb77e19, 4b0d6d4743b8, 884c350d8c90); step runs keep theirs.
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "1f8dc3eaaaad"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "4fcdefd368a5"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "395a3660cf04"),
 ]
 
 
