@@ -18,7 +18,7 @@ rules, both deterministic functions of the counts (so a rerun re-derives the sam
   of ``K``, where they most raise the expected number of prompts decided at the end of the round
   (the beta-binomial predictive of each prompt, greedily by gain per rollout on each prompt's
   upper concave hull, so a prompt that needs 12 more samples to have any chance gets 12 at once),
-  at most one such jump per prompt and round.
+  at most ``jumps`` such jumps per prompt and round (default 1; 0: spend the whole budget).
 
 Everything here is a pure numpy/scipy function of counts; the rounds loop lives in ``run.py``.
 """
@@ -142,12 +142,16 @@ class RoundRule:
     Attributes:
         kind: ``step`` or ``greedy``.
         k: samples per batch (>= 1): the step, or the greedy rule's unit.
-        budget: greedy only: the round's rollouts per open prompt (> 0).
+        budget: greedy only: the round's rollouts per open prompt (> 0), a cap.
+        jumps: greedy only: the most jumps a prompt gets in one round (>= 0; 0: no limit, the round
+            spends its whole budget). Samples past a prompt's first jump are drawn before its
+            outcomes are seen and are wasted when those decide it; more jumps, fewer rounds.
     """
 
     kind: str = "greedy"
     k: int = 1
     budget: float = 8.0
+    jumps: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in ROUND_RULES:
@@ -157,14 +161,16 @@ class RoundRule:
         if not (isinstance(self.budget, int | float) and math.isfinite(self.budget) and self.budget > 0):
             raise ConfigError(f"round rule budget={self.budget!r} must be a number > 0")
         object.__setattr__(self, "budget", float(self.budget))
+        if isinstance(self.jumps, bool) or not isinstance(self.jumps, int) or self.jumps < 0:
+            raise ConfigError(f"round rule jumps={self.jumps!r} must be an integer >= 0 (0: no limit)")
 
     @classmethod
     def parse(cls, spec: str) -> RoundRule:
-        """``step[:k=4]`` or ``greedy[:k=1,budget=8]``."""
+        """``step[:k=4]`` or ``greedy[:k=1,budget=8,jumps=1]``."""
         kind = spec_name(spec)
         if kind not in ROUND_RULES:
             raise ConfigError(f"round rule {kind!r} is unknown: allowed {', '.join(ROUND_RULES)} (from {spec!r})")
-        allowed: dict[str, type] = {"k": int} if kind == "step" else {"k": int, "budget": float}
+        allowed: dict[str, type] = {"k": int} if kind == "step" else {"k": int, "budget": float, "jumps": int}
         _, params = parse_spec(spec, "round rule", allowed)
         if kind == "step":
             params.setdefault("k", 4)
@@ -172,7 +178,10 @@ class RoundRule:
 
     @property
     def spec(self) -> str:
-        return f"step:k={self.k}" if self.kind == "step" else f"greedy:k={self.k},budget={self.budget:g}"
+        if self.kind == "step":
+            return f"step:k={self.k}"
+        # jumps=0 (no limit) was the only greedy rule once: its spec, and so its runs' ids, unchanged
+        return f"greedy:k={self.k},budget={self.budget:g}" + (f",jumps={self.jumps}" if self.jumps else "")
 
 
 @dataclass(frozen=True)
@@ -221,18 +230,13 @@ class AdaptiveConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain values (run id, run registry)."""
-        out: dict[str, Any] = {
+        return {
             "target": self.target.spec,
             "n_min": self.n_min,
             "n_max": self.n_max,
             "rule": self.rule.spec,
             "prior": self.prior,
         }
-        if self.rule.kind == "greedy":
-            # The greedy round once spent its whole budget, several jumps per prompt; it now gives
-            # one jump per prompt and round: another sampling procedure, so another run id.
-            out["greedy_jumps"] = 1
-        return out
 
 
 # --- the prior ----------------------------------------------------------------------------------
@@ -477,8 +481,8 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
     room, each with ``P(decided)`` from the predictive; hand out the round's budget jump by jump,
     always to the jump with the largest gain per rollout (from the prompt's current allocation to
     any larger option: its upper concave hull, so a gain that only comes after several batches is
-    seen); a prompt gets one jump per round, and what is left of the budget is not spent. A jump
-    larger than what is left of the budget is cut to the largest option that fits."""
+    seen), at most ``rule.jumps`` jumps per prompt (0: no limit), the budget a cap. A jump larger
+    than what is left of the budget is cut to the largest option that fits."""
     k = config.rule.k
     idx = np.flatnonzero(open_)
     budget = max(k, math.ceil(config.rule.budget * len(idx)))
@@ -505,6 +509,7 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
         if best is not None:
             heapq.heappush(heap, (-best[1], j, best[0]))
     pos = [0] * len(idx)  # index into options[j] of prompt j's current allocation
+    taken = [0] * len(idx)  # jumps prompt j got this round
     left = budget
     while heap and left > 0:
         _, j, to = heapq.heappop(heap)
@@ -517,9 +522,15 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
             to = cur + 1 + int(fits[-1])
         left -= int(opt[to] - opt[cur])
         pos[j] = to
-        # One jump per prompt and round: samples past the jump would be committed before its
-        # outcomes are seen, which often decide the prompt (a 0/4 prompt under masses at 0 and 1
-        # needs 5 more; the leftover budget gave it 13); the next round re-plans with them.
+        taken[j] += 1
+        # Samples past a jump are drawn before its outcomes are seen, and those often decide the
+        # prompt (a 0/4 prompt under masses at 0 and 1 needs 5 more; the whole budget gave it 13):
+        # with a limit on jumps, the next round re-plans from them instead.
+        if config.rule.jumps and taken[j] >= config.rule.jumps:
+            continue
+        nxt = _best_jump(opt, gains[j], to)
+        if nxt is not None:
+            heapq.heappush(heap, (-nxt[1], j, nxt[0]))
     for j, i in enumerate(idx):
         extra[i] = options[j][pos[j]]
     return extra
