@@ -199,9 +199,9 @@ def test_greedy_round_spends_its_budget_where_a_batch_decides_most():
 
 def test_greedy_round_gives_each_prompt_one_jump_by_default_and_leaves_the_rest():
     """Under a grid prior with masses at 0 and 1 (30%, 25%, the rest Beta(2, 2)) a 0/4 prompt needs
-    a few more wrong answers to be decided (1/4 is decided now): each open prompt gets exactly its best-slope jump from 0
-    (the hull of V, brute force over every option), never a second one in the same round, however
-    large the budget; the budget left over is not spent."""
+    a few more wrong answers to be decided (1/4 is decided now): each open prompt gets exactly its
+    best-slope jump from 0 (the hull of V, brute force over every option), never a second one in
+    the same round, however large the budget; the budget left over is not spent."""
     pts = priors.grid_points()
     dens = pts * (1 - pts)
     w = 0.45 * dens / dens.sum()
