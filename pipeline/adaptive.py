@@ -18,7 +18,7 @@ rules, both deterministic functions of the counts (so a rerun re-derives the sam
   of ``K``, where they most raise the expected number of prompts decided at the end of the round
   (the beta-binomial predictive of each prompt, greedily by gain per rollout on each prompt's
   upper concave hull, so a prompt that needs 12 more samples to have any chance gets 12 at once),
-  at most ``jumps`` such jumps per prompt and round (default 1; 0: spend the whole budget).
+  at most ``jumps`` such jumps per prompt and round (default 0: spend the whole budget).
 
 Everything here is a pure numpy/scipy function of counts; the rounds loop lives in ``run.py``.
 """
@@ -151,7 +151,7 @@ class RoundRule:
     kind: str = "greedy"
     k: int = 1
     budget: float = 8.0
-    jumps: int = 1
+    jumps: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ROUND_RULES:
@@ -166,7 +166,7 @@ class RoundRule:
 
     @classmethod
     def parse(cls, spec: str) -> RoundRule:
-        """``step[:k=4]`` or ``greedy[:k=1,budget=8,jumps=1]``."""
+        """``step[:k=4]`` or ``greedy[:k=1,budget=8,jumps=0]``."""
         kind = spec_name(spec)
         if kind not in ROUND_RULES:
             raise ConfigError(f"round rule {kind!r} is unknown: allowed {', '.join(ROUND_RULES)} (from {spec!r})")
@@ -180,7 +180,7 @@ class RoundRule:
     def spec(self) -> str:
         if self.kind == "step":
             return f"step:k={self.k}"
-        # jumps=0 (no limit) was the only greedy rule once: its spec, and so its runs' ids, unchanged
+        # jumps=0 (no limit, the default) was the only greedy rule once: its spec, and so its runs' ids, unchanged
         return f"greedy:k={self.k},budget={self.budget:g}" + (f",jumps={self.jumps}" if self.jumps else "")
 
 

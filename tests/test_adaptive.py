@@ -197,7 +197,7 @@ def test_greedy_round_spends_its_budget_where_a_batch_decides_most():
     np.testing.assert_array_equal(adaptive.next_round(n, c, prior, step), [4, 0, 4, 4, 4, 4])
 
 
-def test_greedy_round_gives_each_prompt_one_jump_by_default_and_leaves_the_rest():
+def test_greedy_round_with_one_jump_gives_each_prompt_one_and_leaves_the_rest():
     """Under a grid prior with masses at 0 and 1 (30%, 25%, the rest Beta(2, 2)) a 0/4 prompt needs
     a few more wrong answers to be decided (1/4 is decided now): each open prompt gets exactly its
     best-slope jump from 0 (the hull of V, brute force over every option), never a second one in
@@ -207,7 +207,7 @@ def test_greedy_round_gives_each_prompt_one_jump_by_default_and_leaves_the_rest(
     w = 0.45 * dens / dens.sum()
     w[0], w[-1] = 0.30, 0.25
     prior = adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w / w.sum()))
-    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=1,budget=40")
+    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=1,budget=40,jumps=1")
     n, c = np.array([4, 4, 4, 4]), np.array([0, 4, 1, 0])
     extra = adaptive.next_round(n, c, prior, acfg)
     grid = adaptive.decided_grid(prior, acfg.target, acfg.n_max)
@@ -219,11 +219,12 @@ def test_greedy_round_gives_each_prompt_one_jump_by_default_and_leaves_the_rest(
         assert extra[i] == ks[np.flatnonzero(slope >= slope.max() - 1e-15)[0]]
     assert extra[0] == extra[3] and 0 < extra[0] < 16 and 0 < extra[1] < 16
     assert extra.sum() < acfg.rule.budget * len(n)
-    # jumps=0, the rule's first form, spends the whole budget: more than one jump on some prompt
-    spend_all = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=1,budget=40,jumps=0")
+    # jumps=0, the default, spends the whole budget: more than one jump on some prompt
+    spend_all = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=1,budget=40")
     more = adaptive.next_round(n, c, prior, spend_all)
     assert more.sum() == 120 and (more >= extra).all() and (more > extra).any()
     assert acfg.rule.spec == "greedy:k=1,budget=40,jumps=1" and spend_all.rule.spec == "greedy:k=1,budget=40"
+    assert spend_all.rule.jumps == 0
     with pytest.raises(ConfigError, match="jumps=-1 must be an integer >= 0"):
         adaptive.RoundRule.parse("greedy:jumps=-1")
 

@@ -17,17 +17,15 @@ PINNED = [
     ({"backend": "simulate", "n": 16, "limit": 200}, "simulate", "2e385155a9c1"),
     # The default prior became auto (the grid or a Beta, by likelihood): a different sampling
     # procedure, so a different id. A run that names the Beta prior it was made with (fit, the old
-    # default) kept the id it always had, until:
-    # the greedy rule's default became one jump per prompt and round (jumps=1; it spent the whole
-    # round budget before): a different sampling procedure, so the default ids moved (they were
-    # c7ccdbb77e19, 4b0d6d4743b8, 884c350d8c90); jumps=0 is the old rule and keeps the old id.
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "cf26fff8d594"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "6bea563d0db6"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "ee3a5b777ca1"),
+    # default) keeps the id it always had.
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "c7ccdbb77e19"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "4b0d6d4743b8"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "884c350d8c90"),
+    # one jump per prompt and round, an option of the greedy rule (its spec names it)
     (
-        {"backend": "simulate", "adaptive": "band", "round_rule": "greedy:jumps=0", "limit": 200},
+        {"backend": "simulate", "adaptive": "band", "round_rule": "greedy:jumps=1", "limit": 200},
         "simulate",
-        "c7ccdbb77e19",
+        "cf26fff8d594",
     ),
 ]
 

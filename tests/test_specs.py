@@ -84,9 +84,8 @@ def test_users_parse_as_before():
     assert est.get("dapo:mode=resample,T=4") == est.DAPO(mode="resample", T=4)
     assert adaptive.Target.parse("band:lo=0.2,hi=0.8").spec == "band:lo=0.2,hi=0.8,delta=0.05"
     assert adaptive.RoundRule.parse("step").spec == "step:k=4"
-    # the greedy default became one jump per prompt and round; jumps=0 is the rule as it was
-    assert adaptive.RoundRule.parse("greedy:k=2,budget=4").spec == "greedy:k=2,budget=4,jumps=1"
-    assert adaptive.RoundRule.parse("greedy:k=2,budget=4,jumps=0").spec == "greedy:k=2,budget=4"
+    assert adaptive.RoundRule.parse("greedy:k=2,budget=4").spec == "greedy:k=2,budget=4"
+    assert adaptive.RoundRule.parse("greedy:k=2,budget=4,jumps=1").spec == "greedy:k=2,budget=4,jumps=1"
 
 
 def test_split_specs_keeps_parameters_with_their_spec():
