@@ -142,7 +142,8 @@ RoundRuleOption = Annotated[
         help=(
             "Adaptive: step[:k=4] (every open prompt gets k more per round) or greedy[:k=1,budget=8,jumps=0] "
             "(a round spends up to budget x open prompts rollouts, in batches of k, where they most raise the "
-            "expected number of prompts decided, at most jumps jumps per prompt, 0: no limit; jumps=1 spends fewer rollouts in more rounds)."
+            "expected number of prompts decided, at most jumps jumps per prompt, 0: no limit; jumps=1 spends "
+            "fewer rollouts in more rounds)."
         ),
         rich_help_panel=_ADAPTIVE,
     ),
