@@ -187,6 +187,7 @@ head -c 1500000 /dev/zero > "$DISK/filler"   # the run fits; its 5 MB report doe
 """
 
 
+@pytest.mark.slow  # a whole profile on a small tmpfs, twice
 def test_full_disk_names_the_error_records_failed_and_a_rerun_completes(tmp_path):
     """A 3 MiB tmpfs as the data directory (mounted in a private user and mount namespace, so no
     privilege is needed and nothing outlives the test): sampling stops with a named error, no

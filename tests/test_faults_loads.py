@@ -27,7 +27,8 @@ runner = CliRunner()
 PROFILE = ["profile", "--backend", "simulate", "--no-prefect", "--no-report", "--grade-workers", "1"]
 
 
-@pytest.fixture(params=["local", "s3"])
+# The S3 cases start moto's server (fetched by name below, so conftest cannot see it): slow tier.
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
 def where(request) -> str:
     """The data directory of the test, a local folder or a fresh bucket on the loopback S3 server
     (``$DIFFICULTY_DATA`` either way)."""
