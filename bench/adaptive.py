@@ -326,14 +326,6 @@ def _cell(x: tuple[float, float] | None) -> str:
     return f"{100 * x[0]:+7.2f} +-{100 * x[1]:5.2f}" if x else "n/a"
 
 
-def _se(v: np.ndarray) -> float:
-    return float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
-
-
-def _cell(x: tuple[float, float] | None) -> str:
-    return f"{100 * x[0]:+7.2f} +-{100 * x[1]:5.2f}" if x else "n/a"
-
-
 def bias_table(names: list[str], N: int, replicates: int, seed: int, acfg: adaptive.AdaptiveConfig) -> dict:
     """Per distribution: the mean relative bias and its standard error over ``replicates``."""
     out = {}

@@ -322,15 +322,19 @@ def call(s: Rooted, what: str, fn, *args, **kwargs):
         raise remote_error(exc, what, s.root) from exc
 
 
+def _find(s: Rooted, base: str) -> dict:
+    """Every entry under ``base`` with its info, from the object store or the local disk."""
+    if s.remote:
+        return call(s, "cannot list the data directory", s.fs.find, base, detail=True)
+    return _find_local(base)
+
+
 def listing(s: Rooted, folder: Location, suffix: str) -> list[tuple[Location, tuple]]:
     """Files under ``folder`` (recursively) whose name ends in ``suffix`` and is not hidden,
     sorted, each with its ``stamp``. On a disk a folder named like such a file is listed too (its
     check then refuses it); an object store has no folders of its own."""
     base = str(key(s, folder)).rstrip("/")
-    if s.remote:
-        found = call(s, "cannot list the data directory", s.fs.find, base, detail=True)
-    else:
-        found = _find_local(base)
+    found = _find(s, base)
     out = []
     for name, info in found.items():
         leaf = name.rsplit("/", 1)[-1]
@@ -371,10 +375,7 @@ def hidden_files(s: Rooted, folder: Location) -> list[tuple[Location, float]]:
     """Files under ``folder`` (recursively) whose name is hidden (``.``...), each with its
     modification time (seconds since the epoch): what ``doctor`` looks at for temporary leftovers."""
     base = str(key(s, folder)).rstrip("/")
-    if s.remote:
-        found = call(s, "cannot list the data directory", s.fs.find, base, detail=True)
-    else:
-        found = _find_local(base)
+    found = _find(s, base)
     out = []
     for name, info in sorted(found.items()):
         if info.get("type") == "file" and name.rsplit("/", 1)[-1].startswith("."):
