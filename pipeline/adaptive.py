@@ -67,7 +67,7 @@ ROUND_RULES = ("step", "greedy")
 # grid: the maximum-likelihood mixing distribution on a grid (pipeline/prior.py), refitted to every
 # round's counts; fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2).
 # auto: whichever of the two fits to all counts so far the likelihood prefers (``choose_prior``).
-PRIORS = ("auto", "grid", "fit", "jeffreys")
+PRIORS = ("auto", "grid", "inflated", "fit", "jeffreys")
 DEFAULT_PRIOR = "auto"
 # auto takes the grid prior when its log-likelihood beats the Beta's by more than this times
 # log(prompts): the grid always fits a little better (it has ~200 free masses), by a few nats on
@@ -146,12 +146,16 @@ class RoundRule:
         jumps: greedy only: the most jumps a prompt gets in one round (>= 0; 0: no limit, the round
             spends its whole budget). Samples past a prompt's first jump are drawn before its
             outcomes are seen and are wasted when those decide it; more jumps, fewer rounds.
+        grow: greedy only: a prompt's first jump in a round takes it to at least ``grow`` times its
+            samples (>= 1; 1: no floor), so a prompt reaches ``n_max`` within
+            ``log(n_max / n_min) / log(grow)`` rounds.
     """
 
     kind: str = "greedy"
     k: int = 1
     budget: float = 8.0
     jumps: int = 0
+    grow: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in ROUND_RULES:
@@ -163,6 +167,9 @@ class RoundRule:
         object.__setattr__(self, "budget", float(self.budget))
         if isinstance(self.jumps, bool) or not isinstance(self.jumps, int) or self.jumps < 0:
             raise ConfigError(f"round rule jumps={self.jumps!r} must be an integer >= 0 (0: no limit)")
+        if not (isinstance(self.grow, int | float) and math.isfinite(self.grow) and self.grow >= 1):
+            raise ConfigError(f"round rule grow={self.grow!r} must be a number >= 1 (1: no floor)")
+        object.__setattr__(self, "grow", float(self.grow))
 
     @classmethod
     def parse(cls, spec: str) -> RoundRule:
@@ -170,7 +177,9 @@ class RoundRule:
         kind = spec_name(spec)
         if kind not in ROUND_RULES:
             raise ConfigError(f"round rule {kind!r} is unknown: allowed {', '.join(ROUND_RULES)} (from {spec!r})")
-        allowed: dict[str, type] = {"k": int} if kind == "step" else {"k": int, "budget": float, "jumps": int}
+        allowed: dict[str, type] = {"k": int}
+        if kind == "greedy":
+            allowed.update(budget=float, jumps=int, grow=float)
         _, params = parse_spec(spec, "round rule", allowed)
         if kind == "step":
             params.setdefault("k", 4)
@@ -181,7 +190,11 @@ class RoundRule:
         if self.kind == "step":
             return f"step:k={self.k}"
         # jumps=0 (no limit, the default) was the only greedy rule once: its spec, and so its runs' ids, unchanged
-        return f"greedy:k={self.k},budget={self.budget:g}" + (f",jumps={self.jumps}" if self.jumps else "")
+        return (
+            f"greedy:k={self.k},budget={self.budget:g}"
+            + (f",jumps={self.jumps}" if self.jumps else "")
+            + (f",grow={self.grow:g}" if self.grow != 1.0 else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -251,21 +264,33 @@ def state_prior(acfg: AdaptiveConfig, n, c, n0, c0) -> Prior:
         return choose_prior(n, c)
     if acfg.prior == "grid":
         return priors.fit_grid_prior(n, c)
+    if acfg.prior == "inflated":
+        return priors.fit_inflated_prior(n, c)
     if acfg.prior == "fit":
         return fit_prior(n0, c0)
     return jeffreys_prior()
 
 
 def choose_prior(n, c) -> Prior:
-    """The ``auto`` prior: the grid prior and a Beta, both fitted to the same counts; the grid when
-    its log-likelihood exceeds the Beta's by more than ``AUTO_MARGIN * log(prompts)``, else the Beta
-    (which is then the better description: as good a fit with two parameters, and smooth)."""
-    grid = priors.fit_grid_prior(n, c)
+    """The ``auto`` prior, from three fits to the same counts: a Beta (two parameters), the
+    zero-one-inflated Beta (four) and the grid prior (one mass per grid point). Between the two
+    parametric ones the Bayesian information criterion decides (the inflated one when its
+    log-likelihood leads by more than ``log(prompts)``, the price of two more parameters); the grid
+    prior replaces the winner only when it leads by more than ``AUTO_MARGIN * log(prompts)``: a
+    shape neither parametric family has. Smooth priors first because the grid prior's interior
+    masses vary much more from one draw of a dataset to the next (``bench/adaptive.py``)."""
     beta = fit_prior(n, c)
-    gap = float(grid.loglik - beta.loglik)
-    margin = AUTO_MARGIN * math.log(max(grid.n_prompts, 2))
-    chosen = grid if gap > margin else beta
-    why = f"auto: grid log-likelihood {'+' if gap >= 0 else ''}{gap:.3g} against the Beta's, margin {margin:.3g}"
+    inflated = priors.fit_inflated_prior(n, c)
+    grid = priors.fit_grid_prior(n, c)
+    log_n = math.log(max(grid.n_prompts, 2))
+    lead = float(inflated.loglik - beta.loglik)
+    best = inflated if lead > log_n else beta
+    gap = float(grid.loglik - best.loglik)
+    chosen = grid if gap > AUTO_MARGIN * log_n else best
+    why = (
+        f"auto: inflated Beta log-likelihood {lead:+.3g} against the Beta's (margin {log_n:.3g}); "
+        f"grid {gap:+.3g} against the better of them (margin {AUTO_MARGIN * log_n:.3g})"
+    )
     return replace(chosen, selection=why)
 
 
@@ -405,8 +430,8 @@ def _grid_decision_parts(n: np.ndarray, c: np.ndarray, prior: Prior, target: Tar
     hi = p[np.argmax(cdf >= 1.0 - tail - 1e-12, axis=1)][inv].reshape(shape)
     if target.kind != "band":
         return lo, hi, None
-    hard = W[:, p <= target.lo].sum(axis=1)
-    easy = W[:, p >= target.hi].sum(axis=1)
+    hard = W @ priors.cell_share(p, 0.0, target.lo)
+    easy = W @ priors.cell_share(p, target.hi, 1.0)
     mid = np.clip(1.0 - hard - easy, 0.0, 1.0)
     probs = np.stack([x[inv].reshape(shape) for x in (hard, mid, easy)])
     return lo, hi, probs
@@ -500,7 +525,8 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
     heap: list[tuple[float, int, int]] = []
     for j, i in enumerate(idx):
         r = int(room[i])
-        sel = (steps <= r) & ((steps % k == 0) | (steps == r))
+        least = min(r, math.ceil(config.rule.grow * n[i]) - n[i])
+        sel = (steps <= r) & (steps >= least) & ((steps % k == 0) | (steps == r))
         opt = np.r_[0, steps[sel]]
         val = np.r_[0.0, table[inv[j], sel]]
         options.append(opt)

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from pipeline import estimators as est
 from pipeline import schema, stats
 from pipeline.errors import ConfigError
-from pipeline.prior import Prior, posterior_nodes
+from pipeline.prior import Prior, cell_share, posterior_nodes
 from pipeline.store import Store, conform
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,11 @@ class Band:
 
     name: str
     intervals: tuple[tuple[float, float, bool, bool], ...]
+
+    def share(self, points: np.ndarray) -> np.ndarray:
+        """The share of each grid point's cell inside the band (``prior.cell_share``): a grid prior's
+        band sums."""
+        return sum((cell_share(points, *iv) for iv in self.intervals), np.zeros(len(points)))
 
     def contains(self, p: np.ndarray) -> np.ndarray:
         p = np.asarray(p, float)
@@ -448,7 +453,9 @@ class _Pairs:
             prior = Prior(cfg.prior_a, cfg.prior_b)
         edges = sorted({x for band in cfg.bands for iv in band.intervals for x in iv[:2]})
         nodes, W = posterior_nodes(prior, self.n_u, self.c_u, edges=edges, degree=max(cfg.group_sizes) + 1)
-        inside = np.stack([band.contains(nodes) for band in cfg.bands], axis=1).astype(float)  # (nodes, bands)
+        # (nodes, bands): a Beta's nodes never straddle an edge (the rule is cut there); grid points' cells may
+        inside = np.stack([band.share(nodes) if self.grid else band.contains(nodes) for band in cfg.bands], axis=1)
+        inside = inside.astype(float)
         pq = nodes * (1 - nodes)
         out = np.empty((len(self.estimators), len(self.n_u), len(cfg.group_sizes), len(cfg.bands)))
         for i, e in enumerate(self.estimators):

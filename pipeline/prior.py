@@ -1,13 +1,15 @@
 """Priors over a dataset's pass rates and the posterior sums they give (``docs/adaptive.md`` §2, §3, §7).
 
-Two kinds of prior, one ``Prior`` record:
+Three kinds of prior, one ``Prior`` record:
 
 - a Beta prior ``Beta(a, b)`` (fitted by the beta-binomial likelihood in ``adaptive.fit_prior``,
   or Jeffreys');
 - a grid prior: the maximum-likelihood mixing distribution on a grid of ``K`` points from 0 to 1
   (``grid_points``: 0 and 1 included, so prompts that are never or always solved get point masses),
   fitted by EM to every prompt's counts (``fit_grid_prior``). It can take any shape the data
-  show, which a Beta cannot (a dataset with many prompts at exactly 0 and 1).
+  show, which a Beta cannot (a dataset with many prompts at exactly 0 and 1);
+- the zero-one-inflated Beta: point masses at 0 and 1 and a Beta between, fitted by maximum
+  likelihood (``fit_inflated_prior``) and held on the same grid, so every sum is the grid prior's.
 
 A prompt's posterior enters every sum through *nodes* ``p_k`` and per-pair weights ``W[u, k]``
 (``posterior_nodes``): ``E[f(p) | n_u, c_u] = W[u] @ f(p_k)``. For the grid prior these are the
@@ -31,6 +33,9 @@ __all__ = [
     "grid_points",
     "Prior",
     "fit_grid_prior",
+    "fit_inflated_prior",
+    "cell_share",
+    "grid_cells",
     "grid_likelihood",
     "grid_posterior",
     "posterior_nodes",
@@ -50,9 +55,10 @@ class Prior:
     """A prior over the dataset's pass rates and where it came from.
 
     Attributes:
-        a, b: the Beta parameters; for a grid prior the Beta with the same mean and variance
-            (a summary for display only: no sum uses it).
-        method: ``fit`` (beta-binomial maximum likelihood), ``jeffreys``, or ``grid``.
+        a, b: the Beta parameters; for the inflated prior its Beta part's; for a grid prior the
+            Beta with the same mean and variance (a summary for display only: no sum uses either).
+        method: ``fit`` (beta-binomial maximum likelihood), ``jeffreys``, ``grid``, or ``inflated``
+            (the zero-one-inflated Beta, held on the grid: ``fit_inflated_prior``).
         n_prompts: prompts the fit used (0 for Jeffreys).
         loglik: the fit's log-likelihood (without the binomial coefficients).
         start: the method-of-moments start point of the Beta fit.
@@ -100,14 +106,21 @@ class Prior:
     @property
     def label(self) -> str:
         """How the report and the CLI name it."""
+        auto = ", chosen by auto" if self.selection else ""
+        if self.method == "inflated":
+            _, w = self.grid()
+            return (
+                f"zero-one-inflated Beta ({w[0]:.1%} at p = 0, {w[-1]:.1%} at p = 1, the rest "
+                f"Beta({self.a:.3g}, {self.b:.3g}){auto})"
+            )
         if self.is_grid:
             p, w = self.grid()
             return (
                 f"grid prior ({int((w > 1e-6).sum())} of {len(p)} points with mass; {w[p <= 0.01].sum():.1%} "
                 f"within 0.01 of p = 0, {w[p >= 0.99].sum():.1%} within 0.01 of p = 1, mean {float(w @ p):.3f}"
-                f"{', chosen by auto' if self.selection else ''})"
+                f"{auto})"
             )
-        return f"Beta({self.a:.3g}, {self.b:.3g}), {self.method}" + (", chosen by auto" if self.selection else "")
+        return f"Beta({self.a:.3g}, {self.b:.3g}), {self.method}{auto}"
 
 
 def _pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -135,6 +148,30 @@ def grid_posterior(points: np.ndarray, weights: np.ndarray, n, c) -> np.ndarray:
     logw -= logw.max(axis=1, keepdims=True)
     W = np.exp(logw)
     return W / W.sum(axis=1, keepdims=True)
+
+
+def grid_cells(points: np.ndarray) -> np.ndarray:
+    """The cell edges of a grid's interior points: point ``k`` (``1 <= k <= K - 2``) stands for the
+    pass rates from ``edges[k - 1]`` to ``edges[k]``, the midpoints to its neighbours, the first
+    cell reaching 0 and the last 1. The end points stand for exactly 0 and 1."""
+    inner = np.asarray(points, float)[1:-1]
+    return np.r_[0.0, (inner[:-1] + inner[1:]) / 2.0, 1.0]
+
+
+def cell_share(points: np.ndarray, lo: float, hi: float, lo_closed: bool = True, hi_closed: bool = True) -> np.ndarray:
+    """The share of each grid point's cell (``grid_cells``) inside the interval from ``lo`` to ``hi``.
+
+    A band edge inside a cell splits it by length, so a band's probability does not jump by the
+    whole cell's mass as the edge crosses a point: counting whole cells put Beta(2, 2)'s update mass
+    below 0.1 off by 6%. The end points are in the interval by its closedness."""
+    p = np.asarray(points, float)
+    edges = grid_cells(p)
+    share = np.empty(len(p))
+    share[1:-1] = np.clip((np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo)) / np.diff(edges), 0.0, 1.0)
+    for k in (0, len(p) - 1):
+        at = p[k]
+        share[k] = float((at >= lo if lo_closed else at > lo) and (at <= hi if hi_closed else at < hi))
+    return share
 
 
 def grid_points(size: int = GRID_SIZE) -> np.ndarray:
@@ -253,3 +290,70 @@ def posterior_nodes(prior: Prior, n_u, c_u, edges=(), degree: int = 0) -> tuple[
     lw -= lw.max(axis=1, keepdims=True)
     W = np.exp(lw)
     return p, W / W.sum(axis=1, keepdims=True)
+
+
+def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = 0.05, ceil: float = 1e4) -> Prior:
+    """The zero-one-inflated Beta prior, ``w0 at p = 0 + w1 at p = 1 + (1 - w0 - w1) Beta(a, b)``,
+    fitted by maximum likelihood and put on the grid of ``grid_points(size)``.
+
+    The shape real datasets have (prompts never solved, prompts always solved, a smooth middle)
+    with four parameters: the middle's shape comes from the Beta, not from a few samples per
+    prompt, so its fit varies little from one dataset draw to the next where the grid prior's
+    interior masses do (docs/adaptive.md §2). The Beta part's mass between grid midpoints goes to
+    the grid point inside (the cells next to 0 and 1 to the first and last interior points, never
+    to the atoms), so every posterior sum is the grid prior's, exact for the discretised prior; the
+    stored log-likelihood is the discretised prior's, comparable with the grid prior's.
+    ``a``, ``b`` are the Beta part's.
+    """
+    from scipy.optimize import minimize
+    from scipy.special import betainc, betaln, logsumexp
+
+    n = np.asarray(n, np.int64)
+    c = np.asarray(c, np.int64)
+    keep = n > 0
+    if not keep.any():
+        raise ConfigError("the prior fit needs at least one prompt with samples")
+    n_u, c_u, inv = _pairs(n[keep], c[keep])
+    mult = np.bincount(inv, minlength=len(n_u)).astype(float)
+    nf, cf = n_u.astype(float), c_u.astype(float)
+    zero, full = np.where(c_u == 0, 0.0, -np.inf), np.where(c_u == n_u, 0.0, -np.inf)
+    lo, hi = math.log(floor), math.log(ceil)
+
+    def nll(theta: np.ndarray) -> float:
+        logw = theta[:2] - logsumexp(np.r_[theta[:2], 0.0])
+        log_mid = -logsumexp(np.r_[theta[:2], 0.0])
+        a, b = np.exp(np.clip(theta[2:], lo, hi))
+        parts = np.stack([logw[0] + zero, logw[1] + full, log_mid + betaln(a + cf, b + nf - cf) - betaln(a, b)])
+        return -float(mult @ logsumexp(parts, axis=0))
+
+    inner = (c_u > 0) & (c_u < n_u)
+    share0 = float(mult[c_u == 0].sum() / mult.sum())
+    share1 = float(mult[c_u == n_u].sum() / mult.sum())
+    m = float(np.sum(mult[inner] * cf[inner] / nf[inner]) / max(mult[inner].sum(), 1.0)) if inner.any() else 0.5
+    best = None
+    # Two starts: the atoms explaining half the prompts at 0 and n, or almost none (a Beta alone).
+    for w0, w1 in ((0.5 * share0, 0.5 * share1), (1e-3, 1e-3)):
+        rest = max(1.0 - w0 - w1, 1e-3)
+        start = np.log([max(w0, 1e-6) / rest, max(w1, 1e-6) / rest, 2 * m, 2 * (1 - m)])
+        res = minimize(nll, start, method="L-BFGS-B", bounds=[(-30, 30), (-30, 30), (lo, hi), (lo, hi)])
+        if best is None or res.fun < best.fun:
+            best = res
+    theta = best.x
+    w0, w1 = (float(v) for v in np.exp(theta[:2] - logsumexp(np.r_[theta[:2], 0.0])))
+    a, b = (float(v) for v in np.exp(np.clip(theta[2:], lo, hi)))
+    points = grid_points(size)
+    cells = np.diff(betainc(a, b, grid_cells(points)))
+    weights = np.r_[w0, (1.0 - w0 - w1) * cells / cells.sum(), w1]
+    with np.errstate(divide="ignore"):
+        logL = grid_likelihood(points, n_u, c_u) + np.log(weights)[None, :]
+    loglik = float(mult @ logsumexp(logL, axis=1))
+    return Prior(
+        a,
+        b,
+        method="inflated",
+        n_prompts=int(mult.sum()),
+        loglik=loglik,
+        points=tuple(points.tolist()),
+        weights=tuple(weights.tolist()),
+        iterations=int(best.nit),
+    )

@@ -337,7 +337,7 @@ def test_plain_analysis_is_unchanged_without_posterior():
         ({"adaptive": "band", "round_rule": "greedy:budget=0"}, "budget=0.0 must be a number > 0"),
         (
             {"adaptive": "band", "adaptive_prior": "flat"},
-            "adaptive prior 'flat' is unknown: allowed auto, grid, fit, jeffreys",
+            "adaptive prior 'flat' is unknown: allowed auto, grid, inflated, fit, jeffreys",
         ),
         ({"adaptive": "band", "n_min": 0}, "n_min=0 must be an integer >= 1"),
         ({"adaptive": "band", "n_min": 1}, "n_min=1 cannot fit a prior"),
@@ -800,7 +800,8 @@ def test_grid_prior_run_end_to_end(store, close_engines):
         n, c = r["n"], r["c"]
         post = w * p**c * (1 - p) ** (n - c)
         post /= post.sum()
-        probs = [post[p <= 0.1].sum(), post[(p > 0.1) & (p < 0.9)].sum(), post[p >= 0.9].sum()]
+        hard, easy = priors.cell_share(p, 0.0, 0.1), priors.cell_share(p, 0.9, 1.0)  # each point its cell
+        probs = [post @ hard, post @ (1 - hard - easy), post @ easy]
         assert r["band_prob"] == pytest.approx(max(probs), abs=1e-9)
         assert r["decided_band"] == adaptive.BANDS[int(np.argmax(probs))]
         assert r["undecided"] == (max(probs) < 0.95)

@@ -47,10 +47,14 @@ def test_grid_posterior_and_decisions_match_brute_force_sums():
     for i, (ni, ci) in enumerate(PAIRS[:-1]):
         post = _brute_posterior(prior, ni, ci)
         np.testing.assert_allclose(W[i], post, rtol=1e-12, atol=1e-300)
+        # each interior point stands for its cell (midpoint to midpoint, the first from 0, the last to 1):
+        # the cell of 0.1 is [0, 0.15], two thirds of it in the silent band; the ends are exactly 0 and 1
+        hard = [1.0, 2 / 3] + [0.0] * 9
+        easy = hard[::-1]
         bands = [
-            math.fsum(x for x, p in zip(post, prior.points, strict=True) if p <= 0.1),
-            math.fsum(x for x, p in zip(post, prior.points, strict=True) if 0.1 < p < 0.9),
-            math.fsum(x for x, p in zip(post, prior.points, strict=True) if p >= 0.9),
+            math.fsum(x * h for x, h in zip(post, hard, strict=True)),
+            math.fsum(x * (1 - h - e) for x, h, e in zip(post, hard, easy, strict=True)),
+            math.fsum(x * e for x, e in zip(post, easy, strict=True)),
         ]
         assert d.prob[i] == pytest.approx(max(bands), abs=1e-12)
         assert d.band[i] == int(np.argmax(bands))
@@ -90,6 +94,44 @@ def test_grid_predictive_matches_brute_force_sums():
     d = adaptive.decide(np.full(7, 6), np.arange(7), prior, t)
     assert mis == pytest.approx(math.fsum(q * (1 - pr) for q, pr in zip(pmf, d.prob, strict=True)), abs=1e-12)
     assert share == pytest.approx(math.fsum(q for q, dd in zip(pmf, d.decided, strict=True) if dd), abs=1e-12)
+
+
+def test_cell_share_splits_the_cells_a_band_edge_crosses():
+    """Exact: on the grid 0, 0.1, ..., 1 the cell of 0.3 is [0.25, 0.35]; [0.28, 0.6) takes 70% of
+    it, all of 0.4 and 0.5, half of 0.6's; the first interior cell is [0, 0.15], the end points
+    count by closedness alone."""
+    pts = np.linspace(0, 1, 11)
+    got = priors.cell_share(pts, 0.28, 0.6, True, False)
+    want = [0, 0, 0, 0.7, 1, 1, 0.5, 0, 0, 0, 0]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    assert priors.cell_share(pts, 0.0, 0.03, True, True)[:2].tolist() == pytest.approx([1.0, 0.2])
+    assert priors.cell_share(pts, 0.0, 0.02, False, True)[0] == 0.0
+    assert priors.cell_share(pts, 0.95, 1.0, True, False)[-1] == 0.0
+    np.testing.assert_allclose(priors.cell_share(pts, 0.0, 1.0), np.ones(11))
+
+
+def test_inflated_band_shares_on_the_grid_match_the_continuous_integrals():
+    """Exact against quadrature: for the inflated prior 30% at 0, 25% at 1, 45% Beta(2, 2) held on the
+    grid, GRPO's update-mass shares at G = 8 of the default bands (edges 0.1, 0.4, 0.6, 0.9) are the
+    continuous prior's within 0.2% (counting whole cells put the extreme band off by 6%)."""
+    from scipy import integrate, stats
+
+    pts = priors.grid_points()
+    w = np.r_[0.30, 0.45 * np.diff(betainc(2.0, 2.0, priors.grid_cells(pts))), 0.25]
+    grpo = est.get("grpo")
+
+    def mass(p):
+        p = np.asarray(p, float)
+        return grpo.weight(p, 8) * p * (1 - p)
+
+    total = math.fsum(w * mass(pts))
+    for band in analyze.DEFAULT_BANDS:
+        exact = sum(
+            integrate.quad(lambda x: stats.beta.pdf(x, 2, 2) * mass(x), lo, hi, epsabs=1e-13)[0]
+            for lo, hi, *_ in band.intervals
+        )
+        full = integrate.quad(lambda x: stats.beta.pdf(x, 2, 2) * mass(x), 0, 1, epsabs=1e-13)[0]
+        assert math.fsum(w * mass(pts) * band.share(pts)) / total == pytest.approx(exact / full, rel=2e-3)
 
 
 def test_grid_analysis_is_the_grid_sums():
@@ -184,19 +226,69 @@ def test_grid_fit_is_deterministic_and_refuses_no_data():
     assert adaptive.Prior.from_dict(stored.to_dict()) == stored
 
 
-def test_auto_takes_a_beta_for_beta_counts_and_the_grid_for_a_mixture():
-    """Both fitted to the same counts: on 3,000 prompts x 16 samples from Beta(0.3, 0.4) the grid's
-    likelihood gain stays under the margin and the Beta is taken; with masses at 0 and 1 the grid."""
+def _mixture(rng, N: int) -> np.ndarray:
+    u = rng.random(N)
+    return np.where(u < 0.30, 0.0, np.where(u < 0.55, 1.0, rng.beta(2.0, 2.0, N)))
+
+
+def test_auto_takes_the_beta_the_inflated_beta_or_the_grid_by_likelihood():
+    """All three fitted to the same 3,000 prompts x 16 samples: counts from Beta(0.3, 0.4) get the
+    Beta (neither richer prior gains its margin); masses at 0 and 1 beside a Beta get the inflated
+    Beta; two spikes inside (0, 1), a shape neither family has, get the grid prior."""
     rng = np.random.default_rng(9)
     n = np.full(3000, 16)
     beta_counts = rng.binomial(16, rng.beta(0.3, 0.4, 3000))
     chosen = adaptive.choose_prior(n, beta_counts)
-    assert not chosen.is_grid and chosen.selection.startswith("auto: grid log-likelihood")
+    assert chosen.method == "fit" and chosen.selection.startswith("auto: inflated Beta log-likelihood")
     assert (chosen.a, chosen.b) == (adaptive.fit_prior(n, beta_counts).a, adaptive.fit_prior(n, beta_counts).b)
-    u = rng.random(3000)
-    p = np.where(u < 0.30, 0.0, np.where(u < 0.55, 1.0, rng.beta(2.0, 2.0, 3000)))
-    mixed = adaptive.choose_prior(n, rng.binomial(16, p))
-    assert mixed.is_grid and "chosen by auto" in mixed.label
+    mixed = adaptive.choose_prior(n, rng.binomial(16, _mixture(rng, 3000)))
+    assert mixed.method == "inflated" and "chosen by auto" in mixed.label and "at p = 0" in mixed.label
+    spikes = np.where(rng.random(3000) < 0.5, 0.2, 0.75)
+    assert adaptive.choose_prior(n, rng.binomial(16, spikes)).method == "grid"
+
+
+def test_inflated_fit_recovers_a_known_mixture():
+    """Monte Carlo: 20,000 prompts x 16 samples, 30% at p = 0, 25% at 1, 45% Beta(2, 2). The atoms
+    are within about 4 standard errors, the Beta part's parameters within 15%; its likelihood is
+    the grid prior's within a few nats (four parameters against 200) and far above a Beta's."""
+    rng = np.random.default_rng(3)
+    N = 20_000
+    c = rng.binomial(16, _mixture(rng, N))
+    n = np.full(N, 16)
+    fit = priors.fit_inflated_prior(n, c)
+    _, w = fit.grid()
+    assert w[0] == pytest.approx(0.30, abs=0.015) and w[-1] == pytest.approx(0.25, abs=0.015)
+    assert fit.a == pytest.approx(2.0, rel=0.15) and fit.b == pytest.approx(2.0, rel=0.15)
+    grid = priors.fit_grid_prior(n, c)
+    assert abs(fit.loglik - grid.loglik) < 10
+    assert fit.loglik > adaptive.fit_prior(n, c).loglik + 100
+    assert fit == priors.fit_inflated_prior(n, c)  # deterministic: a rerun re-derives its rounds
+    assert adaptive.Prior.from_dict(fit.to_dict()) == fit
+
+
+def test_inflated_prior_on_the_grid_is_its_cell_masses_and_its_likelihood_the_brute_force_sum():
+    """Exact: the atoms sit at p = 0 and 1 with their masses; each interior point holds the Beta
+    part's mass between the midpoints to its neighbours (the first and last cells reach 0 and 1);
+    the stored log-likelihood is the sum over prompts of log sum_k w_k p_k^c q_k^(n-c) in Python
+    floats."""
+    rng = np.random.default_rng(4)
+    n = rng.integers(4, 30, 400)
+    c = rng.binomial(n, _mixture(rng, 400))
+    fit = priors.fit_inflated_prior(n, c)
+    pts, w = fit.grid()
+    assert pts[0] == 0.0 and pts[-1] == 1.0 and math.fsum(w) == pytest.approx(1.0, abs=1e-12)
+    mids = [0.0] + [(pts[k] + pts[k + 1]) / 2 for k in range(1, len(pts) - 2)] + [1.0]
+    middle = 1.0 - w[0] - w[-1]
+    for k in (1, 2, 50, 100, len(pts) - 2):
+        cell = betainc(fit.a, fit.b, mids[k]) - betainc(fit.a, fit.b, mids[k - 1])
+        assert w[k] == pytest.approx(middle * cell, rel=1e-9, abs=1e-15)
+    brute = math.fsum(
+        math.log(math.fsum(wk * pk**ci * (1 - pk) ** (ni - ci) for pk, wk in zip(pts, w, strict=True)))
+        for ni, ci in zip(n.tolist(), c.tolist(), strict=True)
+    )
+    assert fit.loglik == pytest.approx(brute, rel=1e-10)
+    with pytest.raises(ConfigError, match="at least one prompt with samples"):
+        priors.fit_inflated_prior(np.zeros(3, int), np.zeros(3, int))
 
 
 def _adaptive_counts(p: np.ndarray, acfg: adaptive.AdaptiveConfig, rng, prior=None):
@@ -245,9 +337,9 @@ def test_adaptive_band_shares_are_posterior_expectations():
 
 def test_grid_prior_estimates_are_unbiased_on_a_mixture():
     """Monte Carlo: 30% at p = 0, 25% at 1, 45% Beta(2, 2), the default adaptive run (``auto``, which
-    takes the grid prior here, refitted each round). Mean p, D(G) for G = 4..64 and GRPO's mean mass
-    are within 3% of the truth over 2 x 3,000 prompts; the Beta prior fitted to round 0 missed
-    D(64) by about -36%."""
+    takes the inflated Beta here, held on the grid, refitted each round). Mean p, D(G) for G = 4..64
+    and GRPO's mean mass are within 3% of the truth over 2 x 3,000 prompts; the Beta prior fitted to
+    round 0 missed D(64) by about -36%."""
     acfg = adaptive.AdaptiveConfig()
     assert acfg.prior == "auto"
     grpo = est.get("grpo")
@@ -258,7 +350,7 @@ def test_grid_prior_estimates_are_unbiased_on_a_mixture():
         u = rng.random(3000)
         p = np.where(u < 0.30, 0.0, np.where(u < 0.55, 1.0, rng.beta(2.0, 2.0, 3000)))
         n, c, prior = _adaptive_counts(p, acfg, rng)
-        assert prior.is_grid
+        assert prior.method == "inflated" and prior.is_grid
         cfg = analyze.AnalyzeConfig(
             group_sizes=Gs, prior_a=prior.a, prior_b=prior.b, posterior=True, prior=prior, pass_at_k=False
         )

@@ -169,7 +169,7 @@ def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.
             x=centres,
             y=mass / width,
             width=width * 0.9,
-            name="dataset's pass rates: fitted grid prior",
+            name="dataset's pass rates: fitted " + ("inflated Beta" if prior.method == "inflated" else "grid prior"),
             marker_color="rgba(220,57,18,0.75)",
         )
     fig.add_bar(
@@ -201,7 +201,10 @@ def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(range=[-0.02, 1.02])
     fitted = (
-        "The red bars are the grid prior: the maximum-likelihood distribution of pass rates fitted to every "
+        "The red bars are the zero-one-inflated Beta prior fitted to every prompt's counts (maximum likelihood): "
+        f"{prior.label}; the bars at the ends hold the point masses at 0 and 1."
+        if prior.method == "inflated"
+        else "The red bars are the grid prior: the maximum-likelihood distribution of pass rates fitted to every "
         "prompt's counts, with point masses at 0 and 1 (the bars at the ends hold them)."
         if prior.is_grid
         else "The red curve is the Beta prior fitted to round 0 (beta-binomial maximum likelihood); it is cut "
