@@ -358,7 +358,7 @@ def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfi
         f"{'rollouts per prompt':26s}"
         + "".join(f"{table[n]['cost']:24.2f}{'n = ' + str(table[n]['n_fixed']):>17s}" for n in names)
     )
-    worst = 0.0
+    worst = widest = 0.0
     for key in table[names[0]]["adaptive"]:
         cells = ""
         for n in names:
@@ -367,6 +367,7 @@ def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfi
             cells += f"{_cell(a):>24s}{_cell(f):>17s}"
             if a:
                 worst = max(worst, abs(a[0]))
+                widest = max(widest, a[1])
         print(f"{key:26s}{cells}")
     print(
         "band misclassification of the adaptive run: "
@@ -376,7 +377,7 @@ def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfi
         "rollouts saved at equal misclassification: "
         + ", ".join(f"{n} {table[n]['saving']:.1%}" if table[n]["saving"] is not None else f"{n} n/a" for n in names)
     )
-    print(f"largest adaptive bias: {100 * worst:.2f}%")
+    print(f"largest adaptive bias: {100 * worst:.2f}%; largest standard error: {100 * widest:.2f}%")
 
 
 def show(r: dict) -> None:
@@ -426,7 +427,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=5000, help="prompts per distribution (default 5000)")
     ap.add_argument("--distributions", default=",".join(DISTRIBUTIONS), help="comma-separated subset")
-    ap.add_argument("--round-rule", default=adaptive.RoundRule().spec)
+    ap.add_argument("--round-rule", default=adaptive.AdaptiveConfig().rule.spec)
     ap.add_argument("--n-min", type=int, default=adaptive.AdaptiveConfig().n_min)
     ap.add_argument("--n-max", type=int, default=adaptive.AdaptiveConfig().n_max)
     ap.add_argument("--shard-size", type=int, default=1000)

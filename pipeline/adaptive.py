@@ -10,9 +10,12 @@ Jeffreys' ``(1/2, 1/2)``. A prompt is *decided* when
 - ``width``: the central ``1 - delta`` credible interval is at most ``2 h`` wide;
 
 and *stops* when it is decided or has ``n_max`` samples (then it stops undecided). Round 0 gives
-every prompt ``n_min`` samples; after each round every open prompt may get more, by one of two
-rules, both deterministic functions of the counts (so a rerun re-derives the same rounds):
+every prompt ``n_min`` samples; after each round every open prompt may get more, by one of three
+rules, all deterministic functions of the counts (so a rerun re-derives the same rounds):
 
+- ``double:k=K`` (the default): the greedy rule below with one jump per prompt and round, no
+  budget, and only jumps that at least double a prompt's samples (or reach ``n_max``): a prompt
+  gets samples in at most ``log2(n_max / n_min)`` rounds;
 - ``step:k=K``: every open prompt gets ``K`` more (fewer at ``n_max``);
 - ``greedy:k=K,budget=B``: a round spends at most ``ceil(B x open prompts)`` rollouts, in batches
   of ``K``, where they most raise the expected number of prompts decided at the end of the round
@@ -63,7 +66,8 @@ __all__ = [
 ]
 
 TARGETS = ("band", "width")
-ROUND_RULES = ("step", "greedy")
+ROUND_RULES = ("double", "greedy", "step")
+DEFAULT_ROUND_RULE = "double"
 # grid: the maximum-likelihood mixing distribution on a grid (pipeline/prior.py), refitted to every
 # round's counts; fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2).
 # auto: whichever of the two fits to all counts so far the likelihood prefers (``choose_prior``).
@@ -140,22 +144,22 @@ class RoundRule:
     """How many more samples each open prompt gets after a round (see the module docstring).
 
     Attributes:
-        kind: ``step`` or ``greedy``.
+        kind: ``double`` (the default rule), ``greedy`` or ``step``.
         k: samples per batch (>= 1): the step, or the greedy rule's unit.
         budget: greedy only: the round's rollouts per open prompt (> 0), a cap.
         jumps: greedy only: the most jumps a prompt gets in one round (>= 0; 0: no limit, the round
             spends its whole budget). Samples past a prompt's first jump are drawn before its
             outcomes are seen and are wasted when those decide it; more jumps, fewer rounds.
-        grow: greedy only: a prompt's first jump in a round takes it to at least ``grow`` times its
-            samples (>= 1; 1: no floor), so a prompt reaches ``n_max`` within
-            ``log(n_max / n_min) / log(grow)`` rounds.
+
+    ``double`` is the greedy rule with one jump per prompt and round, no budget, and each jump at
+    least doubling the prompt's samples (or reaching ``n_max``): a prompt gets samples in at most
+    ``log2(n_max / n_min)`` rounds after round 0.
     """
 
-    kind: str = "greedy"
+    kind: str = DEFAULT_ROUND_RULE
     k: int = 1
     budget: float = 8.0
     jumps: int = 0
-    grow: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in ROUND_RULES:
@@ -167,19 +171,16 @@ class RoundRule:
         object.__setattr__(self, "budget", float(self.budget))
         if isinstance(self.jumps, bool) or not isinstance(self.jumps, int) or self.jumps < 0:
             raise ConfigError(f"round rule jumps={self.jumps!r} must be an integer >= 0 (0: no limit)")
-        if not (isinstance(self.grow, int | float) and math.isfinite(self.grow) and self.grow >= 1):
-            raise ConfigError(f"round rule grow={self.grow!r} must be a number >= 1 (1: no floor)")
-        object.__setattr__(self, "grow", float(self.grow))
 
     @classmethod
     def parse(cls, spec: str) -> RoundRule:
-        """``step[:k=4]`` or ``greedy[:k=1,budget=8,jumps=0]``."""
+        """``double[:k=1]``, ``greedy[:k=1,budget=8,jumps=0]`` or ``step[:k=4]``."""
         kind = spec_name(spec)
         if kind not in ROUND_RULES:
             raise ConfigError(f"round rule {kind!r} is unknown: allowed {', '.join(ROUND_RULES)} (from {spec!r})")
         allowed: dict[str, type] = {"k": int}
         if kind == "greedy":
-            allowed.update(budget=float, jumps=int, grow=float)
+            allowed.update(budget=float, jumps=int)
         _, params = parse_spec(spec, "round rule", allowed)
         if kind == "step":
             params.setdefault("k", 4)
@@ -187,14 +188,10 @@ class RoundRule:
 
     @property
     def spec(self) -> str:
-        if self.kind == "step":
-            return f"step:k={self.k}"
-        # jumps=0 (no limit, the default) was the only greedy rule once: its spec, and so its runs' ids, unchanged
-        return (
-            f"greedy:k={self.k},budget={self.budget:g}"
-            + (f",jumps={self.jumps}" if self.jumps else "")
-            + (f",grow={self.grow:g}" if self.grow != 1.0 else "")
-        )
+        if self.kind in ("step", "double"):
+            return f"{self.kind}:k={self.k}"
+        # jumps=0 (no limit) was the only greedy rule once: its spec, and so its runs' ids, unchanged
+        return f"greedy:k={self.k},budget={self.budget:g}" + (f",jumps={self.jumps}" if self.jumps else "")
 
 
 @dataclass(frozen=True)
@@ -236,7 +233,7 @@ class AdaptiveConfig:
 
     @classmethod
     def from_specs(
-        cls, target: str, n_min: int = 4, n_max: int = 64, rule: str = "greedy", prior: str = DEFAULT_PRIOR
+        cls, target: str, n_min: int = 4, n_max: int = 64, rule: str = DEFAULT_ROUND_RULE, prior: str = DEFAULT_PRIOR
     ) -> AdaptiveConfig:
         """From the command line's strings: a target spec, bounds, a round-rule spec and a prior."""
         return cls(target=Target.parse(target), n_min=n_min, n_max=n_max, rule=RoundRule.parse(rule), prior=prior)
@@ -498,19 +495,32 @@ def next_round(n, c, prior: Prior, config: AdaptiveConfig) -> np.ndarray:
     if config.rule.kind == "step":
         extra[open_] = np.minimum(config.rule.k, room[open_])
         return extra
-    return _greedy(n, c, prior, config, open_, room)
+    if config.rule.kind == "double":
+        return _greedy(n, c, prior, config, open_, room, budget=None, jumps=1, grow=2.0)
+    budget = max(config.rule.k, math.ceil(config.rule.budget * int(open_.sum())))
+    return _greedy(n, c, prior, config, open_, room, budget=budget, jumps=config.rule.jumps, grow=1.0)
 
 
-def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room: np.ndarray) -> np.ndarray:
+def _greedy(
+    n,
+    c,
+    prior: Prior,
+    config: AdaptiveConfig,
+    open_: np.ndarray,
+    room: np.ndarray,
+    budget: int | None,
+    jumps: int,
+    grow: float,
+) -> np.ndarray:
     """The greedy round (module docstring): per open prompt, the options ``k, 2k, ...`` up to its
     room, each with ``P(decided)`` from the predictive; hand out the round's budget jump by jump,
     always to the jump with the largest gain per rollout (from the prompt's current allocation to
     any larger option: its upper concave hull, so a gain that only comes after several batches is
-    seen), at most ``rule.jumps`` jumps per prompt (0: no limit), the budget a cap. A jump larger
-    than what is left of the budget is cut to the largest option that fits."""
+    seen), at most ``jumps`` jumps per prompt (0: no limit), ``budget`` rollouts at most (None: no
+    cap). A jump larger than what is left of the budget is cut to the largest option that fits. Only
+    options taking a prompt to at least ``grow`` times its samples (or to its room) are offered."""
     k = config.rule.k
     idx = np.flatnonzero(open_)
-    budget = max(k, math.ceil(config.rule.budget * len(idx)))
     grid = decided_grid(prior, config.target, config.n_max)
     # Every distinct (n, c) of the open prompts once.
     n_o, c_o = n[idx], c[idx]
@@ -525,7 +535,7 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
     heap: list[tuple[float, int, int]] = []
     for j, i in enumerate(idx):
         r = int(room[i])
-        least = min(r, math.ceil(config.rule.grow * n[i]) - n[i])
+        least = min(r, math.ceil(grow * n[i]) - n[i])
         sel = (steps <= r) & (steps >= least) & ((steps % k == 0) | (steps == r))
         opt = np.r_[0, steps[sel]]
         val = np.r_[0.0, table[inv[j], sel]]
@@ -536,7 +546,7 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
             heapq.heappush(heap, (-best[1], j, best[0]))
     pos = [0] * len(idx)  # index into options[j] of prompt j's current allocation
     taken = [0] * len(idx)  # jumps prompt j got this round
-    left = budget
+    left = budget if budget is not None else int(room[idx].sum())
     while heap and left > 0:
         _, j, to = heapq.heappop(heap)
         opt = options[j]
@@ -552,7 +562,7 @@ def _greedy(n, c, prior: Prior, config: AdaptiveConfig, open_: np.ndarray, room:
         # Samples past a jump are drawn before its outcomes are seen, and those often decide the
         # prompt (a 0/4 prompt under masses at 0 and 1 needs 5 more; the whole budget gave it 13):
         # with a limit on jumps, the next round re-plans from them instead.
-        if config.rule.jumps and taken[j] >= config.rule.jumps:
+        if jumps and taken[j] >= jumps:
             continue
         nxt = _best_jump(opt, gains[j], to)
         if nxt is not None:

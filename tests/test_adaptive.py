@@ -127,7 +127,7 @@ def test_decided_is_the_spec_definition(target, prior):
     assert want.any() and not want.all()
 
 
-@pytest.mark.parametrize("rule", ["step:k=4", "step:k=1", "greedy", "greedy:k=2,budget=3"])
+@pytest.mark.parametrize("rule", ["step:k=4", "step:k=1", "greedy", "greedy:k=2,budget=3", "double"])
 @pytest.mark.parametrize("target", ["band", "width"])
 def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
     """Rounds of the pure rule on 3,000 prompts: a prompt that gets no more samples is decided by
@@ -146,6 +146,9 @@ def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
         assert not extra[~open_].any(), "a stopped prompt got more samples"
         if acfg.rule.kind == "step":
             np.testing.assert_array_equal(extra[open_], np.minimum(acfg.rule.k, acfg.n_max - n[open_]))
+        elif acfg.rule.kind == "double":
+            got = extra > 0
+            assert (n[got] + extra[got] >= np.minimum(2 * n[got], acfg.n_max)).all()
         elif open_.any():
             assert 0 < extra.sum() <= max(acfg.rule.k, np.ceil(acfg.rule.budget * open_.sum()))
         if not extra.any():
@@ -227,6 +230,49 @@ def test_greedy_round_with_one_jump_gives_each_prompt_one_and_leaves_the_rest():
     assert spend_all.rule.jumps == 0
     with pytest.raises(ConfigError, match="jumps=-1 must be an integer >= 0"):
         adaptive.RoundRule.parse("greedy:jumps=-1")
+
+
+def test_double_round_gives_each_open_prompt_its_best_jump_at_least_doubling():
+    """The default rule: under a grid prior with masses at 0 and 1, each open prompt gets the option
+    with the best gain per rollout (brute force over every option) among those taking it to at
+    least twice its samples or to n_max, one jump only; a whole run on 3,000 prompts ends within
+    log2(n_max / n_min) rounds after round 0."""
+    pts = priors.grid_points()
+    dens = pts * (1 - pts)
+    w = 0.45 * dens / dens.sum()
+    w[0], w[-1] = 0.30, 0.25
+    prior = adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w / w.sum()))
+    acfg = adaptive.AdaptiveConfig()
+    assert acfg.rule.kind == "double" and acfg.rule.spec == "double:k=1"
+    n, c = np.array([4, 4, 4, 8, 40]), np.array([0, 4, 1, 1, 5])
+    extra = adaptive.next_round(n, c, prior, acfg)
+    grid = adaptive.decided_grid(prior, acfg.target, acfg.n_max)
+    decided = adaptive.decide(n, c, prior, acfg.target).decided
+    for i in range(len(n)):
+        if decided[i]:
+            assert extra[i] == 0
+            continue
+        ks = np.arange(min(n[i], acfg.n_max - n[i]), acfg.n_max - n[i] + 1)
+        slope = adaptive.predictive_decided(n[i : i + 1], c[i : i + 1], prior, grid, ks)[0] / ks
+        assert extra[i] == ks[np.flatnonzero(slope >= slope.max() - 1e-15)[0]], i
+    assert (extra[~decided] >= np.minimum(n, acfg.n_max - n)[~decided]).all()
+    rng = np.random.default_rng(8)
+    p = rng.beta(0.5, 0.5, 3000)
+    rounds = 0
+    orig = adaptive.next_round
+
+    def counting(*args, **kwargs):
+        nonlocal rounds
+        out = orig(*args, **kwargs)
+        rounds += bool(out.any())
+        return out
+
+    try:
+        adaptive.next_round = counting
+        adaptive.simulate(rng.random((3000, 64)) < p[:, None], acfg)
+    finally:
+        adaptive.next_round = orig
+    assert 2 <= rounds <= 4
 
 
 def test_fixed_n_expectations_and_log_n_interpolation():
@@ -332,7 +378,7 @@ def test_plain_analysis_is_unchanged_without_posterior():
         ({"adaptive": "band:h=0.1"}, "bad parameter 'h=0.1'"),
         ({"adaptive": "band:lo=x"}, "lo='x' is not a number"),
         ({"adaptive": "width:h=0.7"}, r"h=0.7 is out of range: allowed \(0, 0.5\]"),
-        ({"adaptive": "band", "round_rule": "random"}, "round rule 'random' is unknown: allowed step, greedy"),
+        ({"adaptive": "band", "round_rule": "random"}, "round rule 'random' is unknown: allowed double, greedy, step"),
         ({"adaptive": "band", "round_rule": "step:k=0"}, "k=0 must be an integer >= 1"),
         ({"adaptive": "band", "round_rule": "greedy:budget=0"}, "budget=0.0 must be a number > 0"),
         (

@@ -15,12 +15,18 @@ from pipeline.sample.llamacpp import BUNDLED_NAME
 PINNED = [
     ({}, BUNDLED_NAME, "e5fde10c1124"),
     ({"backend": "simulate", "n": 16, "limit": 200}, "simulate", "2e385155a9c1"),
-    # The default prior became auto (the grid or a Beta, by likelihood): a different sampling
-    # procedure, so a different id. A run that names the Beta prior it was made with (fit, the old
-    # default) keeps the id it always had.
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "c7ccdbb77e19"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "4b0d6d4743b8"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "884c350d8c90"),
+    # The default round rule became double (fewer rounds): a different sampling procedure, so new
+    # ids for the runs that do not name a rule. A run that names the greedy rule keeps the id it always
+    # had: greedy with auto (the default before double), greedy with fit (the default before auto).
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "039a81cdb788"),
+    ({"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "limit": 200}, "simulate", "c7ccdbb77e19"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "b57198f9682f"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "302fefbec045"),
+    (
+        {"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "adaptive_prior": "fit", "limit": 200},
+        "simulate",
+        "884c350d8c90",
+    ),
     # one jump per prompt and round, an option of the greedy rule (its spec names it)
     (
         {"backend": "simulate", "adaptive": "band", "round_rule": "greedy:jumps=1", "limit": 200},

@@ -140,10 +140,11 @@ RoundRuleOption = Annotated[
     typer.Option(
         "--round-rule",
         help=(
-            "Adaptive: step[:k=4] (every open prompt gets k more per round) or greedy[:k=1,budget=8,jumps=0] "
-            "(a round spends up to budget x open prompts rollouts, in batches of k, where they most raise the "
-            "expected number of prompts decided, at most jumps jumps per prompt, 0: no limit; jumps=1 spends "
-            "fewer rollouts in more rounds)."
+            "Adaptive: double[:k=1] (the default: each open prompt gets the jump, in multiples of k, that most "
+            "raises its chance to be decided per rollout among those at least doubling its samples; at most "
+            "log2(n_max/n_min) rounds per prompt), step[:k=4] (every open prompt gets k more per round) or "
+            "greedy[:k=1,budget=8,jumps=0] (a round spends up to budget x open prompts rollouts where they "
+            "most raise the expected number of prompts decided, at most jumps jumps per prompt, 0: no limit)."
         ),
         rich_help_panel=_ADAPTIVE,
     ),
