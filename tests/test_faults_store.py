@@ -140,7 +140,7 @@ def test_footer_checks_are_cached_until_the_file_changes(store, monkeypatch):
     store.connect().close()  # every table's files checked once
     calls = []
     real = pq.read_metadata
-    monkeypatch.setattr(store_module.pq, "read_metadata", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(pq, "read_metadata", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     store.files("samples")
     store.connect().close()
     assert calls == []

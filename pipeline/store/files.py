@@ -20,14 +20,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from pipeline import schema
 from pipeline.errors import StoreError
 from pipeline.store import fs
 from pipeline.store.fs import Facade, Location
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 log = logging.getLogger("pipeline.store")
 
@@ -54,6 +56,8 @@ def shard_name(shard: int) -> str:
 
 def conform(data: pa.Table, table: str) -> pa.Table:
     """Cast ``data`` to the table's schema: missing nullable columns become nulls, extras are an error."""
+    import pyarrow as pa
+
     target = schema.SCHEMAS[table]
     extra = set(data.column_names) - set(target.names)
     if extra:
@@ -78,6 +82,8 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     """Whether a stored column type reads as the declared one without changing what it means:
     dictionary encoding aside, the same type or one of the same family (integers to integers or
     floats, floats, strings, timestamps, lists of castable items)."""
+    import pyarrow as pa
+
     src = src.value_type if pa.types.is_dictionary(src) else src
     dst = dst.value_type if pa.types.is_dictionary(dst) else dst
     if src == dst or pa.types.is_null(src):
@@ -194,10 +200,12 @@ def file_problem(s: Facade, table: str, loc: Location, st: tuple, found: list[pq
     parts = fs.relative(s, loc).split("/")
     for part in parts[1:-1]:
         match = PARTITION.match(part)
-        if not match or match[1] not in schema.SCHEMAS[table].names or not fs.SAFE_VALUE.match(match[2]):
+        if not match or match[1] not in {c.name for c in schema.TABLES[table]} or not fs.SAFE_VALUE.match(match[2]):
             return f"folder {part!r} is not a partition folder (<column>=<value>) of table {table!r}"
     if table == "samples" and not SHARD_FILE.match(parts[-1]):
         return "not a shard's name (shard-NNNNN.parquet)"
+    import pyarrow as pa  # only here, on a file not checked before: the quick commands' checks are cached
+
     try:
         if not found:
             found.append(fs.metadata(s, loc))
@@ -253,7 +261,7 @@ def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]
     """See ``Store.doctor``."""
     found: list[FileProblem] = []
     good = {}
-    for table in schema.SCHEMAS:
+    for table in schema.TABLES:
         good[table], bad = scan(s, table)
         found += bad
     owned_files(s, good["samples"], good["answer_counts"], found)
@@ -307,6 +315,8 @@ def delete_partition(s: Facade, table: str, partition: dict[str, str]) -> None:
 
 
 def read_table(s: Facade, table: str, where: dict[str, str] | None = None) -> pa.Table:
+    import pyarrow as pa
+
     if table == "problems":
         return read_problems(s, where)
     files = s.files(table, where)
@@ -346,6 +356,8 @@ def add_problems(s: Facade, problems: pa.Table, dataset: str) -> Location | None
     lock; and since no load ever removes a file, no reader finds one gone. Loading the same problems
     again rewrites their one file with the new time. Nothing is written for an empty load.
     """
+    import pyarrow as pa
+
     data = conform(problems, "problems")
     if data.num_rows == 0:
         return None
@@ -447,15 +459,16 @@ def shard_files(s: Facade, run_id: str) -> dict[int, Location]:
     reader (resume, analysis, report, the ``samples`` view, ``doctor``) counts each (prompt, sample
     index) once. A run with no stored plan (imported before plans existed) keeps all its shard files.
     """
-    plan = s.read_table("plans", {"run_id": run_id})
-    return owned_shards(s, run_id, planned_digests(plan).get(run_id, {}), s.shard_digests(run_id))
+    planned = planned_digests(s, s.files("plans", {"run_id": run_id}))
+    return owned_shards(s, run_id, planned.get(run_id, {}), s.shard_digests(run_id))
 
 
-def planned_digests(plan: pa.Table) -> dict[str, dict[int, str]]:
-    """Each run's planned shards and their digests, from rows of ``plans``."""
+def planned_digests(s: Facade, plans: list[Location], con: Any = None) -> dict[str, dict[int, str]]:
+    """Each run's planned shards and their digests, from the (checked) ``plans`` files: a plan has
+    a row per (shard, prompt), DuckDB keeps one per shard (``sql/plan_digests.sql``); on ``con``
+    when given (a connection being opened: a second DuckDB database costs a quick command 0.04 s)."""
     out: dict[str, dict[int, str]] = {}
-    cols = (plan.column(c).to_pylist() for c in ("run_id", "shard", "digest"))
-    for run_id, shard, digest in zip(*cols, strict=True):
+    for run_id, shard, digest in s.files_rows("plan_digests", plans, con=con) if plans else []:
         out.setdefault(run_id, {})[shard] = digest
     return out
 
@@ -483,23 +496,24 @@ def owned_shards(
 
 
 def owned_files(
-    s: Facade, samples: list[Location], counts: list[Location], problems: list[FileProblem] | None = None
+    s: Facade,
+    samples: list[Location],
+    counts: list[Location],
+    problems: list[FileProblem] | None = None,
+    con: Any = None,
 ) -> tuple[list[Location], list[Location]]:
     """Of the (checked) files of ``samples`` and ``answer_counts``, those the runs' plans own: each
     run's ``shard_files`` (the others quarantined), and the answer counts written with one of those
     (the same shard, the same write id). What the views of both tables read, so a shard copied
-    under another name is never counted."""
+    under another name is never counted. ``con``: see ``planned_digests``."""
     by_run: dict[str, dict[int, tuple[Location, str | None]]] = {}
     for path in samples:
         run_id, shard = _run_shard(s, path)
         if shard is not None:
             by_run.setdefault(run_id, {})[shard] = (path, fs.footer_value(s, path, SHARD_DIGEST_KEY))
     plans: dict[str, dict[int, str]] = {}
-    if by_run:  # only the columns and runs needed: a plan has a row per (shard, prompt)
-        found = [f for f in s.files("plans") if _run_of(s, f) in by_run]
-        columns = ["run_id", "shard", "digest"]
-        if found:
-            plans = planned_digests(pa.concat_tables([fs.read_parquet(s, f, columns=columns) for f in found]))
+    if by_run:  # only the plans of these runs
+        plans = planned_digests(s, [f for f in s.files("plans") if _run_of(s, f) in by_run], con)
     owned = {run: owned_shards(s, run, plans.get(run, {}), found, problems) for run, found in by_run.items()}
     kept_counts = []
     for path in counts:
@@ -516,7 +530,7 @@ def _run_of(s: Facade, path: Location) -> str | None:
     (``Path.relative_to`` over thousands of shards cost ``connect`` a quarter more)."""
     *_, table, folder, _name = f"/{path}".rsplit("/", 3)
     run = PARTITION.match(folder)
-    inside = str(path).startswith(str(s.root)) and table in schema.SCHEMAS
+    inside = str(path).startswith(str(s.root)) and table in schema.TABLES
     return run[2] if inside and run and run[1] == "run_id" else None
 
 

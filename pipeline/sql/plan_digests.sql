@@ -1,0 +1,4 @@
+-- Each planned shard's digest, from the given plan files ($files): one row per shard, where a
+-- plan has one per (shard, prompt). Which shard files a run owns (store/files.py planned_digests).
+SELECT DISTINCT run_id, shard, digest
+FROM read_parquet($files, hive_partitioning = false, union_by_name = true)
