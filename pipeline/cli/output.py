@@ -3,6 +3,10 @@
 Nothing here ever wraps a line: ids, paths and numbers stay whole and copyable. A table is drawn
 with rich only on a terminal wide enough for every cell on one line; otherwise (piped, captured,
 or a narrow terminal) it is printed as plain aligned columns, one row per line.
+
+A result is an Arrow table or a DuckDB relation (``difficulty sql``: its rows are printed as
+DuckDB gives them, with no Arrow table built, so the query pays no pyarrow import); both become
+``Rows`` before they are printed. Only ``--format parquet`` writes an Arrow table.
 """
 
 from __future__ import annotations
@@ -10,11 +14,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rich.console import Console
 
@@ -58,18 +63,38 @@ def cell(value: object) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
 
 
-def _numeric(table: pa.Table) -> list[bool]:
+class Rows(NamedTuple):
+    """A result as printed: column names, which columns are numbers (right-aligned), the rows."""
+
+    names: list[str]
+    numeric: list[bool]
+    rows: list[tuple]
+
+
+# DuckDB's number types, as its relations name them.
+_DUCKDB_NUMBER = re.compile(r"^(U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(.*\))$")
+
+
+def as_rows(result: Any) -> Rows:
+    """An Arrow table, a DuckDB relation (read now) or None (a statement with no result) as ``Rows``."""
+    if result is None:
+        return Rows([], [], [])
+    if isinstance(result, Rows):
+        return result
+    if hasattr(result, "fetchall"):  # a DuckDB relation
+        numeric = [bool(_DUCKDB_NUMBER.match(str(t))) for t in result.types]
+        return Rows(list(result.columns), numeric, result.fetchall())
     import pyarrow.types as pt
 
-    return [pt.is_integer(t) or pt.is_floating(t) or pt.is_decimal(t) for t in table.schema.types]
+    numeric = [pt.is_integer(t) or pt.is_floating(t) or pt.is_decimal(t) for t in result.schema.types]
+    return Rows(list(result.column_names), numeric, list(zip(*(c.to_pylist() for c in result.columns), strict=True)))
 
 
-def plain_table(table: pa.Table, title: str | None = None) -> str:
+def plain_table(table: pa.Table | Rows, title: str | None = None) -> str:
     """The table as aligned columns of plain text (numbers right-aligned), one row per line."""
-    header = list(table.column_names)
-    rows = [[cell(v) for v in row.values()] for row in table.to_pylist()]
+    header, right, values = as_rows(table)
+    rows = [[cell(v) for v in row] for row in values]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    right = _numeric(table)
 
     def line(values: list[str]) -> str:
         padded = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
@@ -81,47 +106,53 @@ def plain_table(table: pa.Table, title: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _rich_table(table: pa.Table, title: str | None):
+def _rich_table(table: Rows, title: str | None):
     from rich.table import Table
 
     view = Table(title=title)
-    for name, right in zip(table.column_names, _numeric(table), strict=True):
+    for name, right in zip(table.names, table.numeric, strict=True):
         view.add_column(name, no_wrap=True, overflow="ignore", justify="right" if right else "left")
-    for row in table.to_pylist():
-        view.add_row(*(cell(v) for v in row.values()))
+    for row in table.rows:
+        view.add_row(*(cell(v) for v in row))
     return view
 
 
 def print_table(
-    table: pa.Table, title: str | None = None, max_rows: int = MAX_ROWS, out: Console | None = None
+    table: pa.Table | Rows, title: str | None = None, max_rows: int = MAX_ROWS, out: Console | None = None
 ) -> None:
     """Print the first ``max_rows`` rows: a rich table on a terminal wide enough, else plain text."""
     out = out or console
-    shown = table.slice(0, max_rows)
+    table = as_rows(table)
+    shown = table._replace(rows=table.rows[:max_rows])
     view = _rich_table(shown, title) if out.is_terminal else None
     if view is not None and out.measure(view, options=out.options.update(max_width=_UNBOUNDED)).maximum <= out.width:
         out.print(view, soft_wrap=False)
     else:
         out.print(plain_table(shown, title), end="", markup=False, highlight=False, soft_wrap=True)
-    if table.num_rows > max_rows:
-        out.print(f"... {table.num_rows - max_rows} more rows (use --format csv or --output)", highlight=False)
+    if len(table.rows) > max_rows:
+        out.print(f"... {len(table.rows) - max_rows} more rows (use --format csv or --output)", highlight=False)
 
 
-def _csv_text(table: pa.Table) -> str:
+def _csv_text(table: Rows) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(table.column_names)
-    for row in table.to_pylist():
-        writer.writerow(["" if v is None else v for v in row.values()])
+    writer.writerow(table.names)
+    for row in table.rows:
+        writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
+
+
+def _dicts(table: Rows) -> list[dict]:
+    return [dict(zip(table.names, row, strict=True)) for row in table.rows]
 
 
 def _json_text(data: object) -> str:
     return json.dumps(data, default=str, indent=1) + "\n"
 
 
-def emit(table: pa.Table, fmt: str, output: Path | None = None, title: str | None = None) -> None:
-    """Write a result as a table, CSV, JSON (a list of rows) or Parquet, to a file or standard output."""
+def emit(table: pa.Table | Rows, fmt: str, output: Path | None = None, title: str | None = None) -> None:
+    """Write a result (an Arrow table, or ``Rows``) as a table, CSV, JSON (a list of rows) or
+    Parquet (an Arrow table only), to a file or standard output."""
     fmt = check_format(fmt, SQL_FORMATS)
     if fmt == "parquet" and output is None:
         raise ConfigError("--format parquet needs --output PATH")
@@ -133,7 +164,8 @@ def emit(table: pa.Table, fmt: str, output: Path | None = None, title: str | Non
 
         pq.write_table(table, output)
         return
-    text = _csv_text(table) if fmt == "csv" else _json_text(table.to_pylist()) if fmt == "json" else plain_table(table)
+    rows = as_rows(table)
+    text = _csv_text(rows) if fmt == "csv" else _json_text(_dicts(rows)) if fmt == "json" else plain_table(rows)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -148,6 +180,6 @@ def emit_sections(sections: Sequence[tuple[str, str, pa.Table]], fmt: str) -> No
         for _, title, table in sections:
             print_table(table, title)
     elif fmt == "json":
-        sys.stdout.write(_json_text({key: table.to_pylist() for key, _, table in sections}))
+        sys.stdout.write(_json_text({key: _dicts(as_rows(table)) for key, _, table in sections}))
     else:
-        sys.stdout.write("\n".join(f"# {key}\n{_csv_text(table)}" for key, _, table in sections))
+        sys.stdout.write("\n".join(f"# {key}\n{_csv_text(as_rows(table))}" for key, _, table in sections))

@@ -8,6 +8,12 @@ cannot break every query and a quarantined shard is sampled again by the next ru
 
 A shard file is kept only if its footer digest equals the digest registered for that shard in
 ``plans`` (``shard_files``); a run with no stored plan keeps all its shard files.
+
+A verdict is cached by the file's stamp (location, size, modification time, inode): per process
+(``fs.CHECKED``), and, for a local data directory, between processes in ``<root>/.checks.json``
+(``load_verdicts``, ``save_verdicts``), so a quick command over unchanged files reads no footer and
+imports no pyarrow. A file is only ever replaced whole (a new inode, a new time) or appended to
+(a new size), so a changed file never matches its old stamp and is checked again.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline import schema
@@ -44,6 +52,11 @@ PARTITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
 WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
 LOADED_AT_KEY = "difficulty.loaded_at"  # footer key: when a problems file was loaded (UTC, sortable)
+FOOTER_PREFIX = b"difficulty."  # the footer keys of the pipeline's own (the verdicts file keeps only these)
+VERDICTS_FILE = ".checks.json"  # hidden: no listing returns it, and doctor leaves it
+# Roots whose verdicts file this process has read, and those with verdicts it has not saved yet.
+_VERDICTS_READ: set[str] = set()
+_VERDICTS_NEW: set[str] = set()
 
 
 def now() -> datetime:
@@ -149,6 +162,7 @@ def partition_dir(s: Facade, table: str, partition: dict[str, str] | None = None
 def scan(s: Facade, table: str, where: dict[str, str] | None = None) -> tuple[list[Location], list[FileProblem]]:
     """The good files of a table (or partition), and the bad ones found and quarantined."""
     good, bad = [], []
+    load_verdicts(s)
     listed = fs.listing(s, partition_dir(s, table, where), ".parquet")
     footers = fs.tails(s, listed)
     for loc, st in listed:
@@ -190,7 +204,74 @@ def check(s: Facade, table: str, loc: Location, st: tuple, meta: pq.FileMetaData
     if reason is None and found:
         fs.FOOTERS[cached] = found[0].metadata or {}
         fs.LATEST[str(loc)] = cached
+        _VERDICTS_NEW.add(str(s.root))
     return reason
+
+
+def verdicts_version() -> str:
+    """What a saved verdict was decided under: this module's checks and the declared schemas (a
+    new column, or a new rule, makes every saved verdict void)."""
+    from pipeline import schema
+
+    digest = hashlib.sha256()
+    for module in (__file__, schema.__file__):
+        digest.update(Path(module).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def load_verdicts(s: Facade) -> None:
+    """Add the verdicts saved under a local data directory to this process's cache (once per
+    process). An object store keeps none: its listing's ETags would allow it, a PUT per command
+    would not pay."""
+    root = str(s.root)
+    if s.remote or root in _VERDICTS_READ:
+        return
+    _VERDICTS_READ.add(root)
+    path = Path(root) / VERDICTS_FILE
+    try:
+        saved = json.loads(path.read_bytes())
+        if saved.get("version") != verdicts_version():
+            return
+        for rel, (size, modified, inode, kind, footer) in saved["files"].items():
+            cached = (f"{root}/{rel}", size, modified, inode, kind)
+            fs.CHECKED.setdefault(cached, None)
+            fs.FOOTERS.setdefault(cached, {k.encode(): v.encode() for k, v in footer.items()})
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # checked again, saved anew
+        log.info("ignoring the saved file checks %s: %s", path, exc)
+        _VERDICTS_NEW.add(root)
+
+
+def save_verdicts(s: Facade) -> None:
+    """Save the good verdicts of a local data directory's files (those read and those decided by
+    this process) for the next process, when this one decided new ones. Only verdicts whose file
+    still has its stamp are kept (a file moved to quarantine or replaced is dropped); two processes
+    saving at once lose one's new verdicts, which are then decided again."""
+    root = str(s.root)
+    if s.remote or root not in _VERDICTS_NEW:
+        return
+    _VERDICTS_NEW.discard(root)
+    prefix = root + "/"
+    entries = {}
+    for cached, reason in list(fs.CHECKED.items()):
+        loc, *st = cached
+        if reason is not None or not loc.startswith(prefix) or fs.LATEST.get(loc, cached) != cached:
+            continue
+        try:
+            info = os.stat(loc)
+        except OSError:  # gone (quarantined, removed): nothing to keep
+            continue
+        if (info.st_size, info.st_mtime, info.st_ino) != tuple(st[:3]):
+            continue
+        footer = fs.FOOTERS.get(cached, {})
+        kept = {k.decode(): v.decode() for k, v in footer.items() if k.startswith(FOOTER_PREFIX)}
+        entries[loc[len(prefix) :]] = [*st, kept]
+    data = json.dumps({"version": verdicts_version(), "files": entries}, separators=(",", ":")).encode()
+    try:
+        fs.put(s, fs.location(s, VERDICTS_FILE), data)
+    except (OSError, StoreError) as exc:  # a cache: the next process checks the footers again
+        log.warning("cannot save the file checks under %s: %s", root, exc)
 
 
 def file_problem(s: Facade, table: str, loc: Location, st: tuple, found: list[pq.FileMetaData]) -> str | None:

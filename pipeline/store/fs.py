@@ -18,7 +18,6 @@ Locations handed out are Paths in a local store and full URLs (``s3://bucket/key
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import functools
 import logging
@@ -190,6 +189,8 @@ def _bounded_s3(s3fs):
     timeout in aiohttp. Every S3 call of s3fs (a listing page, a GET of a byte range that pyarrow
     or DuckDB asks for, a PUT) goes through ``_call_s3``, so the bound covers reads that do not
     pass through ``call`` too."""
+    import asyncio  # here, with s3fs (which imports it anyway): a local store's commands never pay it
+
     from botocore.handlers import add_expect_header
 
     class BoundedS3FileSystem(s3fs.S3FileSystem):

@@ -101,6 +101,7 @@ def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None)
     except duckdb.Error as exc:
         con.close()
         raise StoreError(f"cannot open the tables under {s.root}: {exc}") from exc
+    files.save_verdicts(s)
     return con
 
 
