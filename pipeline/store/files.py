@@ -10,10 +10,11 @@ A shard file is kept only if its footer digest equals the digest registered for 
 ``plans`` (``shard_files``); a run with no stored plan keeps all its shard files.
 
 A verdict is cached by the file's stamp (location, size, modification time, inode): per process
-(``fs.CHECKED``), and, for a local data directory, between processes in ``<root>/.checks.json``
-(``load_verdicts``, ``save_verdicts``), so a quick command over unchanged files reads no footer and
-imports no pyarrow. A file is only ever replaced whole (a new inode, a new time) or appended to
-(a new size), so a changed file never matches its old stamp and is checked again.
+(``fs.CHECKED``), and, for a local data directory, between processes in the user's cache
+(``load_verdicts``, ``save_verdicts``; never in the data directory, which a query only reads), so
+a quick command over unchanged files reads no footer and imports no pyarrow. The stamp is the one
+the per-process cache already trusts: the store replaces a file whole (a new inode, a new time),
+a file changed in place gets a new modification time or size, and either is checked again.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline import schema
 from pipeline.errors import StoreError
+from pipeline.paths import user_cache
 from pipeline.store import fs
 from pipeline.store.fs import Facade, Location
 
@@ -53,7 +55,7 @@ SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a
 WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
 LOADED_AT_KEY = "difficulty.loaded_at"  # footer key: when a problems file was loaded (UTC, sortable)
 FOOTER_PREFIX = b"difficulty."  # the footer keys of the pipeline's own (the verdicts file keeps only these)
-VERDICTS_FILE = ".checks.json"  # hidden: no listing returns it, and doctor leaves it
+VERDICTS_ENV = "DIFFICULTY_CHECKS_CACHE"  # the folder of the saved verdicts, one file per data directory
 # Roots whose verdicts file this process has read, and those with verdicts it has not saved yet.
 _VERDICTS_READ: set[str] = set()
 _VERDICTS_NEW: set[str] = set()
@@ -201,10 +203,10 @@ def check(s: Facade, table: str, loc: Location, st: tuple, meta: pq.FileMetaData
         fs.FOOTERS.clear()
         fs.LATEST.clear()
     fs.CHECKED[cached] = reason
+    _VERDICTS_NEW.add(str(s.root))
     if reason is None and found:
         fs.FOOTERS[cached] = found[0].metadata or {}
         fs.LATEST[str(loc)] = cached
-        _VERDICTS_NEW.add(str(s.root))
     return reason
 
 
@@ -219,6 +221,11 @@ def verdicts_version() -> str:
     return digest.hexdigest()[:16]
 
 
+def verdicts_path(root: str) -> Path:
+    """The file of a local data directory's saved verdicts, in the user's cache."""
+    return user_cache("checks", VERDICTS_ENV) / f"{hashlib.sha256(root.encode()).hexdigest()[:24]}.json"
+
+
 def load_verdicts(s: Facade) -> None:
     """Add the verdicts saved under a local data directory to this process's cache (once per
     process). An object store keeps none: its listing's ETags would allow it, a PUT per command
@@ -227,10 +234,10 @@ def load_verdicts(s: Facade) -> None:
     if s.remote or root in _VERDICTS_READ:
         return
     _VERDICTS_READ.add(root)
-    path = Path(root) / VERDICTS_FILE
+    path = verdicts_path(root)
     try:
         saved = json.loads(path.read_bytes())
-        if saved.get("version") != verdicts_version():
+        if saved.get("version") != verdicts_version() or saved.get("root") != root:
             return
         for rel, (size, modified, inode, kind, footer) in saved["files"].items():
             cached = (f"{root}/{rel}", size, modified, inode, kind)
@@ -267,9 +274,9 @@ def save_verdicts(s: Facade) -> None:
         footer = fs.FOOTERS.get(cached, {})
         kept = {k.decode(): v.decode() for k, v in footer.items() if k.startswith(FOOTER_PREFIX)}
         entries[loc[len(prefix) :]] = [*st, kept]
-    data = json.dumps({"version": verdicts_version(), "files": entries}, separators=(",", ":")).encode()
+    saved = {"root": root, "version": verdicts_version(), "files": entries}
     try:
-        fs.put(s, fs.location(s, VERDICTS_FILE), data)
+        fs.put(s, verdicts_path(root), json.dumps(saved, separators=(",", ":")).encode())
     except (OSError, StoreError) as exc:  # a cache: the next process checks the footers again
         log.warning("cannot save the file checks under %s: %s", root, exc)
 
