@@ -198,6 +198,28 @@ def test_a_file_changed_after_its_verdict_is_checked_again(store, monkeypatch):
     assert sorted(saved) == [store.relative(p) for p in (paths[0], paths[2])]
 
 
+def _planned_shards(store: Store, digests: dict[int, str], write: bool = True) -> list[Path]:
+    """Run R's plan (one prompt per shard) and, with ``write``, its shards carrying those digests."""
+    rows = [dict(run_id="R", shard=k, prompt_id=f"p{k}", first_idx=0, count=8, digest=d) for k, d in digests.items()]
+    store.write_table("plans", pa.Table.from_pylist(rows), {"run_id": "R"})
+    return [store.write_shard("R", k, _samples("R", k), digest=d) for k, d in digests.items()] if write else []
+
+
+def test_a_plan_is_read_once_per_version(store, monkeypatch):
+    _planned_shards(store, {0: "a", 1: "b", 2: "c"})
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 72}]
+    _another_process(monkeypatch)
+    read = []
+    real = Store.files_rows
+    monkeypatch.setattr(Store, "files_rows", lambda self, name, *a, **k: read.append(name) or real(self, name, *a, **k))
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 72}]
+    assert read == []  # the planned digests saved with the plan file's verdict
+    _planned_shards(store, {0: "a", 1: "another", 2: "c"}, write=False)  # the plan file replaced
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 48}]
+    assert read == ["plan_digests"]
+    assert _quarantined(store) == ["samples/run_id=R/shard-00001.parquet"]
+
+
 @pytest.mark.parametrize("saved", ["unreadable", "another version", "no files"])
 def test_saved_verdicts_of_another_version_or_unreadable_are_ignored(store, monkeypatch, saved):
     paths = _three_shards(store)

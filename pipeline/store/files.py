@@ -59,6 +59,9 @@ VERDICTS_ENV = "DIFFICULTY_CHECKS_CACHE"  # the folder of the saved verdicts, on
 # Roots whose verdicts file this process has read, and those with verdicts it has not saved yet.
 _VERDICTS_READ: set[str] = set()
 _VERDICTS_NEW: set[str] = set()
+# A plans file's planned shards ({run id: {shard: digest}}), by the file's stamp as in fs.CHECKED:
+# read once per file version, saved with its verdict.
+PLANNED: dict[tuple, dict[str, dict[int, str]]] = {}
 
 
 def now() -> datetime:
@@ -202,6 +205,7 @@ def check(s: Facade, table: str, loc: Location, st: tuple, meta: pq.FileMetaData
         fs.CHECKED.clear()
         fs.FOOTERS.clear()
         fs.LATEST.clear()
+        PLANNED.clear()
     fs.CHECKED[cached] = reason
     _VERDICTS_NEW.add(str(s.root))
     if reason is None and found:
@@ -239,10 +243,13 @@ def load_verdicts(s: Facade) -> None:
         saved = json.loads(path.read_bytes())
         if saved.get("version") != verdicts_version() or saved.get("root") != root:
             return
-        for rel, (size, modified, inode, kind, footer) in saved["files"].items():
+        for rel, (size, modified, inode, kind, footer, *planned) in saved["files"].items():
             cached = (f"{root}/{rel}", size, modified, inode, kind)
             fs.CHECKED.setdefault(cached, None)
             fs.FOOTERS.setdefault(cached, {k.encode(): v.encode() for k, v in footer.items()})
+            if planned:  # a plans file's planned shards; JSON's keys are strings
+                runs = planned[0].items()
+                PLANNED.setdefault(cached, {run: {int(k): v for k, v in shards.items()} for run, shards in runs})
     except FileNotFoundError:
         return
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # checked again, saved anew
@@ -273,7 +280,7 @@ def save_verdicts(s: Facade) -> None:
             continue
         footer = fs.FOOTERS.get(cached, {})
         kept = {k.decode(): v.decode() for k, v in footer.items() if k.startswith(FOOTER_PREFIX)}
-        entries[loc[len(prefix) :]] = [*st, kept]
+        entries[loc[len(prefix) :]] = [*st, kept, *([PLANNED[cached]] if cached in PLANNED else [])]
     saved = {"root": root, "version": verdicts_version(), "files": entries}
     try:
         fs.put(s, verdicts_path(root), json.dumps(saved, separators=(",", ":")).encode())
@@ -554,10 +561,26 @@ def shard_files(s: Facade, run_id: str) -> dict[int, Location]:
 def planned_digests(s: Facade, plans: list[Location], con: Any = None) -> dict[str, dict[int, str]]:
     """Each run's planned shards and their digests, from the (checked) ``plans`` files: a plan has
     a row per (shard, prompt), DuckDB keeps one per shard (``sql/plan_digests.sql``); on ``con``
-    when given (a connection being opened: a second DuckDB database costs a quick command 0.04 s)."""
+    when given (a connection being opened: a second DuckDB database costs a quick command 0.04 s).
+    A local file's are kept by its stamp (``PLANNED``, saved with its verdict): an unchanged plan
+    is read once."""
+    stamps = {str(loc): fs.LATEST.get(str(loc)) for loc in plans}
+    todo = plans if s.remote else [loc for loc in plans if stamps[str(loc)] not in PLANNED]
+    read: dict[str, dict[str, dict[int, str]]] = {}  # by the file's name as DuckDB read it
+    for name, run_id, shard, digest in s.files_rows("plan_digests", todo, con=con) if todo else []:
+        read.setdefault(name, {}).setdefault(run_id, {})[shard] = digest
+    if s.remote:  # read from local copies under other names: nothing kept
+        found = list(read.values())
+    else:
+        for loc in todo:
+            if stamps[str(loc)] is not None:
+                PLANNED[stamps[str(loc)]] = read.get(str(loc), {})
+                _VERDICTS_NEW.add(str(s.root))
+        found = [PLANNED.get(stamps[str(loc)]) or read.get(str(loc), {}) for loc in plans]
     out: dict[str, dict[int, str]] = {}
-    for run_id, shard, digest in s.files_rows("plan_digests", plans, con=con) if plans else []:
-        out.setdefault(run_id, {})[shard] = digest
+    for runs in found:
+        for run_id, shards in runs.items():
+            out.setdefault(run_id, {}).update(shards)
     return out
 
 
