@@ -440,8 +440,9 @@ def test_quick_commands_load_only_what_they_use(sim_dir, tmp_path, args, allowed
         assert loaded(modules, unused) == []
     if args[0] == "sql" and args[1] != "--help":  # the query alone: past typer's option parsing
         assert loaded(modules, ("pydantic", "fsspec", "pipeline.api")) == []
-        # rows printed from DuckDB, files' verdicts read from the last process's: no Arrow at all
-        assert loaded(modules, ("pyarrow", "numpy")) == []
+        # rows printed from DuckDB, files' verdicts read from the last process's: no Arrow at all;
+        # and, its output piped, plain text without rich
+        assert loaded(modules, ("pyarrow", "numpy", "rich")) == []
 
 
 def test_sql_with_the_query_alone_answers_as_with_options(sim_dir):

@@ -2,7 +2,9 @@
 
 Nothing here ever wraps a line: ids, paths and numbers stay whole and copyable. A table is drawn
 with rich only on a terminal wide enough for every cell on one line; otherwise (piped, captured,
-or a narrow terminal) it is printed as plain aligned columns, one row per line.
+or a narrow terminal) it is printed as plain aligned columns, one row per line. Standard output
+that is not a terminal gets its plain text without rich, whose consoles (``console``,
+``err_console``) are made on first use: importing rich costs a quick command 0.04 s.
 
 A result is an Arrow table or a DuckDB relation (``difficulty sql``: its rows are printed as
 DuckDB gives them, with no Arrow table built, so the query pays no pyarrow import); both become
@@ -12,6 +14,7 @@ DuckDB gives them, with no Arrow table built, so the query pays no pyarrow impor
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
@@ -21,20 +24,37 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rich.console import Console
-
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+    from rich.console import Console
 
 MAX_ROWS = 60
 _UNBOUNDED = 1_000_000  # measure a table's natural width, not the width the terminal would squeeze it to
 FORMATS = ("table", "csv", "json")
 SQL_FORMATS = ("table", "csv", "json", "parquet")
+
+
+@functools.cache
+def consoles() -> dict[str, Console]:
+    """The rich consoles of standard output (``console``) and standard error (``err_console``)."""
+    from rich.console import Console
+
+    return {"console": Console(soft_wrap=True), "err_console": Console(stderr=True, soft_wrap=True)}
+
+
+def __getattr__(name: str) -> Console:
+    """``output.console`` and ``output.err_console``, made on first use."""
+    if name in ("console", "err_console"):
+        return consoles()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _stdout_piped() -> bool:
+    """Whether standard output is not a terminal (piped, redirected, captured)."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    return isatty is None or not isatty()
 
 
 def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
@@ -48,7 +68,7 @@ def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
 def say(message: str, fmt: str = "table") -> None:
     """A status line, as is (no markup, never wrapped): on standard output beside tables, on
     standard error when the output is CSV or JSON, so that standard output stays machine-readable."""
-    (console if fmt == "table" else err_console).print(message, markup=False, highlight=False)
+    consoles()["console" if fmt == "table" else "err_console"].print(message, markup=False, highlight=False)
 
 
 def cell(value: object) -> str:
@@ -121,16 +141,20 @@ def print_table(
     table: pa.Table | Rows, title: str | None = None, max_rows: int = MAX_ROWS, out: Console | None = None
 ) -> None:
     """Print the first ``max_rows`` rows: a rich table on a terminal wide enough, else plain text."""
-    out = out or console
     table = as_rows(table)
     shown = table._replace(rows=table.rows[:max_rows])
+    more = f"... {len(table.rows) - max_rows} more rows (use --format csv or --output)"
+    if out is None and _stdout_piped():  # plain text whatever rich would say: no rich to import
+        sys.stdout.write(plain_table(shown, title) + (more + "\n" if len(table.rows) > max_rows else ""))
+        return
+    out = out or consoles()["console"]
     view = _rich_table(shown, title) if out.is_terminal else None
     if view is not None and out.measure(view, options=out.options.update(max_width=_UNBOUNDED)).maximum <= out.width:
         out.print(view, soft_wrap=False)
     else:
         out.print(plain_table(shown, title), end="", markup=False, highlight=False, soft_wrap=True)
     if len(table.rows) > max_rows:
-        out.print(f"... {len(table.rows) - max_rows} more rows (use --format csv or --output)", highlight=False)
+        out.print(more, highlight=False)
 
 
 def _csv_text(table: Rows) -> str:
