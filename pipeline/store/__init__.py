@@ -220,7 +220,8 @@ class Store:
         """Why ``path`` is not a complete Parquet file of ``table`` (None when it is one).
 
         Cheap: the name, the folders, then only the footer (``pq.read_metadata``) and its schema,
-        never the data; cached per process by (location, size, modification). A folder between
+        never the data; cached per process by (location, size, modification, inode), and a local
+        data directory's verdicts saved for the next process (``files.save_verdicts``). A folder between
         the table and the file must be a partition (``<column>=<value>``); in ``samples`` only
         ``shard-NNNNN.parquet`` is a shard.
 
