@@ -84,35 +84,51 @@ def cell(value: object) -> str:
 
 
 class Rows(NamedTuple):
-    """A result as printed: column names, which columns are numbers (right-aligned), the rows."""
+    """A result as printed: column names, which columns are numbers (right-aligned), the rows (the
+    first ones only when ``total``, the count of all, is given)."""
 
     names: list[str]
     numeric: list[bool]
     rows: list[tuple]
+    total: int | None = None
 
 
 # DuckDB's number types, as its relations name them.
 _DUCKDB_NUMBER = re.compile(r"^(U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(.*\))$")
 
 
-def as_rows(result: Any) -> Rows:
-    """An Arrow table, a DuckDB relation (read now) or None (a statement with no result) as ``Rows``."""
+def as_rows(result: Any, limit: int | None = None) -> Rows:
+    """An Arrow table, a DuckDB relation (run now) or None (a statement with no result) as ``Rows``:
+    all of them, or the first ``limit`` and the count of all."""
     if result is None:
         return Rows([], [], [])
     if isinstance(result, Rows):
         return result
     if hasattr(result, "fetchall"):  # a DuckDB relation
         numeric = [bool(_DUCKDB_NUMBER.match(str(t))) for t in result.types]
-        return Rows(list(result.columns), numeric, result.fetchall())
+        if limit is None:
+            return Rows(list(result.columns), numeric, result.fetchall())
+        rows = result.limit(limit + 1).fetchall()
+        # More than a table shows: counted by DuckDB (the query runs again) rather than every row
+        # made a Python tuple.
+        total = result.count("*").fetchall()[0][0] if len(rows) > limit else len(rows)
+        return Rows(list(result.columns), numeric, rows[:limit], total)
     import pyarrow.types as pt
 
     numeric = [pt.is_integer(t) or pt.is_floating(t) or pt.is_decimal(t) for t in result.schema.types]
-    return Rows(list(result.column_names), numeric, list(zip(*(c.to_pylist() for c in result.columns), strict=True)))
+    shown = result if limit is None else result.slice(0, limit)
+    rows = list(zip(*(c.to_pylist() for c in shown.columns), strict=True))
+    return Rows(list(result.column_names), numeric, rows, result.num_rows)
+
+
+def fetch(result: Any, fmt: str, output: Path | None = None) -> Rows:
+    """What ``emit`` prints of a result: the rows a table shows (``MAX_ROWS`` and the count), or all."""
+    return as_rows(result, MAX_ROWS if fmt == "table" and output is None else None)
 
 
 def plain_table(table: pa.Table | Rows, title: str | None = None) -> str:
     """The table as aligned columns of plain text (numbers right-aligned), one row per line."""
-    header, right, values = as_rows(table)
+    header, right, values, _ = as_rows(table)
     rows = [[cell(v) for v in row] for row in values]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
 
@@ -141,11 +157,12 @@ def print_table(
     table: pa.Table | Rows, title: str | None = None, max_rows: int = MAX_ROWS, out: Console | None = None
 ) -> None:
     """Print the first ``max_rows`` rows: a rich table on a terminal wide enough, else plain text."""
-    table = as_rows(table)
+    table = as_rows(table, max_rows)
     shown = table._replace(rows=table.rows[:max_rows])
-    more = f"... {len(table.rows) - max_rows} more rows (use --format csv or --output)"
+    total = len(table.rows) if table.total is None else table.total
+    more = f"... {total - max_rows} more rows (use --format csv or --output)"
     if out is None and _stdout_piped():  # plain text whatever rich would say: no rich to import
-        sys.stdout.write(plain_table(shown, title) + (more + "\n" if len(table.rows) > max_rows else ""))
+        sys.stdout.write(plain_table(shown, title) + (more + "\n" if total > max_rows else ""))
         return
     out = out or consoles()["console"]
     view = _rich_table(shown, title) if out.is_terminal else None
@@ -153,7 +170,7 @@ def print_table(
         out.print(view, soft_wrap=False)
     else:
         out.print(plain_table(shown, title), end="", markup=False, highlight=False, soft_wrap=True)
-    if len(table.rows) > max_rows:
+    if total > max_rows:
         out.print(more, highlight=False)
 
 

@@ -17,7 +17,7 @@ import typer
 
 from pipeline.cli.errors import print_error
 from pipeline.cli.options import DataDir, Format, open_store
-from pipeline.cli.output import SQL_FORMATS, as_rows, check_format, emit
+from pipeline.cli.output import SQL_FORMATS, check_format, emit, fetch
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.store.query import split_statements
 
@@ -69,8 +69,10 @@ def sql_cmd(
     fmt = check_format(fmt, SQL_FORMATS)
     if query is not None:
         store = open_store(data_dir)
-        parquet = fmt == "parquet"
-        result = store.user_query(query, write=write) if parquet else store.user_result(query, as_rows, write=write)
+        if fmt == "parquet":  # an Arrow table to write
+            result = store.user_query(query, write=write)
+        else:  # DuckDB's rows, read while its connection is open
+            result = store.user_result(query, lambda rel: fetch(rel, fmt, output), write=write)
         emit(result, fmt, output)
         return
     if write or output is not None or fmt == "parquet":
@@ -129,7 +131,7 @@ def _run(tables: Tables, text: str, fmt: str) -> bool:
         return False
     for statement in statements:
         try:
-            emit(as_rows(tables.sql(statement)), fmt)
+            emit(fetch(tables.sql(statement), fmt), fmt)
         except PipelineError as exc:
             print_error(str(exc))
             ok = False

@@ -217,8 +217,6 @@ def check(s: Facade, table: str, loc: Location, st: tuple, meta: pq.FileMetaData
 def verdicts_version() -> str:
     """What a saved verdict was decided under: this module's checks and the declared schemas (a
     new column, or a new rule, makes every saved verdict void)."""
-    from pipeline import schema
-
     digest = hashlib.sha256()
     for module in (__file__, schema.__file__):
         digest.update(Path(module).read_bytes())
