@@ -5,7 +5,10 @@ processes taking turns so that the machine's load hits all alike:
 
 - baseline: ``python -c "import duckdb; duckdb.sql(select count(*) from read_parquet(<the run's
   sample files>))"``: the same query on the same Parquet files, with nothing of the pipeline;
-- ``difficulty sql "select count(*) from samples"`` (``python -m pipeline``);
+- ``difficulty sql "select count(*) from samples"`` (``python -m pipeline``), over files whose
+  checks an earlier process decided and saved (the warm-up run, as a profile's own queries do);
+- the same, first after new files: every file's footer read and checked (an empty folder of saved
+  verdicts each time, ``$DIFFICULTY_CHECKS_CACHE``; a version that saves none ignores it);
 - ``difficulty --help``;
 - ``difficulty tries`` (a calculator: NumPy and the allocation module, no data directory).
 
@@ -28,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+UNCHECKED = "difficulty sql, files unchecked"
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -66,23 +71,30 @@ def main() -> None:
         commands = {
             "baseline: python + duckdb": [sys.executable, "-c", bare],
             "difficulty sql": [sys.executable, "-m", "pipeline", "sql", "select count(*) from samples"],
+            UNCHECKED: [sys.executable, "-m", "pipeline", "sql", "select count(*) from samples"],
             "difficulty --help": [sys.executable, "-m", "pipeline", "--help"],
             "difficulty tries": [sys.executable, "-m", "pipeline", "tries"],
         }
-        run_env = {**env, "DIFFICULTY_DATA": str(data)}
+        run_env = {**env, "DIFFICULTY_DATA": str(data), "DIFFICULTY_CHECKS_CACHE": str(tmp / "checks")}
+
+        def env_of(name: str) -> dict[str, str]:
+            if name != UNCHECKED:
+                return run_env
+            return {**run_env, "DIFFICULTY_CHECKS_CACHE": tempfile.mkdtemp(dir=tmp, prefix="checks-")}
+
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
-        for argv in commands.values():  # one warm-up each: the page cache, .pyc files
-            timed(argv, run_env)
+        for name, argv in commands.items():  # one warm-up each: the page cache, .pyc files, the saved checks
+            timed(argv, env_of(name))
         for _ in range(args.repeat):
             for name, argv in commands.items():
-                times[name].append(timed(argv, run_env))
+                times[name].append(timed(argv, env_of(name)))
         base = [statistics.median(t[i] for t in times["baseline: python + duckdb"]) for i in (0, 1)]
         load = os.getloadavg()[0]
         print(f"{len(files)} sample files; {args.repeat} runs each, taking turns; load average {load:.2f}")
-        print(f"{'':28s} {'wall (median)':>22s}   {'CPU (median)':>22s}")
+        print(f"{'':32s} {'wall (median)':>22s}   {'CPU (median)':>22s}")
         for name, values in times.items():
             wall, cpu = (statistics.median(t[i] for t in values) for i in (0, 1))
-            print(f"{name:28s} {wall:7.3f} s  x{wall / base[0]:5.2f}       {cpu:7.3f} s  x{cpu / base[1]:5.2f}")
+            print(f"{name:32s} {wall:7.3f} s  x{wall / base[0]:5.2f}       {cpu:7.3f} s  x{cpu / base[1]:5.2f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -37,7 +37,7 @@ class Analysis(NamedTuple):
 class Tables:
     """A data directory opened read-only (see ``open``)."""
 
-    views = (*schema.SCHEMAS, *DERIVED_VIEWS)
+    views = (*schema.TABLES, *DERIVED_VIEWS)
 
     def __init__(self, data_dir: str | os.PathLike | None = None) -> None:
         root = resolve_data_dir(data_dir)

@@ -1,13 +1,18 @@
-"""Explicit pyarrow schemas for every table: the contract between stages.
+"""Every table's columns: the contract between stages.
 
 Every stage imports its table's schema from here, so a column is named and typed in one place.
+Each table is declared once, as plain ``Column`` tuples (``TABLES``); its pyarrow schema
+(``schema.SAMPLES``, ``schema.SCHEMAS["samples"]``) is built from that declaration on first use,
+and so are the DuckDB types of an empty table's view (``duckdb_type``): the quick commands
+(``difficulty sql``) read the declaration without importing pyarrow.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Problem statuses: why a row cannot be graded (kept, never dropped).
 ProblemStatus = Literal["ok", "empty_problem", "empty_answer"]
@@ -38,230 +43,260 @@ RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 # Never stored: what a `sampling` run whose process is gone (no one holds its lock) is shown as.
 RUN_INTERRUPTED = "interrupted"
 
-PROBLEMS = pa.schema(
-    [
-        pa.field("dataset", pa.string(), nullable=False),
-        pa.field("split", pa.string()),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("problem", pa.string()),
-        pa.field("answer", pa.string()),
-        pa.field("source", pa.string()),
-        pa.field("domain", pa.string()),
-        pa.field("topic", pa.string()),
-        pa.field("difficulty", pa.float64()),
-        pa.field("prior_n", pa.int32()),
-        pa.field("prior_c", pa.int32()),
-        pa.field("status", pa.string(), nullable=False),
-        # The source row as loaded from a local file, as JSON text (datasets.original_row reads it):
-        # what `difficulty export` writes back. Null for hub and bundled rows.
-        pa.field("original", pa.string()),
-    ]
+
+class Column(NamedTuple):
+    name: str
+    type: str  # one of ARROW_TYPES, or list_of(one)
+    nullable: bool = True
+
+
+col = Column
+
+# Column types, by the name pyarrow prints them with. Repeated strings of the long weights table
+# are dictionary-encoded (a few MB instead of ~1 GB for Big-Math x 11 estimators x 5 group sizes);
+# DuckDB reads them as VARCHAR.
+STRING, INT32, INT64, FLOAT64, BOOL = "string", "int32", "int64", "double", "bool"
+UTC_MICROS = "timestamp[us, tz=UTC]"
+DICT_STRING = "dictionary<values=string, indices=int32, ordered=0>"
+# Each type's pyarrow constructor and DuckDB name (the type DuckDB gives the pyarrow type).
+ARROW_TYPES: dict[str, tuple[str, tuple, dict, str]] = {
+    STRING: ("string", (), {}, "VARCHAR"),
+    INT32: ("int32", (), {}, "INTEGER"),
+    INT64: ("int64", (), {}, "BIGINT"),
+    FLOAT64: ("float64", (), {}, "DOUBLE"),
+    BOOL: ("bool_", (), {}, "BOOLEAN"),
+    UTC_MICROS: ("timestamp", ("us",), {"tz": "UTC"}, "TIMESTAMP WITH TIME ZONE"),
+    DICT_STRING: ("dictionary", (INT32, STRING), {}, "VARCHAR"),
+}
+_LIST = ("list<item: ", ">")
+
+
+def list_of(item: str) -> str:
+    return f"{_LIST[0]}{item}{_LIST[1]}"
+
+
+def _item(type_: str) -> str | None:
+    """The item type of a list type, None for another type."""
+    return type_[len(_LIST[0]) : -len(_LIST[1])] if type_.startswith(_LIST[0]) else None
+
+
+def arrow_type(type_: str) -> pa.DataType:
+    """The pyarrow type of a declared column type."""
+    import pyarrow as pa
+
+    item = _item(type_)
+    if item is not None:
+        return pa.list_(arrow_type(item))
+    factory, args, kwargs, _ = ARROW_TYPES[type_]
+    return getattr(pa, factory)(*(arrow_type(a) if a in ARROW_TYPES else a for a in args), **kwargs)
+
+
+def duckdb_type(type_: str) -> str:
+    """The DuckDB type of a declared column type."""
+    item = _item(type_)
+    return f"{duckdb_type(item)}[]" if item is not None else ARROW_TYPES[type_][3]
+
+
+_PROBLEMS = (
+    col("dataset", STRING, False),
+    col("split", STRING),
+    col("prompt_id", STRING, False),
+    col("problem", STRING),
+    col("answer", STRING),
+    col("source", STRING),
+    col("domain", STRING),
+    col("topic", STRING),
+    col("difficulty", FLOAT64),
+    col("prior_n", INT32),
+    col("prior_c", INT32),
+    col("status", STRING, False),
+    # The source row as loaded from a local file, as JSON text (datasets.original_row reads it):
+    # what `difficulty export` writes back. Null for hub and bundled rows.
+    col("original", STRING),
 )
 
-RUNS = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("dataset", pa.string()),
-        pa.field("model", pa.string()),
-        pa.field("backend", pa.string()),
-        pa.field("params", pa.string()),  # JSON: n, temperature, top_p, max_tokens, limit, ...
-        pa.field("seed", pa.int64()),
-        pa.field("prompt_template", pa.string()),
-        pa.field("grader", pa.string()),
-        pa.field("versions", pa.string()),  # JSON: package -> version
-        pa.field("n_prompts", pa.int64()),
-        pa.field("created_at", pa.timestamp("us", tz="UTC")),
-        pa.field("updated_at", pa.timestamp("us", tz="UTC")),
-        pa.field("status", pa.string()),  # created, sampling, done, failed
-        # Adaptive runs only (null otherwise; docs/adaptive.md §8): the settings as JSON (target,
-        # n_min, n_max, round rule, prior choice), the prior the posteriors use, and the rounds as
-        # JSON (per round: prompts sampled, rollouts, shards, prompts still open after it).
-        pa.field("adaptive", pa.string()),
-        pa.field("prior_a", pa.float64()),
-        pa.field("prior_b", pa.float64()),
-        pa.field("prior", pa.string()),  # JSON: how the prior was obtained (fit or jeffreys, start, loglik)
-        pa.field("rounds", pa.string()),
-    ]
+_RUNS = (
+    col("run_id", STRING, False),
+    col("dataset", STRING),
+    col("model", STRING),
+    col("backend", STRING),
+    col("params", STRING),  # JSON: n, temperature, top_p, max_tokens, limit, ...
+    col("seed", INT64),
+    col("prompt_template", STRING),
+    col("grader", STRING),
+    col("versions", STRING),  # JSON: package -> version
+    col("n_prompts", INT64),
+    col("created_at", UTC_MICROS),
+    col("updated_at", UTC_MICROS),
+    col("status", STRING),  # created, sampling, done, failed
+    # Adaptive runs only (null otherwise; docs/adaptive.md §8): the settings as JSON (target,
+    # n_min, n_max, round rule, prior choice), the prior the posteriors use, and the rounds as
+    # JSON (per round: prompts sampled, rollouts, shards, prompts still open after it).
+    col("adaptive", STRING),
+    col("prior_a", FLOAT64),
+    col("prior_b", FLOAT64),
+    col("prior", STRING),  # JSON: how the prior was obtained (fit or jeffreys, start, loglik)
+    col("rounds", STRING),
 )
 
-SAMPLES = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("sample_idx", pa.int32(), nullable=False),
-        pa.field("completion", pa.string()),
-        pa.field("finish_reason", pa.string()),
-        pa.field("n_tokens", pa.int32()),
-        pa.field("extracted_answer", pa.string()),
-        pa.field("grade_status", pa.string()),
-        pa.field("grade_reason", pa.string()),
-        pa.field("correct", pa.bool_()),
-        pa.field("grader", pa.string()),
-    ]
+_SAMPLES = (
+    col("run_id", STRING, False),
+    col("prompt_id", STRING, False),
+    col("sample_idx", INT32, False),
+    col("completion", STRING),
+    col("finish_reason", STRING),
+    col("n_tokens", INT32),
+    col("extracted_answer", STRING),
+    col("grade_status", STRING),
+    col("grade_reason", STRING),
+    col("correct", BOOL),
+    col("grader", STRING),
 )
 
 # The plan of a run: which sample indices of which prompts each shard holds, stored once when the
 # run starts (partition run_id=). A shard file counts as finished only when the digest in its
 # footer is its plan's digest, so a shard is known by its content, not by its number.
-PLANS = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("shard", pa.int32(), nullable=False),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("first_idx", pa.int32(), nullable=False),  # sample indices first_idx ..
-        pa.field("count", pa.int32(), nullable=False),  # .. first_idx + count - 1
-        pa.field("digest", pa.string(), nullable=False),  # of the whole shard (same on its rows)
-        pa.field("round", pa.int32()),  # adaptive runs: the round the shard belongs to (null otherwise)
-    ]
+_PLANS = (
+    col("run_id", STRING, False),
+    col("shard", INT32, False),
+    col("prompt_id", STRING, False),
+    col("first_idx", INT32, False),  # sample indices first_idx ..
+    col("count", INT32, False),  # .. first_idx + count - 1
+    col("digest", STRING, False),  # of the whole shard (same on its rows)
+    col("round", INT32),  # adaptive runs: the round the shard belongs to (null otherwise)
 )
 
 # Per shard, its (prompt, extracted answer) counts: written with each shard (Store.write_shard,
 # given analyze.answer_counts of the samples already in memory), so the analysis reads 1 row per
 # distinct answer instead of 1 per sample. A shard's counts file carries the shard file's write id
 # in its footer: counts of an older copy of the shard are never used.
-ANSWER_COUNTS = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("shard", pa.int32(), nullable=False),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("extracted_answer", pa.string()),  # null: samples without an extracted answer
-        pa.field("cnt", pa.int64(), nullable=False),  # samples with this answer
-        pa.field("cc", pa.int64(), nullable=False),  # of which graded correct
-    ]
+_ANSWER_COUNTS = (
+    col("run_id", STRING, False),
+    col("shard", INT32, False),
+    col("prompt_id", STRING, False),
+    col("extracted_answer", STRING),  # null: samples without an extracted answer
+    col("cnt", INT64, False),  # samples with this answer
+    col("cc", INT64, False),  # of which graded correct
 )
 
-SCHEMAS: dict[str, pa.Schema] = {
-    "problems": PROBLEMS,
-    "runs": RUNS,
-    "samples": SAMPLES,
-    "plans": PLANS,
-    "answer_counts": ANSWER_COUNTS,
+TABLES: dict[str, tuple[Column, ...]] = {
+    "problems": _PROBLEMS,
+    "runs": _RUNS,
+    "samples": _SAMPLES,
+    "plans": _PLANS,
+    "answer_counts": _ANSWER_COUNTS,
 }
 
 # Analysis tables (prompt_stats, weights, summary, allocation) are defined below.
 
-# Repeated strings of the long weights table are dictionary-encoded (a few MB instead of ~1 GB
-# for Big-Math x 11 estimators x 5 group sizes); DuckDB reads them as VARCHAR.
-_DICT_STR = pa.dictionary(pa.int32(), pa.string())
-
-PROMPT_STATS = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("n", pa.int32(), nullable=False),
-        pa.field("c", pa.int32(), nullable=False),
-        pa.field("pass_rate", pa.float64()),  # c / n; null when n = 0
-        pa.field("interval_level", pa.float64()),
-        pa.field("wilson_lo", pa.float64()),
-        pa.field("wilson_hi", pa.float64()),
-        pa.field("jeffreys_lo", pa.float64()),
-        pa.field("jeffreys_hi", pa.float64()),
-        pa.field("pass_at_k", pa.list_(pa.float64())),  # unbiased pass@k for k = 1..n
-        # Per group size G (aligned lists): unbiased hypergeometric rate for n >= G, Beta
-        # posterior mean for n < G; the plug-in (biased upward) only under its own name.
-        pa.field("group_sizes", pa.list_(pa.int32())),
-        pa.field("zero_signal", pa.list_(pa.float64())),
-        pa.field("silent_all_correct", pa.list_(pa.float64())),
-        pa.field("silent_all_wrong", pa.list_(pa.float64())),
-        pa.field("zero_signal_plugin", pa.list_(pa.float64())),
-        # Answer concentration (null when the counts carry no extracted answers).
-        pa.field("n_answered", pa.int32()),
-        pa.field("n_distinct_answers", pa.int32()),
-        pa.field("n_distinct_correct", pa.int32()),
-        pa.field("modal_share", pa.float64()),
-        pa.field("answer_entropy", pa.float64()),  # nats
-        pa.field("modal_correct_share_grpo", pa.float64()),
-        pa.field("modal_correct_share_reco", pa.float64()),
-        # Adaptive runs only (null otherwise; docs/adaptive.md §8). The posterior is
-        # Beta(prior_a + c, prior_b + n - c) with the run's prior (runs.prior_a, runs.prior_b).
-        pa.field("stop_round", pa.int32()),  # the round of the prompt's last samples
-        pa.field("decided_band", pa.string()),  # silent_hard, informative, silent_easy (band target)
-        pa.field("band_prob", pa.float64()),  # posterior probability of decided_band
-        pa.field("post_mean", pa.float64()),  # posterior mean of p
-        pa.field("post_lo", pa.float64()),  # central 1 - delta credible interval of p
-        pa.field("post_hi", pa.float64()),
-        pa.field("undecided", pa.bool_()),  # stopped at n_max without a decision
-    ]
+_PROMPT_STATS = (
+    col("run_id", STRING, False),
+    col("prompt_id", STRING, False),
+    col("n", INT32, False),
+    col("c", INT32, False),
+    col("pass_rate", FLOAT64),  # c / n; null when n = 0
+    col("interval_level", FLOAT64),
+    col("wilson_lo", FLOAT64),
+    col("wilson_hi", FLOAT64),
+    col("jeffreys_lo", FLOAT64),
+    col("jeffreys_hi", FLOAT64),
+    col("pass_at_k", list_of(FLOAT64)),  # unbiased pass@k for k = 1..n
+    # Per group size G (aligned lists): unbiased hypergeometric rate for n >= G, Beta
+    # posterior mean for n < G; the plug-in (biased upward) only under its own name.
+    col("group_sizes", list_of(INT32)),
+    col("zero_signal", list_of(FLOAT64)),
+    col("silent_all_correct", list_of(FLOAT64)),
+    col("silent_all_wrong", list_of(FLOAT64)),
+    col("zero_signal_plugin", list_of(FLOAT64)),
+    # Answer concentration (null when the counts carry no extracted answers).
+    col("n_answered", INT32),
+    col("n_distinct_answers", INT32),
+    col("n_distinct_correct", INT32),
+    col("modal_share", FLOAT64),
+    col("answer_entropy", FLOAT64),  # nats
+    col("modal_correct_share_grpo", FLOAT64),
+    col("modal_correct_share_reco", FLOAT64),
+    # Adaptive runs only (null otherwise; docs/adaptive.md §8). The posterior is
+    # Beta(prior_a + c, prior_b + n - c) with the run's prior (runs.prior_a, runs.prior_b).
+    col("stop_round", INT32),  # the round of the prompt's last samples
+    col("decided_band", STRING),  # silent_hard, informative, silent_easy (band target)
+    col("band_prob", FLOAT64),  # posterior probability of decided_band
+    col("post_mean", FLOAT64),  # posterior mean of p
+    col("post_lo", FLOAT64),  # central 1 - delta credible interval of p
+    col("post_hi", FLOAT64),
+    col("undecided", BOOL),  # stopped at n_max without a decision
 )
 
-WEIGHTS = pa.schema(
-    [
-        pa.field("run_id", _DICT_STR, nullable=False),
-        pa.field("prompt_id", _DICT_STR, nullable=False),
-        pa.field("estimator", _DICT_STR, nullable=False),  # canonical spec, e.g. softmax_grpo:tau=1.0
-        pa.field("G", pa.int32(), nullable=False),
-        pa.field("p", pa.float64()),  # point estimate c / n (null when n = 0)
-        pa.field("weight", pa.float64()),  # w(p, G) at p
-        pa.field("mass", pa.float64()),  # w(p, G) p q
-        # Monte Carlo standard error of weight (reco_answers rows too wide for the exact method);
-        # null where exact. The mass's is weight_se * mass / weight.
-        pa.field("weight_se", pa.float64()),
-        pa.field("zero_signal", pa.float64()),  # unbiased (n >= G) or posterior (n < G)
-    ]
+_WEIGHTS = (
+    col("run_id", DICT_STRING, False),
+    col("prompt_id", DICT_STRING, False),
+    col("estimator", DICT_STRING, False),  # canonical spec, e.g. softmax_grpo:tau=1.0
+    col("G", INT32, False),
+    col("p", FLOAT64),  # point estimate c / n (null when n = 0)
+    col("weight", FLOAT64),  # w(p, G) at p
+    col("mass", FLOAT64),  # w(p, G) p q
+    # Monte Carlo standard error of weight (reco_answers rows too wide for the exact method);
+    # null where exact. The mass's is weight_se * mass / weight.
+    col("weight_se", FLOAT64),
+    col("zero_signal", FLOAT64),  # unbiased (n >= G) or posterior (n < G)
 )
 
 # Long format: one row per (section, metric, estimator?, G?, band?, k?).
-SUMMARY = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("section", pa.string(), nullable=False),  # dataset, zero_signal, dapo, gradient_share, pass_at_k
-        pa.field("metric", pa.string(), nullable=False),
-        pa.field("estimator", pa.string()),
-        pa.field("G", pa.int32()),
-        pa.field("band", pa.string()),
-        pa.field("k", pa.int32()),
-        pa.field("value", pa.float64()),
-        pa.field("n_prompts", pa.int64()),
-    ]
+_SUMMARY = (
+    col("run_id", STRING, False),
+    col("section", STRING, False),  # dataset, zero_signal, dapo, gradient_share, pass_at_k
+    col("metric", STRING, False),
+    col("estimator", STRING),
+    col("G", INT32),
+    col("band", STRING),
+    col("k", INT32),
+    col("value", FLOAT64),
+    col("n_prompts", INT64),
 )
 
-ALLOCATION = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("objective", pa.string(), nullable=False),  # signal, knapsack, variance
-        pa.field("estimator", pa.string()),  # for the signal objective
-        pa.field("method", pa.string()),  # fast, greedy, dp (exact) or lagrangian (see gap)
-        pa.field("posterior", pa.bool_()),
-        pa.field("budget", pa.int64()),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("p", pa.float64()),  # point estimate or posterior mean used
-        pa.field("n_rollouts", pa.int32(), nullable=False),
-        pa.field("expected_value", pa.float64()),  # objective term at n_rollouts
-        pa.field("uniform_n", pa.int32()),
-        pa.field("uniform_value", pa.float64()),  # objective term under the uniform allocation
-        # certified distance of the allocation's total from the optimum (0: exact; lagrangian: the
-        # dual bound minus the total); the same on every row of one allocation, null before it existed
-        pa.field("gap", pa.float64()),
-    ]
+_ALLOCATION = (
+    col("run_id", STRING, False),
+    col("objective", STRING, False),  # signal, knapsack, variance
+    col("estimator", STRING),  # for the signal objective
+    col("method", STRING),  # fast, greedy, dp (exact) or lagrangian (see gap)
+    col("posterior", BOOL),
+    col("budget", INT64),
+    col("prompt_id", STRING, False),
+    col("p", FLOAT64),  # point estimate or posterior mean used
+    col("n_rollouts", INT32, False),
+    col("expected_value", FLOAT64),  # objective term at n_rollouts
+    col("uniform_n", INT32),
+    col("uniform_value", FLOAT64),  # objective term under the uniform allocation
+    # certified distance of the allocation's total from the optimum (0: exact; lagrangian: the
+    # dual bound minus the total); the same on every row of one allocation, null before it existed
+    col("gap", FLOAT64),
 )
 
-SCHEMAS.update({"prompt_stats": PROMPT_STATS, "weights": WEIGHTS, "summary": SUMMARY, "allocation": ALLOCATION})
+TABLES.update({"prompt_stats": _PROMPT_STATS, "weights": _WEIGHTS, "summary": _SUMMARY, "allocation": _ALLOCATION})
 
 # Checkpoint history (flows/checkpoints.py): one row per checkpoint and prompt, appended once per
 # checkpoint (partition checkpoint_id=); the drift views in sql/ compare consecutive checkpoints.
-HISTORY = pa.schema(
-    [
-        pa.field("checkpoint_id", pa.string(), nullable=False),  # hash of path, size, mtime
-        pa.field("checkpoint", pa.string(), nullable=False),  # display name (file stem, folder)
-        pa.field("checkpoint_path", pa.string()),
-        pa.field("step", pa.int64()),  # last integer of the name; orders checkpoints
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("dataset", pa.string()),
-        pa.field("model", pa.string()),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("n", pa.int32(), nullable=False),
-        pa.field("c", pa.int32(), nullable=False),
-        pa.field("pass_rate", pa.float64()),
-        pa.field("silent", pa.bool_()),  # all n samples agree (c = 0 or c = n)
-        pa.field("group_sizes", pa.list_(pa.int32())),
-        pa.field("zero_signal", pa.list_(pa.float64())),  # aligned with group_sizes
-        pa.field("silent_all_correct", pa.list_(pa.float64())),
-        pa.field("silent_all_wrong", pa.list_(pa.float64())),
-        pa.field("profiled_at", pa.timestamp("us", tz="UTC")),
-    ]
+_HISTORY = (
+    col("checkpoint_id", STRING, False),  # hash of path, size, mtime
+    col("checkpoint", STRING, False),  # display name (file stem, folder)
+    col("checkpoint_path", STRING),
+    col("step", INT64),  # last integer of the name; orders checkpoints
+    col("run_id", STRING, False),
+    col("dataset", STRING),
+    col("model", STRING),
+    col("prompt_id", STRING, False),
+    col("n", INT32, False),
+    col("c", INT32, False),
+    col("pass_rate", FLOAT64),
+    col("silent", BOOL),  # all n samples agree (c = 0 or c = n)
+    col("group_sizes", list_of(INT32)),
+    col("zero_signal", list_of(FLOAT64)),  # aligned with group_sizes
+    col("silent_all_correct", list_of(FLOAT64)),
+    col("silent_all_wrong", list_of(FLOAT64)),
+    col("profiled_at", UTC_MICROS),
 )
 
-SCHEMAS["history"] = HISTORY
+TABLES["history"] = _HISTORY
 
 # Observations (pipeline/observe/): per (source, step, prompt) the outcomes some model drew for a
 # prompt, from any source a user already has: a profile run (step 0), a trainer's rollouts (verl
@@ -270,28 +305,43 @@ SCHEMAS["history"] = HISTORY
 # again replaces it and a rerun adds nothing twice.
 ObservationKind = Literal["profile", "training", "label"]
 OBSERVATION_KINDS: tuple[str, ...] = get_args(ObservationKind)
-OBSERVATIONS = pa.schema(
-    [
-        pa.field("source", pa.string(), nullable=False),  # e.g. verl:grpo-run-3, trl:run-1, profile:<run id>
-        pa.field("kind", pa.string(), nullable=False),  # OBSERVATION_KINDS
-        pa.field("step", pa.int64(), nullable=False),  # training step (0 for a profile or a label)
-        pa.field("dataset", pa.string(), nullable=False),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("model", pa.string()),  # the model or training run that drew the outcomes
-        pa.field("n", pa.int32(), nullable=False),  # outcomes observed
-        pa.field("c", pa.int32(), nullable=False),  # of them correct
-        pa.field("observed_at", pa.timestamp("us", tz="UTC")),  # when the source drew them (else imported)
-    ]
+_OBSERVATIONS = (
+    col("source", STRING, False),  # e.g. verl:grpo-run-3, trl:run-1, profile:<run id>
+    col("kind", STRING, False),  # OBSERVATION_KINDS
+    col("step", INT64, False),  # training step (0 for a profile or a label)
+    col("dataset", STRING, False),
+    col("prompt_id", STRING, False),
+    col("model", STRING),  # the model or training run that drew the outcomes
+    col("n", INT32, False),  # outcomes observed
+    col("c", INT32, False),  # of them correct
+    col("observed_at", UTC_MICROS),  # when the source drew them (else imported)
 )
 # Rows of a source that matched no prompt of the dataset: kept, with why, never dropped silently.
-UNMATCHED = pa.schema(
-    [
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("step", pa.int64(), nullable=False),
-        pa.field("row", pa.int64(), nullable=False),  # row (or line) number in the source file, from 0
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("text", pa.string()),  # the row's prompt, problem or id as read (cut to 500 characters)
-    ]
+_UNMATCHED = (
+    col("source", STRING, False),
+    col("step", INT64, False),
+    col("row", INT64, False),  # row (or line) number in the source file, from 0
+    col("reason", STRING, False),
+    col("text", STRING),  # the row's prompt, problem or id as read (cut to 500 characters)
 )
 
-SCHEMAS.update({"observations": OBSERVATIONS, "unmatched": UNMATCHED})
+TABLES.update({"observations": _OBSERVATIONS, "unmatched": _UNMATCHED})
+
+_BUILT: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``SCHEMAS`` (table -> pyarrow schema) and each table's schema by its upper-case name
+    (``SAMPLES``), built from ``TABLES`` on first use: importing pyarrow is the cost the quick
+    commands avoid."""
+    if name not in _BUILT:
+        if name != "SCHEMAS" and name.lower() not in TABLES:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import pyarrow as pa
+
+        schemas = {
+            table: pa.schema([pa.field(c.name, arrow_type(c.type), nullable=c.nullable) for c in columns])
+            for table, columns in TABLES.items()
+        }
+        _BUILT.update({"SCHEMAS": schemas, **{table.upper(): s for table, s in schemas.items()}})
+    return _BUILT[name]

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pipeline.store import Store
+from pipeline.store.files import VERDICTS_ENV
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -84,6 +85,12 @@ def dies_after() -> type[DiesAfter]:
 
 
 _HARNESS: dict = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _verdicts_cache(tmp_path_factory):
+    """The file checks' saved verdicts go to the session's folder, not the user's cache."""
+    os.environ.setdefault(VERDICTS_ENV, str(tmp_path_factory.mktemp("checks-cache")))
 
 
 @pytest.fixture(scope="session")

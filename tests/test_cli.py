@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import inspect
 import io
@@ -428,7 +429,10 @@ def test_importing_the_cli_loads_no_command_module():
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
 def test_quick_commands_load_only_what_they_use(sim_dir, tmp_path, args, allowed):
-    modules = modules_after(tmp_path, *args, env={"DIFFICULTY_DATA": str(sim_dir)})
+    env = {"DIFFICULTY_DATA": str(sim_dir)}
+    if args[0] == "sql" and args[1] != "--help":  # the files' checks decided (and saved) by an earlier process
+        modules_after(tmp_path, *args, env=env)
+    modules = modules_after(tmp_path, *args, env=env)
     assert loaded(modules, tuple(h for h in HEAVY if h not in allowed) + COMPUTING) == []
     if args[0] == "--help":  # the listing reads each command's summary without importing its module
         assert loaded(modules, ("duckdb", "pyarrow", "numpy", "pipeline.store", "pipeline.cli.")) == []
@@ -437,6 +441,9 @@ def test_quick_commands_load_only_what_they_use(sim_dir, tmp_path, args, allowed
         assert loaded(modules, unused) == []
     if args[0] == "sql" and args[1] != "--help":  # the query alone: past typer's option parsing
         assert loaded(modules, ("pydantic", "fsspec", "pipeline.api")) == []
+        # rows printed from DuckDB, files' verdicts read from the last process's: no Arrow at all;
+        # and, its output piped, plain text without rich
+        assert loaded(modules, ("pyarrow", "numpy", "rich")) == []
 
 
 def test_sql_with_the_query_alone_answers_as_with_options(sim_dir):
@@ -449,6 +456,26 @@ def test_sql_with_the_query_alone_answers_as_with_options(sim_dir):
         assert (quick.exit_code, quick.output) == (parsed.exit_code, parsed.output), query
     assert quick.exit_code == 1 and "error:" in quick.output  # the COPY: refused without --write
     assert runner.invoke(app, ["sql", "select 7 as seven"], env=env).output.count("7") == 1
+
+
+def test_sql_table_shows_the_first_rows_and_counts_the_rest(data_dir):
+    """A table shows ``MAX_ROWS`` rows of DuckDB's result and how many more there are; CSV has all."""
+    table = runner.invoke(app, ["sql", "select range as i from range(100)"])
+    assert table.exit_code == 0, table.output
+    lines = [line.strip() for line in table.stdout.splitlines()]  # numbers are right-aligned
+    assert lines[2:4] == ["0", "1"] and lines[-2:] == [
+        str(output.MAX_ROWS - 1),
+        f"... {100 - output.MAX_ROWS} more rows (use --format csv or --output)",
+    ]
+    assert len(lines) == 2 + output.MAX_ROWS + 1
+    csv_out = runner.invoke(app, ["sql", "select range as i from range(100)", "--format", "csv"])
+    assert csv_out.stdout.splitlines() == ["i", *map(str, range(100))]
+    exact = runner.invoke(app, ["sql", f"select range as i from range({output.MAX_ROWS})"])
+    assert "more rows" not in exact.stdout and exact.stdout.splitlines()[-1].strip() == str(output.MAX_ROWS - 1)
+    arrow = io.StringIO()
+    with contextlib.redirect_stdout(arrow):  # an Arrow table (other commands) prints the same way
+        output.print_table(pa.table({"i": list(range(100))}))
+    assert arrow.getvalue() == table.stdout
 
 
 def test_quick_commands_take_their_options_only_from_the_command_line():

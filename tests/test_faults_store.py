@@ -140,13 +140,102 @@ def test_footer_checks_are_cached_until_the_file_changes(store, monkeypatch):
     store.connect().close()  # every table's files checked once
     calls = []
     real = pq.read_metadata
-    monkeypatch.setattr(store_module.pq, "read_metadata", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(pq, "read_metadata", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     store.files("samples")
     store.connect().close()
     assert calls == []
     store.write_shard("R", 1, _samples("R", 1, n=16))  # a rewrite: new size and mtime
     assert store.files("samples") == paths
     assert calls == [paths[1]]
+
+
+def _verdicts(store: Store) -> Path:
+    from pipeline.store import files
+
+    return files.verdicts_path(str(store.root))
+
+
+def _another_process(monkeypatch) -> list:
+    """Forget what this process checked (as a new process would) and count the footers read after."""
+    from pipeline.store import files, fs
+
+    for cache in ("CHECKED", "FOOTERS", "LATEST"):
+        monkeypatch.setattr(fs, cache, {})
+    monkeypatch.setattr(files, "_VERDICTS_READ", set())
+    monkeypatch.setattr(files, "_VERDICTS_NEW", set())
+    calls = []
+    real = pq.read_metadata
+    monkeypatch.setattr(pq, "read_metadata", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    return calls
+
+
+def test_saved_verdicts_spare_the_next_process_its_footer_reads(store, monkeypatch):
+    _three_shards(store)
+    store.connect().close()  # checks every file and saves the verdicts
+    assert _verdicts(store).exists()
+    assert not [p for p in store.root.rglob(".*")]  # nothing of the cache's in the data directory
+    calls = _another_process(monkeypatch)
+    assert store.finished_shards("R") == {0, 1, 2}  # the footers' digests come from the saved verdicts
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 72}]
+    assert calls == []
+
+
+def test_a_file_changed_after_its_verdict_is_checked_again(store, monkeypatch):
+    """Same size, same inode, bytes changed in place: the new modification time voids the verdict."""
+    paths = _three_shards(store)
+    store.connect().close()
+    data = bytearray(paths[1].read_bytes())
+    data[-5] ^= 0xFF  # the footer's length: no longer a Parquet file
+    with open(paths[1], "r+b") as fh:
+        fh.write(data)
+    later = paths[1].stat().st_mtime + 5
+    os.utime(paths[1], (later, later))
+    calls = _another_process(monkeypatch)
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 48}]
+    assert calls == [paths[1]]
+    assert _quarantined(store) == ["samples/run_id=R/shard-00001.parquet"]
+    saved = json.loads(_verdicts(store).read_text())["files"]
+    assert sorted(saved) == [store.relative(p) for p in (paths[0], paths[2])]
+
+
+def _planned_shards(store: Store, digests: dict[int, str], write: bool = True) -> list[Path]:
+    """Run R's plan (one prompt per shard) and, with ``write``, its shards carrying those digests."""
+    rows = [dict(run_id="R", shard=k, prompt_id=f"p{k}", first_idx=0, count=8, digest=d) for k, d in digests.items()]
+    store.write_table("plans", pa.Table.from_pylist(rows), {"run_id": "R"})
+    return [store.write_shard("R", k, _samples("R", k), digest=d) for k, d in digests.items()] if write else []
+
+
+def test_a_plan_is_read_once_per_version(store, monkeypatch):
+    _planned_shards(store, {0: "a", 1: "b", 2: "c"})
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 72}]
+    _another_process(monkeypatch)
+    read = []
+    real = Store.files_rows
+    monkeypatch.setattr(Store, "files_rows", lambda self, name, *a, **k: read.append(name) or real(self, name, *a, **k))
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 72}]
+    assert read == []  # the planned digests saved with the plan file's verdict
+    _planned_shards(store, {0: "a", 1: "another", 2: "c"}, write=False)  # the plan file replaced
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 48}]
+    assert read == ["plan_digests"]
+    assert _quarantined(store) == ["samples/run_id=R/shard-00001.parquet"]
+
+
+@pytest.mark.parametrize("saved", ["unreadable", "another version", "no files"])
+def test_saved_verdicts_of_another_version_or_unreadable_are_ignored(store, monkeypatch, saved):
+    paths = _three_shards(store)
+    store.connect().close()
+    verdicts = _verdicts(store)
+    good = json.loads(verdicts.read_text())
+    text = {
+        "unreadable": "{not json",
+        "another version": json.dumps({**good, "version": "another"}),  # other checks or schemas decided them
+        "no files": json.dumps({"version": good["version"]}),
+    }[saved]
+    verdicts.write_text(text)
+    calls = _another_process(monkeypatch)
+    assert store.query("select count(*) as n from samples").to_pylist() == [{"n": 72}]
+    assert sorted(calls) == sorted(paths)  # every footer read again
+    assert json.loads(verdicts.read_text()) == good  # and saved anew
 
 
 def test_rerun_resamples_a_quarantined_shard(data_dir):

@@ -37,6 +37,21 @@ def test_empty_views_exist_on_fresh_dir(data_dir):
     assert Store(data_dir).query("select count(*) n from samples").to_pylist() == [{"n": 0}]
 
 
+def test_empty_views_have_the_types_of_written_tables(data_dir):
+    """An empty table's view is built from the declared columns without pyarrow; a table written
+    with the pyarrow schema must read back with the same DuckDB types, every table, every column."""
+    store = Store.open(data_dir)
+    con = store.connect()
+    for table, columns in schema.TABLES.items():
+        empty = con.sql(f"describe {table}").fetchall()
+        assert [(name, kind) for name, kind, *_ in empty] == [(c.name, schema.duckdb_type(c.type)) for c in columns]
+        written = con.from_arrow(schema.SCHEMAS[table].empty_table())
+        assert [str(t) for t in written.types] == [kind for _, kind, *_ in empty], table
+        assert schema.SCHEMAS[table].names == [c.name for c in columns]
+        assert [f.nullable for f in schema.SCHEMAS[table]] == [c.nullable for c in columns]
+    con.close()
+
+
 def test_interrupted_write_leaves_previous_table(data_dir):
     Store.open(data_dir)
     table = _problems(4)

@@ -120,7 +120,7 @@ class LazyGroup(TyperGroup):
         panel = _BY_NAME[cmd_name][1]
         if self._listing:
             return TyperCommand(name=cmd_name, help=command_docstring(cmd_name), rich_help_panel=panel)
-        # Imported here, not at the top: the listing does not need rich, which errors imports.
+        # Imported here, not at the top: the listing does not need the error wrapper.
         from pipeline.cli.errors import exit_on_error
 
         info = CommandInfo(name=cmd_name, callback=exit_on_error(command_function(cmd_name)), rich_help_panel=panel)

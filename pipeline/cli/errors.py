@@ -13,9 +13,8 @@ from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
 import typer
-from rich.markup import escape
 
-from pipeline.cli.output import err_console
+from pipeline.cli import output
 from pipeline.errors import ConfigError, PipelineError
 
 P = ParamSpec("P")
@@ -24,7 +23,9 @@ R = TypeVar("R")
 
 def print_error(message: str) -> None:
     """``error: <message>`` on standard error, never wrapped (paths and ids stay whole)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    from rich.markup import escape  # here: a command that does not fail never imports rich
+
+    output.err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 def exit_on_error(command: Callable[P, R]) -> Callable[P, R]:

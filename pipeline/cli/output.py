@@ -2,34 +2,59 @@
 
 Nothing here ever wraps a line: ids, paths and numbers stay whole and copyable. A table is drawn
 with rich only on a terminal wide enough for every cell on one line; otherwise (piped, captured,
-or a narrow terminal) it is printed as plain aligned columns, one row per line.
+or a narrow terminal) it is printed as plain aligned columns, one row per line. Standard output
+that is not a terminal gets its plain text without rich, whose consoles (``console``,
+``err_console``) are made on first use: importing rich costs a quick command 0.04 s.
+
+A result is an Arrow table or a DuckDB relation (``difficulty sql``: its rows are printed as
+DuckDB gives them, with no Arrow table built, so the query pays no pyarrow import); both become
+``Rows`` before they are printed. Only ``--format parquet`` writes an Arrow table.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+    from rich.console import Console
 
 MAX_ROWS = 60
 _UNBOUNDED = 1_000_000  # measure a table's natural width, not the width the terminal would squeeze it to
 FORMATS = ("table", "csv", "json")
 SQL_FORMATS = ("table", "csv", "json", "parquet")
+
+
+@functools.cache
+def consoles() -> dict[str, Console]:
+    """The rich consoles of standard output (``console``) and standard error (``err_console``)."""
+    from rich.console import Console
+
+    return {"console": Console(soft_wrap=True), "err_console": Console(stderr=True, soft_wrap=True)}
+
+
+def __getattr__(name: str) -> Console:
+    """``output.console`` and ``output.err_console``, made on first use."""
+    if name in ("console", "err_console"):
+        return consoles()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _stdout_piped() -> bool:
+    """Whether standard output is not a terminal (piped, redirected, captured)."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    return isatty is None or not isatty()
 
 
 def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
@@ -43,7 +68,7 @@ def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
 def say(message: str, fmt: str = "table") -> None:
     """A status line, as is (no markup, never wrapped): on standard output beside tables, on
     standard error when the output is CSV or JSON, so that standard output stays machine-readable."""
-    (console if fmt == "table" else err_console).print(message, markup=False, highlight=False)
+    consoles()["console" if fmt == "table" else "err_console"].print(message, markup=False, highlight=False)
 
 
 def cell(value: object) -> str:
@@ -58,18 +83,54 @@ def cell(value: object) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
 
 
-def _numeric(table: pa.Table) -> list[bool]:
+class Rows(NamedTuple):
+    """A result as printed: column names, which columns are numbers (right-aligned), the rows (the
+    first ones only when ``total``, the count of all, is given)."""
+
+    names: list[str]
+    numeric: list[bool]
+    rows: list[tuple]
+    total: int | None = None
+
+
+# DuckDB's number types, as its relations name them.
+_DUCKDB_NUMBER = re.compile(r"^(U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(.*\))$")
+
+
+def as_rows(result: Any, limit: int | None = None) -> Rows:
+    """An Arrow table, a DuckDB relation (run now) or None (a statement with no result) as ``Rows``:
+    all of them, or the first ``limit`` and the count of all."""
+    if result is None:
+        return Rows([], [], [])
+    if isinstance(result, Rows):
+        return result
+    if hasattr(result, "fetchall"):  # a DuckDB relation
+        numeric = [bool(_DUCKDB_NUMBER.match(str(t))) for t in result.types]
+        if limit is None:
+            return Rows(list(result.columns), numeric, result.fetchall())
+        rows = result.limit(limit + 1).fetchall()
+        # More than a table shows: counted by DuckDB (the query runs again) rather than every row
+        # made a Python tuple.
+        total = result.count("*").fetchall()[0][0] if len(rows) > limit else len(rows)
+        return Rows(list(result.columns), numeric, rows[:limit], total)
     import pyarrow.types as pt
 
-    return [pt.is_integer(t) or pt.is_floating(t) or pt.is_decimal(t) for t in table.schema.types]
+    numeric = [pt.is_integer(t) or pt.is_floating(t) or pt.is_decimal(t) for t in result.schema.types]
+    shown = result if limit is None else result.slice(0, limit)
+    rows = list(zip(*(c.to_pylist() for c in shown.columns), strict=True))
+    return Rows(list(result.column_names), numeric, rows, result.num_rows)
 
 
-def plain_table(table: pa.Table, title: str | None = None) -> str:
+def fetch(result: Any, fmt: str, output: Path | None = None) -> Rows:
+    """What ``emit`` prints of a result: the rows a table shows (``MAX_ROWS`` and the count), or all."""
+    return as_rows(result, MAX_ROWS if fmt == "table" and output is None else None)
+
+
+def plain_table(table: pa.Table | Rows, title: str | None = None) -> str:
     """The table as aligned columns of plain text (numbers right-aligned), one row per line."""
-    header = list(table.column_names)
-    rows = [[cell(v) for v in row.values()] for row in table.to_pylist()]
+    header, right, values, _ = as_rows(table)
+    rows = [[cell(v) for v in row] for row in values]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    right = _numeric(table)
 
     def line(values: list[str]) -> str:
         padded = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
@@ -81,47 +142,58 @@ def plain_table(table: pa.Table, title: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _rich_table(table: pa.Table, title: str | None):
+def _rich_table(table: Rows, title: str | None):
     from rich.table import Table
 
     view = Table(title=title)
-    for name, right in zip(table.column_names, _numeric(table), strict=True):
+    for name, right in zip(table.names, table.numeric, strict=True):
         view.add_column(name, no_wrap=True, overflow="ignore", justify="right" if right else "left")
-    for row in table.to_pylist():
-        view.add_row(*(cell(v) for v in row.values()))
+    for row in table.rows:
+        view.add_row(*(cell(v) for v in row))
     return view
 
 
 def print_table(
-    table: pa.Table, title: str | None = None, max_rows: int = MAX_ROWS, out: Console | None = None
+    table: pa.Table | Rows, title: str | None = None, max_rows: int = MAX_ROWS, out: Console | None = None
 ) -> None:
     """Print the first ``max_rows`` rows: a rich table on a terminal wide enough, else plain text."""
-    out = out or console
-    shown = table.slice(0, max_rows)
+    table = as_rows(table, max_rows)
+    shown = table._replace(rows=table.rows[:max_rows])
+    total = len(table.rows) if table.total is None else table.total
+    more = f"... {total - max_rows} more rows (use --format csv or --output)"
+    if out is None and _stdout_piped():  # plain text whatever rich would say: no rich to import
+        sys.stdout.write(plain_table(shown, title) + (more + "\n" if total > max_rows else ""))
+        return
+    out = out or consoles()["console"]
     view = _rich_table(shown, title) if out.is_terminal else None
     if view is not None and out.measure(view, options=out.options.update(max_width=_UNBOUNDED)).maximum <= out.width:
         out.print(view, soft_wrap=False)
     else:
         out.print(plain_table(shown, title), end="", markup=False, highlight=False, soft_wrap=True)
-    if table.num_rows > max_rows:
-        out.print(f"... {table.num_rows - max_rows} more rows (use --format csv or --output)", highlight=False)
+    if total > max_rows:
+        out.print(more, highlight=False)
 
 
-def _csv_text(table: pa.Table) -> str:
+def _csv_text(table: Rows) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(table.column_names)
-    for row in table.to_pylist():
-        writer.writerow(["" if v is None else v for v in row.values()])
+    writer.writerow(table.names)
+    for row in table.rows:
+        writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
+
+
+def _dicts(table: Rows) -> list[dict]:
+    return [dict(zip(table.names, row, strict=True)) for row in table.rows]
 
 
 def _json_text(data: object) -> str:
     return json.dumps(data, default=str, indent=1) + "\n"
 
 
-def emit(table: pa.Table, fmt: str, output: Path | None = None, title: str | None = None) -> None:
-    """Write a result as a table, CSV, JSON (a list of rows) or Parquet, to a file or standard output."""
+def emit(table: pa.Table | Rows, fmt: str, output: Path | None = None, title: str | None = None) -> None:
+    """Write a result (an Arrow table, or ``Rows``) as a table, CSV, JSON (a list of rows) or
+    Parquet (an Arrow table only), to a file or standard output."""
     fmt = check_format(fmt, SQL_FORMATS)
     if fmt == "parquet" and output is None:
         raise ConfigError("--format parquet needs --output PATH")
@@ -133,7 +205,8 @@ def emit(table: pa.Table, fmt: str, output: Path | None = None, title: str | Non
 
         pq.write_table(table, output)
         return
-    text = _csv_text(table) if fmt == "csv" else _json_text(table.to_pylist()) if fmt == "json" else plain_table(table)
+    rows = as_rows(table)
+    text = _csv_text(rows) if fmt == "csv" else _json_text(_dicts(rows)) if fmt == "json" else plain_table(rows)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -148,6 +221,6 @@ def emit_sections(sections: Sequence[tuple[str, str, pa.Table]], fmt: str) -> No
         for _, title, table in sections:
             print_table(table, title)
     elif fmt == "json":
-        sys.stdout.write(_json_text({key: table.to_pylist() for key, _, table in sections}))
+        sys.stdout.write(_json_text({key: _dicts(as_rows(table)) for key, _, table in sections}))
     else:
-        sys.stdout.write("\n".join(f"# {key}\n{_csv_text(table)}" for key, _, table in sections))
+        sys.stdout.write("\n".join(f"# {key}\n{_csv_text(as_rows(table))}" for key, _, table in sections))

@@ -1,7 +1,8 @@
 """The quick commands over the tables: ``runs`` and ``sql`` (one query, or an interactive shell).
 
 They import only the store and the output module, so they answer in about the time of DuckDB's
-own start (``bench/cli_startup.py``).
+own start (``bench/cli_startup.py``): a query's rows are printed from DuckDB, and pyarrow is
+imported only for ``--format parquet``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 
 from pipeline.cli.errors import print_error
 from pipeline.cli.options import DataDir, Format, open_store
-from pipeline.cli.output import SQL_FORMATS, check_format, emit
+from pipeline.cli.output import SQL_FORMATS, check_format, emit, fetch
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.store.query import split_statements
 
@@ -67,7 +68,12 @@ def sql_cmd(
     """
     fmt = check_format(fmt, SQL_FORMATS)
     if query is not None:
-        emit(open_store(data_dir).user_query(query, write=write), fmt, output)
+        store = open_store(data_dir)
+        if fmt == "parquet":  # an Arrow table to write
+            result = store.user_query(query, write=write)
+        else:  # DuckDB's rows, read while its connection is open
+            result = store.user_result(query, lambda rel: fetch(rel, fmt, output), write=write)
+        emit(result, fmt, output)
         return
     if write or output is not None or fmt == "parquet":
         raise ConfigError("the SQL shell only reads and prints: give a QUERY for --write, --output or parquet")
@@ -125,7 +131,7 @@ def _run(tables: Tables, text: str, fmt: str) -> bool:
         return False
     for statement in statements:
         try:
-            emit(tables.sql(statement).to_arrow_table(), fmt)
+            emit(fetch(tables.sql(statement), fmt), fmt)
         except PipelineError as exc:
             print_error(str(exc))
             ok = False

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import MissingDependencyError, MissingFileError, SamplingError
+from pipeline.paths import user_cache
 from pipeline.sample.llamacpp import BUNDLED_NAME, bundled_model_path
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,7 @@ _TMP_PREFIX = ".tmp-"
 
 def cache_root() -> Path:
     """The cache directory (not created): ``$DIFFICULTY_MODEL_CACHE``, else the XDG user cache."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "difficulty-pipeline" / "models"
+    return user_cache("models", CACHE_ENV)
 
 
 def file_sha256(path: Path) -> str:

@@ -29,15 +29,13 @@ import functools
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import schema
 from pipeline.errors import StoreError
@@ -67,6 +65,9 @@ from pipeline.store.fs import (
 from pipeline.store.query import DERIVED_VIEWS, load_sql
 from pipeline.store.registry import LEASE_RENEW_S, LEASE_TTL_S
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = [
     "DATA_DIR_ENV",
     "DEFAULT_DATA_DIR",
@@ -87,7 +88,6 @@ __all__ = [
     "is_remote",
     "no_space",
     "load_sql",
-    "pq",
     "resolve_data_dir",
     "schema",
     "schema_problem",
@@ -220,7 +220,8 @@ class Store:
         """Why ``path`` is not a complete Parquet file of ``table`` (None when it is one).
 
         Cheap: the name, the folders, then only the footer (``pq.read_metadata``) and its schema,
-        never the data; cached per process by (location, size, modification). A folder between
+        never the data; cached per process by (location, size, modification, inode), and a local
+        data directory's verdicts saved for the next process (``files.save_verdicts``). A folder between
         the table and the file must be a partition (``<column>=<value>``); in ``samples`` only
         ``shard-NNNNN.parquet`` is a shard.
 
@@ -379,6 +380,13 @@ class Store:
         """Run one read query over the data directory's views; DuckDB errors become StoreError."""
         return query.query(self, sql, params)
 
+    def files_rows(
+        self, name: str, files: list[Location], params: dict | None = None, con: duckdb.DuckDBPyConnection | None = None
+    ) -> list[tuple]:
+        """``files_query``'s rows as tuples (no Arrow table), on ``con`` when given (a connection
+        being opened, whose database it shares), else on the store's own connection."""
+        return query.files_rows(self, name, files, params, con)
+
     def files_query(self, name: str, files: list[Location], params: dict | None = None) -> pa.Table:
         """Run ``pipeline/sql/<name>.sql`` over just ``files`` (bound as ``$files``), without the
         other tables' views (no listing of the whole data directory).
@@ -405,6 +413,14 @@ class Store:
             StoreError: what was refused and why, or DuckDB's error.
         """
         return query.user_query(self, sql, write=write)
+
+    def user_result(
+        self, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], Any], *, write: bool = False
+    ) -> Any:
+        """``user_query``'s statement, its result read by ``fetch`` (given the DuckDB relation, None
+        for a statement with no result) while the connection is open: ``difficulty sql`` prints
+        DuckDB's rows without building an Arrow table."""
+        return query.user_result(self, sql, fetch, write=write)
 
     def named_query(self, name: str, params: dict | None = None) -> pa.Table:
         """Run the query ``pipeline/sql/<name>.sql`` with its parameters bound."""

@@ -8,6 +8,13 @@ cannot break every query and a quarantined shard is sampled again by the next ru
 
 A shard file is kept only if its footer digest equals the digest registered for that shard in
 ``plans`` (``shard_files``); a run with no stored plan keeps all its shard files.
+
+A verdict is cached by the file's stamp (location, size, modification time, inode): per process
+(``fs.CHECKED``), and, for a local data directory, between processes in the user's cache
+(``load_verdicts``, ``save_verdicts``; never in the data directory, which a query only reads), so
+a quick command over unchanged files reads no footer and imports no pyarrow. The stamp is the one
+the per-process cache already trusts: the store replaces a file whole (a new inode, a new time),
+a file changed in place gets a new modification time or size, and either is checked again.
 """
 
 from __future__ import annotations
@@ -15,19 +22,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pipeline import schema
 from pipeline.errors import StoreError
+from pipeline.paths import user_cache
 from pipeline.store import fs
 from pipeline.store.fs import Facade, Location
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 log = logging.getLogger("pipeline.store")
 
@@ -42,6 +54,14 @@ PARTITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 SHARD_DIGEST_KEY = "difficulty.shard_digest"  # footer key: the plan digest of a shard file
 WRITE_ID_KEY = "difficulty.write_id"  # footer key: one shard write, shared by its answer counts file
 LOADED_AT_KEY = "difficulty.loaded_at"  # footer key: when a problems file was loaded (UTC, sortable)
+FOOTER_PREFIX = b"difficulty."  # the footer keys of the pipeline's own (the verdicts file keeps only these)
+VERDICTS_ENV = "DIFFICULTY_CHECKS_CACHE"  # the folder of the saved verdicts, one file per data directory
+# Roots whose verdicts file this process has read, and those with verdicts it has not saved yet.
+_VERDICTS_READ: set[str] = set()
+_VERDICTS_NEW: set[str] = set()
+# A plans file's planned shards ({run id: {shard: digest}}), by the file's stamp as in fs.CHECKED:
+# read once per file version, saved with its verdict.
+PLANNED: dict[tuple, dict[str, dict[int, str]]] = {}
 
 
 def now() -> datetime:
@@ -54,6 +74,8 @@ def shard_name(shard: int) -> str:
 
 def conform(data: pa.Table, table: str) -> pa.Table:
     """Cast ``data`` to the table's schema: missing nullable columns become nulls, extras are an error."""
+    import pyarrow as pa
+
     target = schema.SCHEMAS[table]
     extra = set(data.column_names) - set(target.names)
     if extra:
@@ -78,6 +100,8 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     """Whether a stored column type reads as the declared one without changing what it means:
     dictionary encoding aside, the same type or one of the same family (integers to integers or
     floats, floats, strings, timestamps, lists of castable items)."""
+    import pyarrow as pa
+
     src = src.value_type if pa.types.is_dictionary(src) else src
     dst = dst.value_type if pa.types.is_dictionary(dst) else dst
     if src == dst or pa.types.is_null(src):
@@ -143,6 +167,7 @@ def partition_dir(s: Facade, table: str, partition: dict[str, str] | None = None
 def scan(s: Facade, table: str, where: dict[str, str] | None = None) -> tuple[list[Location], list[FileProblem]]:
     """The good files of a table (or partition), and the bad ones found and quarantined."""
     good, bad = [], []
+    load_verdicts(s)
     listed = fs.listing(s, partition_dir(s, table, where), ".parquet")
     footers = fs.tails(s, listed)
     for loc, st in listed:
@@ -180,11 +205,85 @@ def check(s: Facade, table: str, loc: Location, st: tuple, meta: pq.FileMetaData
         fs.CHECKED.clear()
         fs.FOOTERS.clear()
         fs.LATEST.clear()
+        PLANNED.clear()
     fs.CHECKED[cached] = reason
+    _VERDICTS_NEW.add(str(s.root))
     if reason is None and found:
         fs.FOOTERS[cached] = found[0].metadata or {}
         fs.LATEST[str(loc)] = cached
     return reason
+
+
+def verdicts_version() -> str:
+    """What a saved verdict was decided under: this module's checks and the declared schemas (a
+    new column, or a new rule, makes every saved verdict void)."""
+    digest = hashlib.sha256()
+    for module in (__file__, schema.__file__):
+        digest.update(Path(module).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def verdicts_path(root: str) -> Path:
+    """The file of a local data directory's saved verdicts, in the user's cache."""
+    return user_cache("checks", VERDICTS_ENV) / f"{hashlib.sha256(root.encode()).hexdigest()[:24]}.json"
+
+
+def load_verdicts(s: Facade) -> None:
+    """Add the verdicts saved under a local data directory to this process's cache (once per
+    process). An object store keeps none: its listing's ETags would allow it, a PUT per command
+    would not pay."""
+    root = str(s.root)
+    if s.remote or root in _VERDICTS_READ:
+        return
+    _VERDICTS_READ.add(root)
+    path = verdicts_path(root)
+    try:
+        saved = json.loads(path.read_bytes())
+        if saved.get("version") != verdicts_version() or saved.get("root") != root:
+            return
+        for rel, (size, modified, inode, kind, footer, *planned) in saved["files"].items():
+            cached = (f"{root}/{rel}", size, modified, inode, kind)
+            fs.CHECKED.setdefault(cached, None)
+            fs.FOOTERS.setdefault(cached, {k.encode(): v.encode() for k, v in footer.items()})
+            if planned:  # a plans file's planned shards; JSON's keys are strings
+                runs = planned[0].items()
+                PLANNED.setdefault(cached, {run: {int(k): v for k, v in shards.items()} for run, shards in runs})
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # checked again, saved anew
+        log.info("ignoring the saved file checks %s: %s", path, exc)
+        _VERDICTS_NEW.add(root)
+
+
+def save_verdicts(s: Facade) -> None:
+    """Save the good verdicts of a local data directory's files (those read and those decided by
+    this process) for the next process, when this one decided new ones. Only verdicts whose file
+    still has its stamp are kept (a file moved to quarantine or replaced is dropped); two processes
+    saving at once lose one's new verdicts, which are then decided again."""
+    root = str(s.root)
+    if s.remote or root not in _VERDICTS_NEW:
+        return
+    _VERDICTS_NEW.discard(root)
+    prefix = root + "/"
+    entries = {}
+    for cached, reason in list(fs.CHECKED.items()):
+        loc, *st = cached
+        if reason is not None or not loc.startswith(prefix) or fs.LATEST.get(loc, cached) != cached:
+            continue
+        try:
+            info = os.stat(loc)
+        except OSError:  # gone (quarantined, removed): nothing to keep
+            continue
+        if (info.st_size, info.st_mtime, info.st_ino) != tuple(st[:3]):
+            continue
+        footer = fs.FOOTERS.get(cached, {})
+        kept = {k.decode(): v.decode() for k, v in footer.items() if k.startswith(FOOTER_PREFIX)}
+        entries[loc[len(prefix) :]] = [*st, kept, *([PLANNED[cached]] if cached in PLANNED else [])]
+    saved = {"root": root, "version": verdicts_version(), "files": entries}
+    try:
+        fs.put(s, verdicts_path(root), json.dumps(saved, separators=(",", ":")).encode())
+    except (OSError, StoreError) as exc:  # a cache: the next process checks the footers again
+        log.warning("cannot save the file checks under %s: %s", root, exc)
 
 
 def file_problem(s: Facade, table: str, loc: Location, st: tuple, found: list[pq.FileMetaData]) -> str | None:
@@ -194,10 +293,12 @@ def file_problem(s: Facade, table: str, loc: Location, st: tuple, found: list[pq
     parts = fs.relative(s, loc).split("/")
     for part in parts[1:-1]:
         match = PARTITION.match(part)
-        if not match or match[1] not in schema.SCHEMAS[table].names or not fs.SAFE_VALUE.match(match[2]):
+        if not match or match[1] not in {c.name for c in schema.TABLES[table]} or not fs.SAFE_VALUE.match(match[2]):
             return f"folder {part!r} is not a partition folder (<column>=<value>) of table {table!r}"
     if table == "samples" and not SHARD_FILE.match(parts[-1]):
         return "not a shard's name (shard-NNNNN.parquet)"
+    import pyarrow as pa  # only here, on a file not checked before: the quick commands' checks are cached
+
     try:
         if not found:
             found.append(fs.metadata(s, loc))
@@ -253,7 +354,7 @@ def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]
     """See ``Store.doctor``."""
     found: list[FileProblem] = []
     good = {}
-    for table in schema.SCHEMAS:
+    for table in schema.TABLES:
         good[table], bad = scan(s, table)
         found += bad
     owned_files(s, good["samples"], good["answer_counts"], found)
@@ -307,6 +408,8 @@ def delete_partition(s: Facade, table: str, partition: dict[str, str]) -> None:
 
 
 def read_table(s: Facade, table: str, where: dict[str, str] | None = None) -> pa.Table:
+    import pyarrow as pa
+
     if table == "problems":
         return read_problems(s, where)
     files = s.files(table, where)
@@ -346,6 +449,8 @@ def add_problems(s: Facade, problems: pa.Table, dataset: str) -> Location | None
     lock; and since no load ever removes a file, no reader finds one gone. Loading the same problems
     again rewrites their one file with the new time. Nothing is written for an empty load.
     """
+    import pyarrow as pa
+
     data = conform(problems, "problems")
     if data.num_rows == 0:
         return None
@@ -447,16 +552,33 @@ def shard_files(s: Facade, run_id: str) -> dict[int, Location]:
     reader (resume, analysis, report, the ``samples`` view, ``doctor``) counts each (prompt, sample
     index) once. A run with no stored plan (imported before plans existed) keeps all its shard files.
     """
-    plan = s.read_table("plans", {"run_id": run_id})
-    return owned_shards(s, run_id, planned_digests(plan).get(run_id, {}), s.shard_digests(run_id))
+    planned = planned_digests(s, s.files("plans", {"run_id": run_id}))
+    return owned_shards(s, run_id, planned.get(run_id, {}), s.shard_digests(run_id))
 
 
-def planned_digests(plan: pa.Table) -> dict[str, dict[int, str]]:
-    """Each run's planned shards and their digests, from rows of ``plans``."""
+def planned_digests(s: Facade, plans: list[Location], con: Any = None) -> dict[str, dict[int, str]]:
+    """Each run's planned shards and their digests, from the (checked) ``plans`` files: a plan has
+    a row per (shard, prompt), DuckDB keeps one per shard (``sql/plan_digests.sql``); on ``con``
+    when given (a connection being opened: a second DuckDB database costs a quick command 0.04 s).
+    A local file's are kept by its stamp (``PLANNED``, saved with its verdict): an unchanged plan
+    is read once."""
+    stamps = {str(loc): fs.LATEST.get(str(loc)) for loc in plans}
+    todo = plans if s.remote else [loc for loc in plans if stamps[str(loc)] not in PLANNED]
+    read: dict[str, dict[str, dict[int, str]]] = {}  # by the file's name as DuckDB read it
+    for name, run_id, shard, digest in s.files_rows("plan_digests", todo, con=con) if todo else []:
+        read.setdefault(name, {}).setdefault(run_id, {})[shard] = digest
+    if s.remote:  # read from local copies under other names: nothing kept
+        found = list(read.values())
+    else:
+        for loc in todo:
+            if stamps[str(loc)] is not None:
+                PLANNED[stamps[str(loc)]] = read.get(str(loc), {})
+                _VERDICTS_NEW.add(str(s.root))
+        found = [PLANNED.get(stamps[str(loc)]) or read.get(str(loc), {}) for loc in plans]
     out: dict[str, dict[int, str]] = {}
-    cols = (plan.column(c).to_pylist() for c in ("run_id", "shard", "digest"))
-    for run_id, shard, digest in zip(*cols, strict=True):
-        out.setdefault(run_id, {})[shard] = digest
+    for runs in found:
+        for run_id, shards in runs.items():
+            out.setdefault(run_id, {}).update(shards)
     return out
 
 
@@ -483,23 +605,24 @@ def owned_shards(
 
 
 def owned_files(
-    s: Facade, samples: list[Location], counts: list[Location], problems: list[FileProblem] | None = None
+    s: Facade,
+    samples: list[Location],
+    counts: list[Location],
+    problems: list[FileProblem] | None = None,
+    con: Any = None,
 ) -> tuple[list[Location], list[Location]]:
     """Of the (checked) files of ``samples`` and ``answer_counts``, those the runs' plans own: each
     run's ``shard_files`` (the others quarantined), and the answer counts written with one of those
     (the same shard, the same write id). What the views of both tables read, so a shard copied
-    under another name is never counted."""
+    under another name is never counted. ``con``: see ``planned_digests``."""
     by_run: dict[str, dict[int, tuple[Location, str | None]]] = {}
     for path in samples:
         run_id, shard = _run_shard(s, path)
         if shard is not None:
             by_run.setdefault(run_id, {})[shard] = (path, fs.footer_value(s, path, SHARD_DIGEST_KEY))
     plans: dict[str, dict[int, str]] = {}
-    if by_run:  # only the columns and runs needed: a plan has a row per (shard, prompt)
-        found = [f for f in s.files("plans") if _run_of(s, f) in by_run]
-        columns = ["run_id", "shard", "digest"]
-        if found:
-            plans = planned_digests(pa.concat_tables([fs.read_parquet(s, f, columns=columns) for f in found]))
+    if by_run:  # only the plans of these runs
+        plans = planned_digests(s, [f for f in s.files("plans") if _run_of(s, f) in by_run], con)
     owned = {run: owned_shards(s, run, plans.get(run, {}), found, problems) for run, found in by_run.items()}
     kept_counts = []
     for path in counts:
@@ -516,7 +639,7 @@ def _run_of(s: Facade, path: Location) -> str | None:
     (``Path.relative_to`` over thousands of shards cost ``connect`` a quarter more)."""
     *_, table, folder, _name = f"/{path}".rsplit("/", 3)
     run = PARTITION.match(folder)
-    inside = str(path).startswith(str(s.root)) and table in schema.SCHEMAS
+    inside = str(path).startswith(str(s.root)) and table in schema.TABLES
     return run[2] if inside and run and run[1] == "run_id" else None
 
 

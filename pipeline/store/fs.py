@@ -18,7 +18,6 @@ Locations handed out are Paths in a local store and full URLs (``s3://bucket/key
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import functools
 import logging
@@ -31,13 +30,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.errors import ConfigError, DiskFullError, MissingDependencyError, StoreError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 log = logging.getLogger("pipeline.store")
 
@@ -188,6 +189,8 @@ def _bounded_s3(s3fs):
     timeout in aiohttp. Every S3 call of s3fs (a listing page, a GET of a byte range that pyarrow
     or DuckDB asks for, a PUT) goes through ``_call_s3``, so the bound covers reads that do not
     pass through ``call`` too."""
+    import asyncio  # here, with s3fs (which imports it anyway): a local store's commands never pay it
+
     from botocore.handlers import add_expect_header
 
     class BoundedS3FileSystem(s3fs.S3FileSystem):
@@ -249,6 +252,9 @@ def remote_error(exc: BaseException, what: str, root: str) -> StoreError:
 
 
 def parquet_bytes(data: pa.Table) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     sink = pa.BufferOutputStream()
     pq.write_table(data, sink, compression="zstd")
     return sink.getvalue().to_pybytes()
@@ -407,17 +413,19 @@ def put(s: Rooted, loc: Location, data: bytes | pa.Table) -> None:
     streamed to the file, never held twice in memory. On an object store, one PUT of the finished
     bytes under the final key: S3 shows an object only when its upload is complete."""
     if s.remote:
-        body = parquet_bytes(data) if isinstance(data, pa.Table) else data
+        body = data if isinstance(data, bytes) else parquet_bytes(data)
         call(s, f"cannot write {_named(s, loc)}", s.fs.pipe, key(s, loc), body)
         return
     loc = Path(loc)
     tmp = loc.parent / f".{loc.stem}.{uuid.uuid4().hex}.tmp"
     try:
         loc.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, pa.Table):
-            pq.write_table(data, tmp, compression="zstd")
-        else:
+        if isinstance(data, bytes):
             tmp.write_bytes(data)
+        else:
+            import pyarrow.parquet as pq
+
+            pq.write_table(data, tmp, compression="zstd")
         os.replace(tmp, loc)
     except OSError as exc:
         if not no_space(exc):
@@ -486,6 +494,8 @@ def move(s: Rooted, src: Location, dst: Location) -> None:
 def metadata(s: Rooted, loc: Location) -> pq.FileMetaData:
     """A Parquet file's footer: a disk's file read by pyarrow from its path, an object's through
     the filesystem's file object."""
+    import pyarrow.parquet as pq
+
     if s.remote:
         with s.fs.open(key(s, loc), "rb") as fh:
             return pq.read_metadata(fh)
@@ -499,6 +509,8 @@ def read_parquet(s: Rooted, loc: Location, columns: list[str] | None = None) -> 
 
     ``ParquetFile``, not ``pq.read_table``: the latter goes through ``pyarrow.dataset``, whose
     import pulls in pandas (0.15 s on every quick command that reads the run registry)."""
+
+    import pyarrow.parquet as pq
 
     def read() -> pa.Table:
         with pq.ParquetFile(key(s, loc), filesystem=s.fs if s.remote else None) as file:
@@ -524,6 +536,9 @@ def tails(s: Rooted, listed: list[tuple[Location, tuple]]) -> dict[str, pq.FileM
     round trip to save): nothing is fetched."""
     if not s.remote:
         return {}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     todo = [(loc, st[0]) for loc, st in listed if (str(loc), *st) not in CHECKED and st[0]]
     if not todo:
         return {}

@@ -6,17 +6,20 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from pipeline import schema
 from pipeline.errors import StoreError
 from pipeline.store import files, fs
 from pipeline.store.fs import Facade, Location
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("pipeline.store")
 
@@ -55,7 +58,7 @@ def views_named(sql: str) -> set[str] | None:
     words = _words(sql)
     if words & CATALOGUE_WORDS or any(w.startswith("duckdb_") for w in words):
         return None
-    known = {*schema.SCHEMAS, *DERIVED_VIEWS}
+    known = {*schema.TABLES, *DERIVED_VIEWS}
     named, added = set(), words & known
     while added:  # a derived view may be built on another
         named |= added
@@ -67,21 +70,20 @@ def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None)
     """See ``Store.connect``."""
     con = fs.duckdb_connection(s)
     try:
-        wanted = [table for table in schema.SCHEMAS if views is None or table in views]
+        wanted = [table for table in schema.TABLES if views is None or table in views]
         found = {table: s.files(table) for table in wanted}
         if "samples" in found or "answer_counts" in found:
             # Only the shard files their runs' plans own (and the answer counts written with them):
             # a shard copied under another name is quarantined, never counted twice.
             shards = found["samples"] if "samples" in found else s.files("samples")
-            owned, counts = files.owned_files(s, shards, found.get("answer_counts", []))
+            owned, counts = files.owned_files(s, shards, found.get("answer_counts", []), con=con)
             found.update({k: v for k, v in (("samples", owned), ("answer_counts", counts)) if k in found})
         if "problems" in found:
             found["problems"] = files.load_order(s, found["problems"])
         for table in wanted:
             paths = [str(f) for f in found[table]]
             if not paths:
-                # from_batches, not empty_table(): building arrays would import pandas (0.15 s).
-                con.from_arrow(pa.Table.from_batches([], schema=schema.SCHEMAS[table])).create_view(table)
+                empty_relation(con, table).create_view(table)
             elif table == "problems":  # one row per prompt: its latest load's
                 con.sql(load_sql("problems_latest"), params={"files": paths}).create_view(table)
             else:
@@ -99,16 +101,33 @@ def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None)
     except duckdb.Error as exc:
         con.close()
         raise StoreError(f"cannot open the tables under {s.root}: {exc}") from exc
+    files.save_verdicts(s)
     return con
+
+
+def empty_relation(con: duckdb.DuckDBPyConnection, table: str) -> duckdb.DuckDBPyRelation:
+    """No rows, with the columns of ``table`` as DuckDB reads them from its files (the view of a
+    table with no files yet). Built from the declaration, without pyarrow."""
+    columns = [
+        duckdb.ConstantExpression(None).cast(con.type(schema.duckdb_type(c.type))).alias(c.name)
+        for c in schema.TABLES[table]
+    ]
+    return con.table_function("range", [0]).select(*columns)  # range(0): no rows
+
+
+def arrow(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
+    """A relation's rows as an Arrow table (an empty one for a statement with no result, e.g. SET)."""
+    if rel is None:
+        import pyarrow as pa
+
+        return pa.table({})
+    return rel.to_arrow_table()
 
 
 def query(s: Facade, sql: str, params: list | dict | None = None) -> pa.Table:
     con = s.connect()
     try:
-        rel = con.sql(sql, params=params or None)
-        if rel is None:  # a statement with no result (e.g. SET): nothing to show
-            return pa.table({})
-        return rel.to_arrow_table()
+        return arrow(con.sql(sql, params=params or None))
     except duckdb.Error as exc:
         raise StoreError(str(exc)) from exc
     finally:
@@ -124,10 +143,33 @@ def files_db() -> tuple[duckdb.DuckDBPyConnection, threading.Lock]:
 
 def files_query(s: Facade, name: str, found: list[Location], params: dict | None = None) -> pa.Table:
     """See ``Store.files_query``."""
-    con, lock = s._files_db
+    return _files_result(s, name, found, params, arrow)
+
+
+def files_rows(
+    s: Facade,
+    name: str,
+    found: list[Location],
+    params: dict | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> list[tuple]:
+    """See ``Store.files_rows``."""
+    return _files_result(s, name, found, params, lambda rel: rel.fetchall(), con)
+
+
+def _files_result(
+    s: Facade,
+    name: str,
+    found: list[Location],
+    params: dict | None,
+    fetch: Callable[[duckdb.DuckDBPyRelation], Any],
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> Any:
+    """``pipeline/sql/<name>.sql`` over ``found`` on ``con``, else the store's own connection."""
+    db, lock = s._files_db if con is None else (con, nullcontext())
     with fs.local_paths(s, found) as local, lock:
         try:
-            return con.sql(load_sql(name), params={"files": local, **(params or {})}).to_arrow_table()
+            return fetch(db.sql(load_sql(name), params={"files": local, **(params or {})}))
         except duckdb.Error as exc:
             raise StoreError(f"{name}: cannot read {len(found)} files under {s.root}: {exc}") from exc
 
@@ -190,6 +232,13 @@ def user_relation(
 
 def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
     """See ``Store.user_query``."""
+    return user_result(s, sql, arrow, write=write)
+
+
+def user_result(
+    s: Facade, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], Any], *, write: bool = False
+) -> Any:
+    """See ``Store.user_result``."""
     con = s.connect(confined=True, views=views_named(sql))
     try:
         check_statement(
@@ -200,8 +249,7 @@ def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
             hint=f"; pass --write to run a writing statement (even then only files under {s.root} can be touched)",
         )
         with sandbox_errors(s):
-            rel = con.sql(sql)
-            return pa.table({}) if rel is None else rel.to_arrow_table()
+            return fetch(con.sql(sql))
     finally:
         con.close()
 

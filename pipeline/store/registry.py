@@ -19,14 +19,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from pipeline import schema
 from pipeline.errors import DiskFullError, StoreError
 from pipeline.store import files, fs
 from pipeline.store.fs import Facade, Location
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("pipeline.store")
 
@@ -63,6 +64,8 @@ def register_run(s: Facade, run: dict[str, Any]) -> str:
 
 
 def _write_run(s: Facade, row: dict[str, Any]) -> None:
+    import pyarrow as pa
+
     names = schema.RUNS.names
     data = pa.Table.from_pylist([{k: row.get(k) for k in names}], schema=schema.RUNS)
     s.write_table("runs", data, {"run_id": row["run_id"]}, part="run")
@@ -105,6 +108,8 @@ def list_runs(s: Facade) -> pa.Table:
             for r, st in zip(runs.column("run_id").to_pylist(), stored, strict=True)
         ]
         if status != stored:  # a new column only then: building one from a list imports pandas (0.15 s)
+            import pyarrow as pa
+
             runs = runs.set_column(runs.schema.get_field_index("status"), "status", pa.array(status, pa.string()))
     return runs
 
