@@ -33,7 +33,7 @@ from pipeline.sample.base import (
 )
 from pipeline.sample.llamacpp import BUNDLED_NAME, LlamaCppOptions, bundled_model_path, default_threads
 
-_EXTRA_HINT = "install it with: pip install 'difficulty-pipeline[cpu]'"
+_EXTRA_HINT = "install it with `make venv-cpu` (pip install -e '.[cpu]')"
 
 
 @dataclass(frozen=True)
