@@ -23,6 +23,7 @@ from pipeline.errors import ConfigError
 from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout
 from pipeline.sample import GGUF_BACKENDS
 from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
+from pipeline.sample.xllamacpp import XLlamaCppOptions
 
 if TYPE_CHECKING:
     from pipeline.run import ProfileConfig
@@ -58,6 +59,14 @@ Backend = Annotated[
 ]
 Threads = Annotated[
     int | None, typer.Option("--threads", help="llama.cpp threads (xllamacpp, llamacpp).", rich_help_panel=_BACKEND)
+]
+Slots = Annotated[
+    int | None,
+    typer.Option(
+        "--slots",
+        help=f"llama.cpp server slots decoding together (xllamacpp only; default {XLlamaCppOptions.parallel}).",
+        rich_help_panel=_BACKEND,
+    ),
 ]
 BaseUrl = Annotated[
     str | None,
@@ -238,6 +247,7 @@ _PROFILE_OPTIONS: dict[str, Any] = {
 # Backend options: option -> (its type, the backends it belongs to, its key in backend_options).
 _BACKEND_OPTIONS: dict[str, tuple[Any, tuple[str, ...], str]] = {
     "threads": (Threads, GGUF_BACKENDS, "n_threads"),
+    "slots": (Slots, ("xllamacpp",), "parallel"),
     "base_url": (BaseUrl, ("openai",), "base_url"),
     "request_timeout": (RequestTimeout, ("openai",), "timeout"),
     "max_retries": (MaxRetries, ("openai",), "max_retries"),
