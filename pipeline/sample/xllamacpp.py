@@ -11,8 +11,9 @@ and decodes that many requests in one batch (continuous batching): the requests 
 of the samples, a free slot taking the next, and each row is the same as one request at a time
 (the tests check it). On 2 CPU cores, 8 slots sampled about 1.5x as fast as one request at a time
 (docs/setup.md), and 6x to 11x with 2 threads on cores busy with other work, where each thread's
-spin-waits then happen once per batch instead of once per token of each sample: hence the default 8. A slot keeps its last
-prompt's KV cache, so a prompt is evaluated about once per slot rather than once per sample.
+spin-waits then happen once per batch instead of once per token of each sample: hence the default
+8. A slot keeps its last prompt's KV cache, so a prompt is evaluated about once per slot rather than
+once per sample.
 """
 
 from __future__ import annotations
