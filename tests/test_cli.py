@@ -260,7 +260,7 @@ def test_profile_options_are_the_same_on_profile_schedule_and_checkpoints():
             (tuple(checkpoints[name].opts), tuple(checkpoints[name].secondary_opts), checkpoints[name].default)
         )
         assert len(declared) == 1, (name, declared)
-    assert profile["n"].default == 8 and profile["backend"].default == "llamacpp"
+    assert profile["n"].default == 8 and profile["backend"].default == "xllamacpp"
     assert profile["pass_rates"].opts == ["--pass-rates"]
 
 

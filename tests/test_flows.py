@@ -170,7 +170,7 @@ def test_run_label_and_config_checks():
         run.run_label(run.ProfileConfig.build(dataset="gsm8k", model="/m/ckpt-7.gguf"), "abc")
         == "gsm8k/ckpt-7.gguf/abc"
     )
-    assert run.run_label(run.ProfileConfig()) == "arithmetic/llamacpp-default/pending"
+    assert run.run_label(run.ProfileConfig()) == "arithmetic/xllamacpp-default/pending"
     with pytest.raises(ConfigError, match="executor='dask'"):
         run.ProfileConfig.build(executor="dask")
     with pytest.raises(ConfigError, match="replicas=0"):

@@ -21,7 +21,9 @@ import typer
 from pipeline.adaptive import PRIORS as ADAPTIVE_PRIORS
 from pipeline.errors import ConfigError
 from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout
+from pipeline.sample import GGUF_BACKENDS
 from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
+from pipeline.sample.xllamacpp import XLlamaCppOptions
 
 if TYPE_CHECKING:
     from pipeline.run import ProfileConfig
@@ -53,10 +55,18 @@ TemplateFile = Annotated[
     typer.Option("--template-file", help="Prompt template with {problem}.", rich_help_panel=_DATA),
 ]
 Backend = Annotated[
-    str, typer.Option("--backend", help="llamacpp, vllm, openai or simulate.", rich_help_panel=_BACKEND)
+    str, typer.Option("--backend", help="xllamacpp, llamacpp, vllm, openai or simulate.", rich_help_panel=_BACKEND)
 ]
 Threads = Annotated[
-    int | None, typer.Option("--threads", help="llama.cpp threads (llamacpp only).", rich_help_panel=_BACKEND)
+    int | None, typer.Option("--threads", help="llama.cpp threads (xllamacpp, llamacpp).", rich_help_panel=_BACKEND)
+]
+Slots = Annotated[
+    int | None,
+    typer.Option(
+        "--slots",
+        help=f"llama.cpp server slots decoding together (xllamacpp only; default {XLlamaCppOptions.parallel}).",
+        rich_help_panel=_BACKEND,
+    ),
 ]
 BaseUrl = Annotated[
     str | None,
@@ -234,14 +244,15 @@ _PROFILE_OPTIONS: dict[str, Any] = {
     "replicas": Replicas,
     "report": Report,
 }
-# Backend options: option -> (its type, the backend it belongs to, its key in backend_options).
-_BACKEND_OPTIONS: dict[str, tuple[Any, str, str]] = {
-    "threads": (Threads, "llamacpp", "n_threads"),
-    "base_url": (BaseUrl, "openai", "base_url"),
-    "request_timeout": (RequestTimeout, "openai", "timeout"),
-    "max_retries": (MaxRetries, "openai", "max_retries"),
-    "tensor_parallel": (TensorParallel, "vllm", "tensor_parallel_size"),
-    "pass_rates": (PassRates, "simulate", "pass_rates"),
+# Backend options: option -> (its type, the backends it belongs to, its key in backend_options).
+_BACKEND_OPTIONS: dict[str, tuple[Any, tuple[str, ...], str]] = {
+    "threads": (Threads, GGUF_BACKENDS, "n_threads"),
+    "slots": (Slots, ("xllamacpp",), "parallel"),
+    "base_url": (BaseUrl, ("openai",), "base_url"),
+    "request_timeout": (RequestTimeout, ("openai",), "timeout"),
+    "max_retries": (MaxRetries, ("openai",), "max_retries"),
+    "tensor_parallel": (TensorParallel, ("vllm",), "tensor_parallel_size"),
+    "pass_rates": (PassRates, ("simulate",), "pass_rates"),
 }
 
 
@@ -265,12 +276,13 @@ def backend_options(backend: str, given: dict[str, Any]) -> dict[str, Any]:
     ``ConfigError`` for an option of another backend or a bad value."""
     out: dict[str, Any] = {}
     flags = {}
-    for name, (alias, owner, key) in _BACKEND_OPTIONS.items():
+    for name, (alias, owners, key) in _BACKEND_OPTIONS.items():
         value = given.get(name)
         if value is None:
             continue
-        if backend.lower() != owner:
-            raise ConfigError(f"{_flag(alias)} applies to --backend {owner} only, not --backend {backend}")
+        if backend.lower() not in owners:
+            allowed = " or ".join(owners)
+            raise ConfigError(f"{_flag(alias)} applies to --backend {allowed} only, not --backend {backend}")
         out[key] = str(value) if isinstance(value, Path) else value
         flags[key] = _flag(alias)
     if backend.lower() == "openai" and out:

@@ -24,6 +24,7 @@ from typing import Any, Self
 from pipeline import run
 from pipeline.errors import ConfigError, MissingDependencyError
 from pipeline.flows import watchdog
+from pipeline.sample import GGUF_BACKENDS
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def actor_resources(config: run.ProfileConfig) -> dict[str, float]:
     opts = config.engine.backend_options
     if config.engine.backend == "vllm":
         return {"num_cpus": 1, "num_gpus": float(opts.get("tensor_parallel_size") or 1)}
-    if config.engine.backend == "llamacpp":
+    if config.engine.backend in GGUF_BACKENDS:
         return {"num_cpus": float(opts.get("n_threads") or 1), "num_gpus": 0}
     return {"num_cpus": 1, "num_gpus": 0}
 
@@ -66,7 +67,7 @@ def actor_config(config: run.ProfileConfig) -> run.ProfileConfig:
     Grading inside an actor uses one worker process: the actor's CPUs are already counted.
     """
     opts = dict(config.engine.backend_options)
-    if config.engine.backend == "llamacpp":
+    if config.engine.backend in GGUF_BACKENDS:
         opts.setdefault("n_threads", 1)
     return replace(
         config, engine=replace(config.engine, backend_options=opts), grading=replace(config.grading, workers=1)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pipeline import adaptive, grade
 from pipeline.adaptive import AdaptiveConfig
 from pipeline.errors import ConfigError
-from pipeline.sample import SamplingParams
+from pipeline.sample import DEFAULT_BACKEND, SamplingParams
 
 # Sized for the bundled 135M model on 2 CPU cores: short numeric answers, a temperature that
 # keeps easy tiers near 1 and hard tiers near 0, and few enough problems to finish in minutes.
@@ -68,12 +68,12 @@ class EngineConfig:
     """Which engine samples.
 
     Attributes:
-        backend: ``llamacpp``, ``vllm``, ``openai`` or ``simulate``.
+        backend: ``xllamacpp`` (the default), ``llamacpp``, ``vllm``, ``openai`` or ``simulate``.
         model: model path or name (default: the backend's default, the bundled model on CPU).
         backend_options: extra options of the backend (threads, base_url, ...).
     """
 
-    backend: str = "llamacpp"
+    backend: str = DEFAULT_BACKEND
     model: str | None = None
     backend_options: dict[str, Any] = field(default_factory=dict)
 

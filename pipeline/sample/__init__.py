@@ -1,12 +1,14 @@
 """Sampling stage: problems in, one row per sample out, behind one `Sampler` protocol.
 
 Backends:
-    llamacpp  CPU, llama-cpp-python; the bundled SmolLM2-135M-Instruct Q4_1 or any GGUF path.
+    xllamacpp CPU, llama.cpp prebuilt (the xllamacpp wheel); the bundled SmolLM2-135M-Instruct Q4_1
+              or any GGUF path. The default: nothing to compile at install time.
+    llamacpp  CPU, llama-cpp-python (compiled at install time); the same models and options.
     vllm      GPUs, vLLM's offline `LLM` API (tensor and data parallelism).
     openai    any OpenAI-compatible server over HTTP.
     simulate  no model: each prompt is right with a known true pass rate (a file or a default rule).
 
-Heavy dependencies (llama_cpp, vllm) are imported only when their backend is made.
+Heavy dependencies (xllamacpp, llama_cpp, vllm) are imported only when their backend is made.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ from pipeline.sample.base import (
 )
 from pipeline.sample.templates import DEFAULT_TEMPLATE, render_prompt, template_for
 
-BACKENDS = ("llamacpp", "vllm", "openai", "simulate")
-DEFAULT_BACKEND = "llamacpp"
+BACKENDS = ("xllamacpp", "llamacpp", "vllm", "openai", "simulate")
+DEFAULT_BACKEND = "xllamacpp"
+# The backends that run a GGUF file with llama.cpp on CPU threads (the same options, `n_threads`).
+GGUF_BACKENDS = ("xllamacpp", "llamacpp")
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_BACKEND",
     "DEFAULT_TEMPLATE",
+    "GGUF_BACKENDS",
     "SAMPLE_ROWS",
     "Progress",
     "Sampler",
@@ -57,11 +62,11 @@ def make_sampler(backend: str = DEFAULT_BACKEND, model: str | None = None, **opt
     """Make a sampler for a backend.
 
     Args:
-        backend: `llamacpp`, `vllm`, `openai` or `simulate`.
-        model: llamacpp: a GGUF path (None: the bundled model); vllm: a hub name or directory
+        backend: `xllamacpp`, `llamacpp`, `vllm`, `openai` or `simulate`.
+        model: xllamacpp, llamacpp: a GGUF path (None: the bundled model); vllm: a hub name or directory
             (required); openai: the served model id (None: the server's first); simulate: a
             pass-rate file, like its `pass_rates` option (None: the default rule).
-        **options: the backend's options (`LlamaCppOptions`, `VllmOptions`, `OpenAIOptions`,
+        **options: the backend's options (`XLlamaCppOptions`, `LlamaCppOptions`, `VllmOptions`, `OpenAIOptions`,
             `SimulateOptions`).
 
     Returns:
@@ -73,6 +78,10 @@ def make_sampler(backend: str = DEFAULT_BACKEND, model: str | None = None, **opt
         ImportError: the backend's optional dependency is missing (names the extra).
     """
     name = (backend or DEFAULT_BACKEND).lower()
+    if name == "xllamacpp":
+        from pipeline.sample.xllamacpp import XLlamaCppSampler
+
+        return XLlamaCppSampler(model, **options)
     if name == "llamacpp":
         from pipeline.sample.llamacpp import LlamaCppSampler
 

