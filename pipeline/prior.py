@@ -131,6 +131,22 @@ def _pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return uniq // base, uniq % base, inv.ravel()
 
 
+def _counted_pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct ``(n, c)`` pairs of the prompts with samples and how many prompts have each: what
+    a prior fit sums over.
+
+    Raises:
+        ConfigError: no prompt with samples.
+    """
+    n = np.asarray(n, np.int64)
+    c = np.asarray(c, np.int64)
+    keep = n > 0
+    if not keep.any():
+        raise ConfigError("the prior fit needs at least one prompt with samples")
+    n_u, c_u, inv = _pairs(n[keep], c[keep])
+    return n_u, c_u, np.bincount(inv, minlength=len(n_u)).astype(float)
+
+
 def grid_likelihood(points: np.ndarray, n, c) -> np.ndarray:
     """``log p_k^c q_k^(n-c)`` for each pair (rows) and grid point (columns), ``0^0 = 1``."""
     from scipy.special import xlog1py, xlogy
@@ -196,13 +212,7 @@ def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
     """
     if size < 2:
         raise ConfigError(f"grid prior size={size!r} must be at least 2")
-    n = np.asarray(n, np.int64)
-    c = np.asarray(c, np.int64)
-    keep = n > 0
-    if not keep.any():
-        raise ConfigError("the prior fit needs at least one prompt with samples")
-    n_u, c_u, inv = _pairs(n[keep], c[keep])
-    mult = np.bincount(inv, minlength=len(n_u)).astype(float)
+    n_u, c_u, mult = _counted_pairs(n, c)
     N = float(mult.sum())
     points = grid_points(size)
     logL = grid_likelihood(points, n_u, c_u)
@@ -308,20 +318,14 @@ def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = 0.05, ceil: f
     from scipy.optimize import minimize
     from scipy.special import betainc, betaln, logsumexp
 
-    n = np.asarray(n, np.int64)
-    c = np.asarray(c, np.int64)
-    keep = n > 0
-    if not keep.any():
-        raise ConfigError("the prior fit needs at least one prompt with samples")
-    n_u, c_u, inv = _pairs(n[keep], c[keep])
-    mult = np.bincount(inv, minlength=len(n_u)).astype(float)
+    n_u, c_u, mult = _counted_pairs(n, c)
     nf, cf = n_u.astype(float), c_u.astype(float)
     zero, full = np.where(c_u == 0, 0.0, -np.inf), np.where(c_u == n_u, 0.0, -np.inf)
     lo, hi = math.log(floor), math.log(ceil)
 
     def nll(theta: np.ndarray) -> float:
-        logw = theta[:2] - logsumexp(np.r_[theta[:2], 0.0])
-        log_mid = -logsumexp(np.r_[theta[:2], 0.0])
+        norm = logsumexp(np.r_[theta[:2], 0.0])  # the weights are a softmax of (theta0, theta1, 0)
+        logw, log_mid = theta[:2] - norm, -norm
         a, b = np.exp(np.clip(theta[2:], lo, hi))
         parts = np.stack([logw[0] + zero, logw[1] + full, log_mid + betaln(a + cf, b + nf - cf) - betaln(a, b)])
         return -float(mult @ logsumexp(parts, axis=0))

@@ -69,6 +69,29 @@ def bundled_model_path() -> Path:
     )
 
 
+def gguf_model(model: str | os.PathLike[str] | None) -> tuple[Path, str]:
+    """A llama.cpp backend's model file and the name the run registry records: the bundled GGUF
+    and its name for None, else the path (checked before anything is loaded) and its resolved form.
+
+    Raises:
+        FileNotFoundError: the model file does not exist.
+    """
+    if model is None:
+        return bundled_model_path(), BUNDLED_NAME
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise MissingFileError(f"model file {str(model)!r} does not exist")
+    return path, str(path.resolve())
+
+
+def overflow_message(prompt_id: str, n_prompt: int | str, max_tokens: int, n_ctx: int) -> str:
+    """The llama.cpp backends' error for a prompt that leaves no room for ``max_tokens``."""
+    return (
+        f"prompt {prompt_id}: {n_prompt} prompt tokens + max_tokens={max_tokens} "
+        f"exceed n_ctx={n_ctx}; raise the n_ctx option or lower max_tokens"
+    )
+
+
 def default_threads() -> int:
     """Half the CPUs this process may run on, at least 1 (llama-cpp-python's own default).
 
@@ -136,14 +159,7 @@ class LlamaCppSampler:
 
     def __init__(self, model: str | os.PathLike[str] | None = None, **options: Any) -> None:
         self.options = LlamaCppOptions(**options)
-        if model is None:
-            self.model_path = bundled_model_path()
-            self.model_name = BUNDLED_NAME
-        else:
-            self.model_path = Path(model).expanduser()
-            if not self.model_path.is_file():
-                raise MissingFileError(f"model file {str(model)!r} does not exist")
-            self.model_name = str(self.model_path.resolve())
+        self.model_path, self.model_name = gguf_model(model)
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -174,10 +190,7 @@ class LlamaCppSampler:
                 raise SamplingError(self._overflow(item.prompt_id, n_prompt, params))
 
     def _overflow(self, prompt_id: str, n_prompt: int | str, params: SamplingParams) -> str:
-        return (
-            f"prompt {prompt_id}: {n_prompt} prompt tokens + max_tokens={params.max_tokens} "
-            f"exceed n_ctx={self.n_ctx}; raise the n_ctx option or lower max_tokens"
-        )
+        return overflow_message(prompt_id, n_prompt, params.max_tokens, self.n_ctx)
 
     def sample(
         self,

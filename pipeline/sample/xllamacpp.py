@@ -21,13 +21,12 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Self
 
 import httpx
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError, SamplingError
+from pipeline.errors import ConfigError, MissingDependencyError, SamplingError
 from pipeline.sample.base import (
     Progress,
     SamplingParams,
@@ -36,7 +35,7 @@ from pipeline.sample.base import (
     prepare_prompts,
     rows_to_table,
 )
-from pipeline.sample.llamacpp import BUNDLED_NAME, LlamaCppOptions, bundled_model_path, default_threads
+from pipeline.sample.llamacpp import LlamaCppOptions, default_threads, gguf_model, overflow_message
 
 _EXTRA_HINT = "install it with `make venv-cpu` (pip install -e '.[cpu]')"
 
@@ -76,14 +75,7 @@ class XLlamaCppSampler:
 
     def __init__(self, model: str | os.PathLike[str] | None = None, **options: Any) -> None:
         self.options = XLlamaCppOptions(**options)
-        if model is None:
-            self.model_path = bundled_model_path()
-            self.model_name = BUNDLED_NAME
-        else:
-            self.model_path = Path(model).expanduser()
-            if not self.model_path.is_file():
-                raise MissingFileError(f"model file {str(model)!r} does not exist")
-            self.model_name = str(self.model_path.resolve())
+        self.model_path, self.model_name = gguf_model(model)
         try:
             import xllamacpp as xlc
         except ImportError as exc:
@@ -121,10 +113,7 @@ class XLlamaCppSampler:
         return resp.json()
 
     def _overflow(self, prompt_id: str, n_prompt: int | str, params: SamplingParams) -> str:
-        return (
-            f"prompt {prompt_id}: {n_prompt} prompt tokens + max_tokens={params.max_tokens} "
-            f"exceed n_ctx={self.n_ctx}; raise the n_ctx option or lower max_tokens"
-        )
+        return overflow_message(prompt_id, n_prompt, params.max_tokens, self.n_ctx)
 
     def _request(self, msgs: list[dict[str, str]], params: SamplingParams, seed: int) -> dict[str, Any]:
         opts = self.options
