@@ -7,18 +7,23 @@ Jeffreys' ``(1/2, 1/2)``. A prompt is *decided* when
 
 - ``band``: one of the bands ``p <= lo`` (silent-hard), ``lo < p < hi`` (informative),
   ``p >= hi`` (silent-easy) has posterior probability ``>= 1 - delta``;
-- ``width``: the central ``1 - delta`` credible interval is at most ``2 h`` wide;
+- ``width``: the central ``1 - delta`` credible interval is at most ``2 h`` wide.
 
-and *stops* when it is decided or has ``n_max`` samples (then it stops undecided). Round 0 gives
-every prompt ``n_min`` samples; after each round every open prompt may get more, by one of three
-rules, all deterministic functions of the counts (so a rerun re-derives the same rounds):
+When a prompt *stops* (``stop_grid``): for ``band`` with a price ``cost > 0`` per rollout (the
+default), where the Bayes-optimal stopping rule stops, the one that minimises the expected
+misclassification plus ``cost`` times the rollouts (backward induction over ``(n, c)`` up to
+``n_max``): a prompt goes on while one more sample is expected to be worth its price, decided or
+not, and one that no affordable amount of samples would settle stops undecided. With ``cost=0``,
+and for ``width``, as soon as it is decided. Either way at ``n_max``, decided or not. Round 0
+gives every prompt ``n_min`` samples; after each round every open prompt may get more, by one of
+three rules, all deterministic functions of the counts (so a rerun re-derives the same rounds):
 
 - ``double:k=K`` (the default): the greedy rule below with one jump per prompt and round, no
   budget, and only jumps that at least double a prompt's samples (or reach ``n_max``): a prompt
   gets samples in at most ``log2(n_max / n_min)`` rounds;
 - ``step:k=K``: every open prompt gets ``K`` more (fewer at ``n_max``);
 - ``greedy:k=K,budget=B``: a round spends at most ``ceil(B x open prompts)`` rollouts, in batches
-  of ``K``, where they most raise the expected number of prompts decided at the end of the round
+  of ``K``, where they most raise the expected number of prompts stopped at the end of the round
   (the beta-binomial predictive of each prompt, greedily by gain per rollout on each prompt's
   upper concave hull, so a prompt that needs 12 more samples to have any chance gets 12 at once),
   at most ``jumps`` such jumps per prompt and round (default 0: spend the whole budget).
@@ -60,12 +65,19 @@ __all__ = [
     "fit_prior",
     "jeffreys_prior",
     "next_round",
-    "predictive_decided",
+    "posterior_mean",
+    "predictive_stopped",
     "simulate",
     "state_prior",
+    "stop_grid",
+    "stopped",
 ]
 
 TARGETS = ("band", "width")
+# The band target's default price of one rollout, in misclassified prompts: a prompt gets another
+# sample while that is expected to remove at least a thousandth of a misclassification
+# (docs/adaptive.md §4 measures the frontier this sits on).
+DEFAULT_COST = 0.001
 ROUND_RULES = ("double", "greedy", "step")
 DEFAULT_ROUND_RULE = "double"
 # grid: the maximum-likelihood mixing distribution on a grid (pipeline/prior.py), refitted to every
@@ -96,6 +108,9 @@ class Target:
         delta: a band is decided at posterior probability ``>= 1 - delta``; the width target's
             interval is the central ``1 - delta`` one. In (0, 1).
         h: half the widest interval that counts as decided, in (0, 0.5] (width only).
+        cost: the price of one rollout in misclassified prompts, in [0, 1) (band only): a prompt
+            stops where more samples are not expected to be worth it (``stop_grid``); 0: as soon
+            as it is decided.
     """
 
     kind: str = "band"
@@ -103,11 +118,12 @@ class Target:
     hi: float = 0.9
     delta: float = 0.05
     h: float = 0.1
+    cost: float = DEFAULT_COST
 
     def __post_init__(self) -> None:
         if self.kind not in TARGETS:
             raise ConfigError(f"adaptive target {self.kind!r} is unknown: allowed {', '.join(TARGETS)}")
-        for name in ("lo", "hi", "delta", "h"):
+        for name in ("lo", "hi", "delta", "h", "cost"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigError(f"adaptive {name}={value!r} must be a finite number")
@@ -120,22 +136,40 @@ class Target:
             raise ConfigError(f"adaptive band lo={self.lo!r}, hi={self.hi!r}: allowed 0 < lo < hi < 1")
         if not 0 < self.h <= 0.5:
             raise ConfigError(f"adaptive width h={self.h!r} is out of range: allowed (0, 0.5]")
+        if not 0 <= self.cost < 1:
+            raise ConfigError(f"adaptive cost={self.cost!r} is out of range: allowed [0, 1) (0: stop when decided)")
 
     @classmethod
     def parse(cls, spec: str) -> Target:
-        """``band[:lo=0.1,hi=0.9,delta=0.05]`` or ``width[:h=0.1,delta=0.05]``."""
+        """``band[:lo=0.1,hi=0.9,delta=0.05,cost=0.001]`` or ``width[:h=0.1,delta=0.05]``."""
         kind = spec_name(spec)
         if kind not in TARGETS:
             raise ConfigError(f"adaptive target {kind!r} is unknown: allowed {', '.join(TARGETS)} (from {spec!r})")
-        allowed = {"lo": float, "hi": float, "delta": float} if kind == "band" else {"h": float, "delta": float}
+        allowed = (
+            {"lo": float, "hi": float, "delta": float, "cost": float}
+            if kind == "band"
+            else {"h": float, "delta": float}
+        )
         _, params = parse_spec(spec, "adaptive target", allowed)
         return cls(kind=kind, **params)
 
+    @classmethod
+    def registered(cls, spec: str) -> Target:
+        """A canonical spec read back from a run's registry: a ``band`` spec without ``cost`` is
+        ``cost=0`` (the canonical spec leaves it out there, as runs made before the price existed
+        did), where a spec from the command line without it takes the default."""
+        target = cls.parse(spec)
+        if target.kind == "band" and "cost=" not in spec:
+            target = replace(target, cost=0.0)
+        return target
+
     @property
     def spec(self) -> str:
-        """The canonical spec string (every parameter spelled out)."""
+        """The canonical spec string (every parameter spelled out, but ``cost=0``: those runs keep
+        the ids they had before the price existed)."""
         if self.kind == "band":
-            return f"band:lo={self.lo:g},hi={self.hi:g},delta={self.delta:g}"
+            price = f",cost={self.cost:g}" if self.cost else ""
+            return f"band:lo={self.lo:g},hi={self.hi:g},delta={self.delta:g}{price}"
         return f"width:h={self.h:g},delta={self.delta:g}"
 
 
@@ -444,10 +478,65 @@ def decided_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
     return d & valid
 
 
-def predictive_decided(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) -> np.ndarray:
-    """``P(decided after k more samples)`` for each prompt (rows) and each ``k`` in ``extra``
+def stop_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
+    """``S[n, c]``: whether a prompt with ``c`` of ``n`` correct stops (False above the diagonal).
+
+    ``band`` with ``cost > 0``: the Bayes-optimal stopping rule for the risk "misclassified or not,
+    plus ``cost`` per rollout" (docs/adaptive.md §4), by backward induction from ``n_max``: with
+    ``e(n, c) = 1 - max band probability`` (the chance the reported band is wrong) and
+    ``m = E[p | n, c]`` (the chance the next sample is right),
+
+        V(n_max, c) = e(n_max, c),
+        V(n, c) = min(e(n, c), cost + m V(n+1, c+1) + (1 - m) V(n+1, c)),
+
+    and the prompt stops where the minimum is ``e`` (ties stop). Otherwise (``cost=0``, ``width``):
+    where it is decided. Always at ``n_max``.
+    """
+    stop = decided_grid(prior, target, n_max)
+    stop[n_max, : n_max + 1] = True
+    if target.kind != "band" or not target.cost:
+        return stop
+    n_tri, c_tri = np.tril_indices(n_max + 1)
+    d = decide(n_tri, c_tri, prior, target)
+    err = np.zeros((n_max + 1, n_max + 1))
+    err[n_tri, c_tri] = 1.0 - d.prob
+    mean = np.zeros_like(err)
+    mean[n_tri, c_tri] = posterior_mean(n_tri, c_tri, prior)
+    value = err[n_max].copy()
+    for n in range(n_max - 1, -1, -1):
+        e, m = err[n, : n + 1], mean[n, : n + 1]
+        go_on = target.cost + m * value[1 : n + 2] + (1.0 - m) * value[: n + 1]
+        here = e <= go_on
+        stop[n, : n + 1] = here
+        value = np.where(here, e, go_on)
+    return stop
+
+
+def posterior_mean(n, c, prior: Prior) -> np.ndarray:
+    """``E[p | n, c]`` under the prior: the chance the next sample of the prompt is right."""
+    n = np.asarray(n, np.int64)
+    c = np.asarray(c, np.int64)
+    if not prior.is_grid:
+        return (prior.a + c) / (prior.a + prior.b + n)
+    base = int(n.max(initial=0)) + 1
+    uniq, inv = np.unique(n * base + c, return_inverse=True)
+    pts, w = prior.grid()
+    return (priors.grid_posterior(pts, w, uniq // base, uniq % base) @ pts)[inv].reshape(n.shape)
+
+
+def stopped(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
+    """Whether each prompt has stopped (``stop_grid``; ``grid`` when it is already at hand)."""
+    n = np.minimum(np.asarray(n, np.int64), config.n_max)
+    c = np.asarray(c, np.int64)
+    grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
+    return grid[n, c]
+
+
+def predictive_stopped(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """``P(stopped after k more samples)`` for each prompt (rows) and each ``k`` in ``extra``
     (columns), under the beta-binomial predictive ``P(x of k) = C(k, x) B(a + x, b + k - x)/B(a, b)``
-    of the prompt's posterior. ``grid`` is ``decided_grid``; ``n + k`` beyond it counts as undecided."""
+    of the prompt's posterior. ``grid`` is ``stop_grid`` (or ``decided_grid``: the chance of being
+    decided); ``n + k`` beyond it counts as not stopped."""
     from scipy.special import betaln, gammaln
 
     n = np.asarray(n, np.int64)
@@ -488,7 +577,8 @@ def next_round(n, c, prior: Prior, config: AdaptiveConfig) -> np.ndarray:
     n = np.asarray(n, np.int64)
     c = np.asarray(c, np.int64)
     room = np.maximum(config.n_max - n, 0)
-    open_ = ~decide(n, c, prior, config.target).decided & (room > 0)
+    grid = stop_grid(prior, config.target, config.n_max)
+    open_ = ~stopped(n, c, prior, config, grid) & (room > 0)
     extra = np.zeros(len(n), np.int64)
     if not open_.any():
         return extra
@@ -496,9 +586,9 @@ def next_round(n, c, prior: Prior, config: AdaptiveConfig) -> np.ndarray:
         extra[open_] = np.minimum(config.rule.k, room[open_])
         return extra
     if config.rule.kind == "double":
-        return _greedy(n, c, prior, config, open_, room, budget=None, jumps=1, grow=2.0)
+        return _greedy(n, c, prior, config, grid, open_, room, budget=None, jumps=1, grow=2.0)
     budget = max(config.rule.k, math.ceil(config.rule.budget * int(open_.sum())))
-    return _greedy(n, c, prior, config, open_, room, budget=budget, jumps=config.rule.jumps, grow=1.0)
+    return _greedy(n, c, prior, config, grid, open_, room, budget=budget, jumps=config.rule.jumps, grow=1.0)
 
 
 def _greedy(
@@ -506,6 +596,7 @@ def _greedy(
     c,
     prior: Prior,
     config: AdaptiveConfig,
+    grid: np.ndarray,
     open_: np.ndarray,
     room: np.ndarray,
     budget: int | None,
@@ -513,22 +604,22 @@ def _greedy(
     grow: float,
 ) -> np.ndarray:
     """The greedy round (module docstring): per open prompt, the options ``k, 2k, ...`` up to its
-    room, each with ``P(decided)`` from the predictive; hand out the round's budget jump by jump,
-    always to the jump with the largest gain per rollout (from the prompt's current allocation to
-    any larger option: its upper concave hull, so a gain that only comes after several batches is
-    seen), at most ``jumps`` jumps per prompt (0: no limit), ``budget`` rollouts at most (None: no
-    cap). A jump larger than what is left of the budget is cut to the largest option that fits. Only
-    options taking a prompt to at least ``grow`` times its samples (or to its room) are offered."""
+    room, each with ``P(stopped)`` from the predictive (``grid``: ``stop_grid``); hand out the
+    round's budget jump by jump, always to the jump with the largest gain per rollout (from the
+    prompt's current allocation to any larger option: its upper concave hull, so a gain that only
+    comes after several batches is seen), at most ``jumps`` jumps per prompt (0: no limit),
+    ``budget`` rollouts at most (None: no cap). A jump larger than what is left of the budget is cut
+    to the largest option that fits. Only options taking a prompt to at least ``grow`` times its
+    samples (or to its room) are offered."""
     k = config.rule.k
     idx = np.flatnonzero(open_)
-    grid = decided_grid(prior, config.target, config.n_max)
     # Every distinct (n, c) of the open prompts once.
     n_o, c_o = n[idx], c[idx]
     key = n_o * (config.n_max + 1) + c_o
     uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
     max_room = int(room[idx].max())
     steps = np.unique(np.r_[np.arange(k, max_room + 1, k), room[idx]])
-    table = predictive_decided(n_o[first], c_o[first], prior, grid, steps)
+    table = predictive_stopped(n_o[first], c_o[first], prior, grid, steps)
     extra = np.zeros(len(n), np.int64)
     options: list[np.ndarray] = []
     gains: list[np.ndarray] = []

@@ -224,7 +224,7 @@ _PROMPT_STATS = (
     col("post_mean", FLOAT64),  # posterior mean of p
     col("post_lo", FLOAT64),  # central 1 - delta credible interval of p
     col("post_hi", FLOAT64),
-    col("undecided", BOOL),  # stopped at n_max without a decision
+    col("undecided", BOOL),  # stopped without a decision (at n_max, or where more samples were not worth their cost)
 )
 
 _WEIGHTS = (

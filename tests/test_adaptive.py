@@ -128,11 +128,14 @@ def test_decided_is_the_spec_definition(target, prior):
 
 
 @pytest.mark.parametrize("rule", ["step:k=4", "step:k=1", "greedy", "greedy:k=2,budget=3", "double"])
-@pytest.mark.parametrize("target", ["band", "width"])
+@pytest.mark.parametrize("target", ["band:cost=0", "width", "band"])
 def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
-    """Rounds of the pure rule on 3,000 prompts: a prompt that gets no more samples is decided by
-    the spec's definition (scipy) or has n_max; each round spends at most its budget; the step
-    rule gives every open prompt its step."""
+    """Rounds of the pure rule on 3,000 prompts: a prompt that gets no more samples has stopped
+    (``stop_grid``) or has n_max; each round spends at most its budget; the step rule gives every
+    open prompt its step. With ``cost=0`` and ``width`` a prompt stopped early is decided by the
+    spec's definition (scipy); with the default price one stopped early is one where one more
+    sample is not worth its price even if the sample after it decided everything (scipy's band
+    probabilities and beta-binomial predictive: a bound the optimal rule's value must meet)."""
     acfg = adaptive.AdaptiveConfig.from_specs(target, 4, 40, rule)
     rng = np.random.default_rng(11)
     N = 3000
@@ -142,7 +145,7 @@ def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
     prior = adaptive.fit_prior(n, c)
     for _ in range(200):
         extra = adaptive.next_round(n, c, prior, acfg)
-        open_ = ~adaptive.decide(n, c, prior, acfg.target).decided & (n < acfg.n_max)
+        open_ = ~adaptive.stopped(n, c, prior, acfg) & (n < acfg.n_max)
         assert not extra[~open_].any(), "a stopped prompt got more samples"
         if acfg.rule.kind == "step":
             np.testing.assert_array_equal(extra[open_], np.minimum(acfg.rule.k, acfg.n_max - n[open_]))
@@ -160,8 +163,15 @@ def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
     assert not open_.any()
     early = n < acfg.n_max
     alpha, beta = prior.a + c[early], prior.b + (n - c)[early]
-    if acfg.target.kind == "band":
-        t = acfg.target
+    t = acfg.target
+    if t.kind == "band" and t.cost:
+        err = 1 - np.stack(scipy_band_probs(alpha, beta, t.lo, t.hi)).max(axis=0)
+        m = alpha / (alpha + beta)
+        err_up = 1 - np.stack(scipy_band_probs(alpha + 1, beta, t.lo, t.hi)).max(axis=0)
+        err_down = 1 - np.stack(scipy_band_probs(alpha, beta + 1, t.lo, t.hi)).max(axis=0)
+        assert (err <= t.cost + m * err_up + (1 - m) * err_down + 1e-12).all()
+        assert early.any() and (err[n[early] > acfg.n_min] > t.delta).any(), "the price changes no stop"
+    elif t.kind == "band":
         assert (np.stack(scipy_band_probs(alpha, beta, t.lo, t.hi)).max(axis=0) >= 1 - t.delta).all()
     else:
         t = acfg.target
@@ -169,12 +179,12 @@ def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
     assert (n >= acfg.n_min).all() and (n <= acfg.n_max).all()
 
 
-def test_predictive_decided_is_the_beta_binomial_sum():
+def test_predictive_stopped_is_the_beta_binomial_sum():
     prior, t = adaptive.Prior(0.3, 0.4), adaptive.Target()
     grid = adaptive.decided_grid(prior, t, 64)
     n, c = np.array([4, 4, 9, 20]), np.array([0, 2, 1, 18])
     ks = np.array([1, 4, 7, 30])
-    got = adaptive.predictive_decided(n, c, prior, grid, ks)
+    got = adaptive.predictive_stopped(n, c, prior, grid, ks)
     for i in range(len(n)):
         for j, k in enumerate(ks):
             x = np.arange(k + 1)
@@ -191,12 +201,12 @@ def test_greedy_round_spends_its_budget_where_a_batch_decides_most():
     prior = adaptive.Prior(0.3, 0.4)
     n = np.array([4, 4, 16, 16, 4, 4])
     c = np.array([0, 2, 2, 14, 0, 0])
-    small = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=2,budget=6")  # 6 x 5 open prompts
+    small = adaptive.AdaptiveConfig.from_specs("band:cost=0", 4, 64, "greedy:k=2,budget=6")  # 6 x 5 open prompts
     np.testing.assert_array_equal(adaptive.next_round(n, c, prior, small), [10, 0, 0, 0, 10, 10])
-    larger = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=2,budget=8")
+    larger = adaptive.AdaptiveConfig.from_specs("band:cost=0", 4, 64, "greedy:k=2,budget=8")
     np.testing.assert_array_equal(adaptive.next_round(n, c, prior, larger), [10, 0, 0, 10, 10, 10])
     np.testing.assert_array_equal(adaptive.next_round(n, c, prior, larger), adaptive.next_round(n, c, prior, larger))
-    step = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "step:k=4")
+    step = adaptive.AdaptiveConfig.from_specs("band:cost=0", 4, 64, "step:k=4")
     np.testing.assert_array_equal(adaptive.next_round(n, c, prior, step), [4, 0, 4, 4, 4, 4])
 
 
@@ -210,7 +220,7 @@ def test_greedy_round_with_one_jump_gives_each_prompt_one_and_leaves_the_rest():
     w = 0.45 * dens / dens.sum()
     w[0], w[-1] = 0.30, 0.25
     prior = adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w / w.sum()))
-    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=1,budget=40,jumps=1")
+    acfg = adaptive.AdaptiveConfig.from_specs("band:cost=0", 4, 64, "greedy:k=1,budget=40,jumps=1")
     n, c = np.array([4, 4, 4, 4]), np.array([0, 4, 1, 0])
     extra = adaptive.next_round(n, c, prior, acfg)
     grid = adaptive.decided_grid(prior, acfg.target, acfg.n_max)
@@ -218,12 +228,12 @@ def test_greedy_round_with_one_jump_gives_each_prompt_one_and_leaves_the_rest():
     assert extra[2] == 0
     for i in (0, 1, 3):
         ks = np.arange(1, acfg.n_max - n[i] + 1)
-        slope = adaptive.predictive_decided(n[i : i + 1], c[i : i + 1], prior, grid, ks)[0] / ks
+        slope = adaptive.predictive_stopped(n[i : i + 1], c[i : i + 1], prior, grid, ks)[0] / ks
         assert extra[i] == ks[np.flatnonzero(slope >= slope.max() - 1e-15)[0]]
     assert extra[0] == extra[3] and 0 < extra[0] < 16 and 0 < extra[1] < 16
     assert extra.sum() < acfg.rule.budget * len(n)
     # jumps=0, the default, spends the whole budget: more than one jump on some prompt
-    spend_all = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "greedy:k=1,budget=40")
+    spend_all = adaptive.AdaptiveConfig.from_specs("band:cost=0", 4, 64, "greedy:k=1,budget=40")
     more = adaptive.next_round(n, c, prior, spend_all)
     assert more.sum() == 120 and (more >= extra).all() and (more > extra).any()
     assert acfg.rule.spec == "greedy:k=1,budget=40,jumps=1" and spend_all.rule.spec == "greedy:k=1,budget=40"
@@ -233,10 +243,10 @@ def test_greedy_round_with_one_jump_gives_each_prompt_one_and_leaves_the_rest():
 
 
 def test_double_round_gives_each_open_prompt_its_best_jump_at_least_doubling():
-    """The default rule: under a grid prior with masses at 0 and 1, each open prompt gets the option
-    with the best gain per rollout (brute force over every option) among those taking it to at
-    least twice its samples or to n_max, one jump only; a whole run on 3,000 prompts ends within
-    log2(n_max / n_min) rounds after round 0."""
+    """The default rule and target: under a grid prior with masses at 0 and 1, each open prompt gets
+    the option with the best gain per rollout (the chance of having stopped, brute force over every
+    option) among those taking it to at least twice its samples or to n_max, one jump only; a whole
+    run on 3,000 prompts ends within log2(n_max / n_min) rounds after round 0."""
     pts = priors.grid_points()
     dens = pts * (1 - pts)
     w = 0.45 * dens / dens.sum()
@@ -246,14 +256,15 @@ def test_double_round_gives_each_open_prompt_its_best_jump_at_least_doubling():
     assert acfg.rule.kind == "double" and acfg.rule.spec == "double:k=1"
     n, c = np.array([4, 4, 4, 8, 40]), np.array([0, 4, 1, 1, 5])
     extra = adaptive.next_round(n, c, prior, acfg)
-    grid = adaptive.decided_grid(prior, acfg.target, acfg.n_max)
-    decided = adaptive.decide(n, c, prior, acfg.target).decided
+    grid = adaptive.stop_grid(prior, acfg.target, acfg.n_max)
+    decided = adaptive.stopped(n, c, prior, acfg)
+    assert not decided.all() and decided.any()
     for i in range(len(n)):
         if decided[i]:
             assert extra[i] == 0
             continue
         ks = np.arange(min(n[i], acfg.n_max - n[i]), acfg.n_max - n[i] + 1)
-        slope = adaptive.predictive_decided(n[i : i + 1], c[i : i + 1], prior, grid, ks)[0] / ks
+        slope = adaptive.predictive_stopped(n[i : i + 1], c[i : i + 1], prior, grid, ks)[0] / ks
         assert extra[i] == ks[np.flatnonzero(slope >= slope.max() - 1e-15)[0]], i
     assert (extra[~decided] >= np.minimum(n, acfg.n_max - n)[~decided]).all()
     rng = np.random.default_rng(8)
@@ -505,7 +516,8 @@ def test_adaptive_run_end_to_end(store, close_engines):
     rid = result["run_id"]
     row = store.get_run(rid)
     acfg = adaptive.AdaptiveConfig.from_specs(**json.loads(row["adaptive"]))
-    assert row["status"] == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05"
+    assert row["status"] == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05,cost=0.001"
+    stop = adaptive.stop_grid(adaptive.Prior(row["prior_a"], row["prior_b"]), acfg.target, acfg.n_max)
     prior = adaptive.Prior(row["prior_a"], row["prior_b"])
     assert json.loads(row["prior"])["method"] == "fit"
     samples = store.read_table("samples", {"run_id": rid})
@@ -530,7 +542,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
         assert r["band_prob"] == pytest.approx(max(probs), abs=1e-9)
         assert r["decided_band"] == adaptive.BANDS[int(np.argmax(probs))]
         assert r["undecided"] == (max(probs) < 0.95)
-        assert acfg.n_min <= n <= acfg.n_max and (n == acfg.n_max or not r["undecided"])
+        assert acfg.n_min <= n <= acfg.n_max and stop[n, c]
         assert r["stop_round"] == last_round[r["prompt_id"]]
         assert r["post_mean"] == pytest.approx(alpha / (alpha + beta))
         assert r["post_lo"] == pytest.approx(sst.beta.ppf(0.025, alpha, beta))
@@ -820,7 +832,7 @@ def test_cli_adaptive_profile_on_the_bundled_model(tmp_path, close_engines):
         + ["--grade-workers", "1", "--data-dir", str(data)],
     )
     assert out.exit_code == 0, out.output
-    assert "adaptive band:lo=0.1,hi=0.9,delta=0.05 (n 4..12" in out.output
+    assert "adaptive band:lo=0.1,hi=0.9,delta=0.05,cost=0.001 (n 4..12" in out.output
     [report] = (data / "reports").glob("*.html")
     assert 'id="adaptive"' in report.read_text()
 
@@ -839,6 +851,7 @@ def test_grid_prior_run_end_to_end(store, close_engines):
     p, w = np.array(stored["points"]), np.array(stored["weights"])
     assert p[0] == 0.0 and p[-1] == 1.0 and w.sum() == pytest.approx(1.0)
     ps = store.read_table("prompt_stats", {"run_id": rid}).to_pylist()
+    stop = adaptive.stop_grid(prior, acfg.target, acfg.n_max)  # the last round was planned under it
     # the stored prior is the fit to the final counts
     refit = priors.fit_grid_prior([r["n"] for r in ps], [r["c"] for r in ps])
     np.testing.assert_allclose(refit.weights, w, atol=1e-12)
@@ -851,7 +864,7 @@ def test_grid_prior_run_end_to_end(store, close_engines):
         assert r["band_prob"] == pytest.approx(max(probs), abs=1e-9)
         assert r["decided_band"] == adaptive.BANDS[int(np.argmax(probs))]
         assert r["undecided"] == (max(probs) < 0.95)
-        assert n == acfg.n_max or not r["undecided"]
+        assert stop[n, c]
         assert r["post_mean"] == pytest.approx(float(post @ p))
         j = r["group_sizes"].index(8)
         assert r["zero_signal"][j] == pytest.approx(float(post @ (p**8 + (1 - p) ** 8)))

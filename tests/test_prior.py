@@ -72,7 +72,7 @@ def test_grid_predictive_matches_brute_force_sums():
     grid = adaptive.decided_grid(prior, t, 24)
     n, c = np.array([4, 6, 9]), np.array([0, 3, 8])
     extra = np.array([1, 3, 7])
-    got = adaptive.predictive_decided(n, c, prior, grid, extra)
+    got = adaptive.predictive_stopped(n, c, prior, grid, extra)
     for i in range(len(n)):
         post = _brute_posterior(prior, int(n[i]), int(c[i]))
         for j, k in enumerate(extra.tolist()):

@@ -18,21 +18,27 @@ PINNED = [
     ({}, BUNDLED_NAME, "b6ac78fe8779"),
     ({"backend": "llamacpp"}, BUNDLED_NAME, "e5fde10c1124"),
     ({"backend": "simulate", "n": 16, "limit": 200}, "simulate", "2e385155a9c1"),
-    # The default round rule became double (fewer rounds): a different sampling procedure, so new
-    # ids for the runs that do not name a rule. A run that names the greedy rule keeps the id it always
-    # had: greedy with auto (the default before double), greedy with fit (the default before auto).
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "039a81cdb788"),
-    ({"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "limit": 200}, "simulate", "c7ccdbb77e19"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "b57198f9682f"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "302fefbec045"),
+    # The band target's stopping rule became the priced one (cost=0.001, docs/adaptive.md §4): its
+    # spec names the price, so every run with the default target has a new id. cost=0, the rule of
+    # stopping as soon as decided, keeps the spec, and so the id, that such a run always had:
+    # 039a81cdb788 (double, auto), c7ccdbb77e19 (greedy, auto), cf26fff8d594 (greedy:jumps=1).
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "72bdd61288fd"),
+    ({"backend": "simulate", "adaptive": "band:cost=0", "limit": 200}, "simulate", "039a81cdb788"),
+    ({"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "limit": 200}, "simulate", "7c0f75c7e5f7"),
+    (
+        {"backend": "simulate", "adaptive": "band:cost=0", "round_rule": "greedy", "limit": 200},
+        "simulate",
+        "c7ccdbb77e19",
+    ),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "4707e0d4562d"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "97954b70f4bc"),
     (
         {"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "adaptive_prior": "fit", "limit": 200},
         "simulate",
-        "884c350d8c90",
+        "9e6090c652c2",
     ),
-    # one jump per prompt and round, an option of the greedy rule (its spec names it)
     (
-        {"backend": "simulate", "adaptive": "band", "round_rule": "greedy:jumps=1", "limit": 200},
+        {"backend": "simulate", "adaptive": "band:cost=0", "round_rule": "greedy:jumps=1", "limit": 200},
         "simulate",
         "cf26fff8d594",
     ),

@@ -82,7 +82,9 @@ def test_every_user_of_the_grammar_speaks_the_same_way(parse, text, message):
 
 def test_users_parse_as_before():
     assert est.get("dapo:mode=resample,T=4") == est.DAPO(mode="resample", T=4)
-    assert adaptive.Target.parse("band:lo=0.2,hi=0.8").spec == "band:lo=0.2,hi=0.8,delta=0.05"
+    assert adaptive.Target.parse("band:lo=0.2,hi=0.8").spec == "band:lo=0.2,hi=0.8,delta=0.05,cost=0.001"
+    # cost=0 (stop as soon as decided) keeps the spec runs had before the price existed
+    assert adaptive.Target.parse("band:lo=0.2,hi=0.8,cost=0").spec == "band:lo=0.2,hi=0.8,delta=0.05"
     assert adaptive.RoundRule.parse("step").spec == "step:k=4"
     assert adaptive.RoundRule.parse("greedy:k=2,budget=4").spec == "greedy:k=2,budget=4"
     assert adaptive.RoundRule.parse("greedy:k=2,budget=4,jumps=1").spec == "greedy:k=2,budget=4,jumps=1"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -113,7 +113,7 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
     require_finished(store, plan, "; the next round waits")
     state = adaptive_state(store, plan, acfg)
     extra = adaptive.next_round(state.n, state.c, state.prior, acfg)
-    still_open = ~adaptive.decide(state.n, state.c, state.prior, acfg.target).decided & (state.n < acfg.n_max)
+    still_open = ~adaptive.stopped(state.n, state.c, state.prior, acfg)
     _record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
     if not extra.any():
         return Round(None, state)
@@ -187,6 +187,8 @@ def registered_adaptive(store: Store, run_id: str) -> adaptive.AdaptiveConfig | 
     if not text:
         return None
     try:
-        return adaptive.AdaptiveConfig.from_specs(**json.loads(text))
+        settings = json.loads(text)
+        acfg = adaptive.AdaptiveConfig.from_specs(**settings)
+        return replace(acfg, target=adaptive.Target.registered(settings["target"]))
     except (ValueError, TypeError) as exc:
         raise PipelineError(f"run {run_id}: its registered adaptive settings {text!r} are unreadable: {exc}") from exc
