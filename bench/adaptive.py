@@ -187,6 +187,7 @@ def one_distribution(name: str, args, work: Path) -> dict:
             "rollouts_per_prompt": float(n_a.mean()),
             "misclassification": float((band_a != true_band).mean()),
             "undecided": float(ps.column("undecided").to_numpy(zero_copy_only=False).mean()),
+            "at_n_max": float((n_a == acfg.n_max).mean()),
             "z8_mae": float(np.abs(z_a - z_true).mean()),
             "seconds": t_adaptive,
         },
@@ -400,7 +401,7 @@ def show(r: dict) -> None:
     print(f"\n== {r['distribution']}: p ~ {r['truth']}, {r['prompts']:,} prompts ==")
     print(
         f"fitted prior {r['prior']}; adaptive {a['rule']}: {a['rounds']} rounds, "
-        f"{a['undecided']:.1%} stopped undecided at n_max ({a['seconds']:.1f} s; fixed n = 64: "
+        f"{a['undecided']:.1%} stopped undecided, {a['at_n_max']:.1%} at n_max ({a['seconds']:.1f} s; fixed n = 64: "
         f"{r['fixed_64_seconds']:.1f} s)"
     )
     print(f"{'':12s} {'rollouts/prompt':>16s} {'misclass (c/n)':>15s} {'misclass (fair)':>16s} {'z8 MAE':>8s}")

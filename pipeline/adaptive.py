@@ -272,8 +272,15 @@ class AdaptiveConfig:
         """From the command line's strings: a target spec, bounds, a round-rule spec and a prior."""
         return cls(target=Target.parse(target), n_min=n_min, n_max=n_max, rule=RoundRule.parse(rule), prior=prior)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AdaptiveConfig:
+        """The inverse of ``to_dict``: canonical specs, as a run's registry or a stored profile config
+        holds them (``Target.registered``: a band spec without ``cost`` is ``cost=0``)."""
+        acfg = cls.from_specs(**data)
+        return replace(acfg, target=Target.registered(data["target"]))
+
     def to_dict(self) -> dict[str, Any]:
-        """The settings as plain values (run id, run registry)."""
+        """The settings as plain values (run id, run registry); ``from_dict`` reads them back."""
         return {
             "target": self.target.spec,
             "n_min": self.n_min,

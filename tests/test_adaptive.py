@@ -515,7 +515,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
     result = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="fit"), store)
     rid = result["run_id"]
     row = store.get_run(rid)
-    acfg = adaptive.AdaptiveConfig.from_specs(**json.loads(row["adaptive"]))
+    acfg = adaptive.AdaptiveConfig.from_dict(json.loads(row["adaptive"]))
     assert row["status"] == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05,cost=0.001"
     stop = adaptive.stop_grid(adaptive.Prior(row["prior_a"], row["prior_b"]), acfg.target, acfg.n_max)
     prior = adaptive.Prior(row["prior_a"], row["prior_b"])
@@ -843,7 +843,7 @@ def test_grid_prior_run_end_to_end(store, close_engines):
     leaves no prompt open (decided under the final prior, or at n_max)."""
     rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="grid"), store)["run_id"]
     row = store.get_run(rid)
-    acfg = adaptive.AdaptiveConfig.from_specs(**json.loads(row["adaptive"]))
+    acfg = adaptive.AdaptiveConfig.from_dict(json.loads(row["adaptive"]))
     assert acfg.prior == "grid"
     stored = json.loads(row["prior"])
     prior = adaptive.Prior.from_dict(stored)

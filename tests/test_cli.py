@@ -622,7 +622,7 @@ def test_schedule_serves_the_profile_or_checkpoints_flow(monkeypatch, tmp_path):
     assert out.exit_code == 0, out.output
     (flow, name, params), _ = served.pop()
     config = ProfileConfig.from_dict(json.loads(json.dumps(params["config"])))
-    assert config.adaptive.target.spec == "band:lo=0.1,hi=0.9,delta=0.05" and config.adaptive.n_max == 32
+    assert config.adaptive.target.spec == "band:lo=0.1,hi=0.9,delta=0.05,cost=0.001" and config.adaptive.n_max == 32
 
     out = runner.invoke(app, [*base, "--interval", "90", "--checkpoints", str(tmp_path), "--name", "ck"])
     assert out.exit_code == 0, out.output

@@ -189,3 +189,14 @@ def test_a_run_registered_before_the_price_reads_back_with_cost_zero():
     assert adaptive.Target.registered("width:h=0.1,delta=0.05") == adaptive.Target.parse("width")
     with pytest.raises(adaptive.ConfigError, match=r"cost=1.0 is out of range: allowed \[0, 1\)"):
         adaptive.Target.parse("band:cost=1")
+
+
+@pytest.mark.parametrize("target", ["band", "band:cost=0", "band:delta=0.02,cost=0.004", "width:h=0.05"])
+def test_adaptive_settings_survive_the_registry_and_a_stored_profile_config(target):
+    """What a run registers, and what a schedule stores, reads back as the same settings."""
+    from pipeline.run import ProfileConfig
+
+    acfg = adaptive.AdaptiveConfig.from_specs(target)
+    assert adaptive.AdaptiveConfig.from_dict(acfg.to_dict()) == acfg
+    cfg = ProfileConfig.build(backend="simulate", adaptive=target)
+    assert ProfileConfig.from_dict(cfg.to_dict()).adaptive == cfg.adaptive == acfg

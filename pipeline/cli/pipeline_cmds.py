@@ -59,8 +59,9 @@ def print_adaptive_summary(store: Store, run_id: str) -> None:
     say(
         f"adaptive {settings['target']} (n {settings['n_min']}..{settings['n_max']}, {settings['rule']}): "
         f"{len(rounds)} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
-        f"{undecided} prompts stopped undecided at n_max; prior {_prior_label(run)} "
-        f"({settings['prior']}); the analysis uses posterior expectations under it"
+        f"{undecided} prompts stopped undecided; prior {_prior_label(run)}"
+        + ("" if settings["prior"] in _prior_label(run) else f" ({settings['prior']})")
+        + "; the analysis uses posterior expectations under it"
     )
 
 

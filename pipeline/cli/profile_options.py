@@ -130,9 +130,11 @@ Adaptive = Annotated[
         "--adaptive",
         metavar="TARGET",
         help=(
-            "Sample in rounds and stop each prompt once decided: band[:lo=0.1,hi=0.9,delta=0.05] (which side "
-            "of lo < p < hi, at posterior probability >= 1 - delta) or width[:h=0.1,delta=0.05] (central "
-            "1 - delta interval at most 2h wide). --n is then not used."
+            "Sample in rounds: band[:lo=0.1,hi=0.9,delta=0.05,cost=0.001] (which side of lo < p < hi; decided "
+            "at posterior probability >= 1 - delta; a prompt gets more samples while they are expected to "
+            "remove more misclassification than cost per rollout, the Bayes-optimal stop; cost=0: stop once "
+            "decided) or width[:h=0.1,delta=0.05] (stop once the central 1 - delta interval is at most 2h "
+            "wide). --n is then not used."
         ),
         show_default=False,
         rich_help_panel=_ADAPTIVE,
@@ -141,9 +143,7 @@ Adaptive = Annotated[
 NMin = Annotated[int, typer.Option("--n-min", help="Adaptive: round-0 samples per prompt.", rich_help_panel=_ADAPTIVE)]
 NMax = Annotated[
     int,
-    typer.Option(
-        "--n-max", help="Adaptive: most samples per prompt; there it stops undecided.", rich_help_panel=_ADAPTIVE
-    ),
+    typer.Option("--n-max", help="Adaptive: most samples per prompt; there it stops.", rich_help_panel=_ADAPTIVE),
 ]
 RoundRuleOption = Annotated[
     str,
@@ -151,10 +151,10 @@ RoundRuleOption = Annotated[
         "--round-rule",
         help=(
             "Adaptive: double[:k=1] (the default: each open prompt gets the jump, in multiples of k, that most "
-            "raises its chance to be decided per rollout among those at least doubling its samples; at most "
+            "raises its chance to stop per rollout among those at least doubling its samples; at most "
             "log2(n_max/n_min) rounds per prompt), step[:k=4] (every open prompt gets k more per round) or "
             "greedy[:k=1,budget=8,jumps=0] (a round spends up to budget x open prompts rollouts where they "
-            "most raise the expected number of prompts decided, at most jumps jumps per prompt, 0: no limit)."
+            "most raise the expected number of prompts stopped, at most jumps jumps per prompt, 0: no limit)."
         ),
         rich_help_panel=_ADAPTIVE,
     ),
@@ -165,8 +165,9 @@ AdaptivePrior = Annotated[
         "--adaptive-prior",
         help=f"Adaptive: {', '.join(ADAPTIVE_PRIORS)} (grid: the maximum-likelihood distribution of pass rates on a "
         "grid with masses at 0 and 1, refitted every round; fit: a Beta prior fitted to round 0; jeffreys: "
-        "Beta(1/2, 1/2); auto, the default: the grid or a Beta fitted to the same counts, whichever the "
-        "likelihood prefers by a clear margin, refitted every round).",
+        "Beta(1/2, 1/2); inflated: masses at 0 and 1 and a Beta between them, refitted every round; auto, "
+        "the default: a Beta, the inflated Beta or the grid, fitted to the same counts every round, "
+        "chosen by likelihood with a margin for their parameters).",
         rich_help_panel=_ADAPTIVE,
     ),
 ]

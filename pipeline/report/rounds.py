@@ -27,7 +27,7 @@ def adaptive_settings(data: RunData) -> adaptive.AdaptiveConfig | None:
     if not text:
         return None
     try:
-        return adaptive.AdaptiveConfig.from_specs(**json.loads(text))
+        return adaptive.AdaptiveConfig.from_dict(json.loads(text))
     except (ValueError, TypeError):
         return None
 
@@ -74,12 +74,19 @@ def adaptive_section(data: RunData, charts: Charts) -> Section | None:
     if acfg is None:
         return None
     t = acfg.target
-    question = (
-        f"it was decided which side of {t.lo:g} < p < {t.hi:g} each prompt is on (posterior probability "
-        f">= {1 - t.delta:g})"
-        if t.kind == "band"
-        else f"each pass rate was known to +-{t.h:g} (central {1 - t.delta:g} credible interval)"
-    )
+    if t.kind == "band" and t.cost:
+        question = (
+            f"one more sample of a prompt was not worth its price ({t.cost:g} of a misclassified prompt per "
+            f"rollout) in deciding which side of {t.lo:g} < p < {t.hi:g} it is on; decided means posterior "
+            f"probability >= {1 - t.delta:g}"
+        )
+    elif t.kind == "band":
+        question = (
+            f"it was decided which side of {t.lo:g} < p < {t.hi:g} each prompt is on (posterior probability "
+            f">= {1 - t.delta:g})"
+        )
+    else:
+        question = f"each pass rate was known to +-{t.h:g} (central {1 - t.delta:g} credible interval)"
     sec = Section(
         "adaptive",
         "Adaptive profiling",
@@ -94,12 +101,14 @@ def adaptive_section(data: RunData, charts: Charts) -> Section | None:
     rounds = _rounds(data)
     total = int(s["n"].sum()) if s.height else 0
     undecided = int(s["undecided"].fill_null(False).sum()) if "undecided" in s.columns and s.height else 0
+    at_top = int((s["n"] >= acfg.n_max).sum()) if s.height else 0
     sec.items = [
         ("Target", t.spec),
         ("Prior", prior.label if prior else "not recorded"),
         ("Rounds", str(len(rounds))),
         ("Rollouts", f"{total:,} ({total / s.height:.2f} per prompt)" if s.height else ""),
-        ("Stopped undecided at n_max", f"{undecided:,} ({pct(undecided / s.height)})" if s.height else ""),
+        ("Stopped undecided", f"{undecided:,} ({pct(undecided / s.height)})" if s.height else ""),
+        ("Stopped at n_max", f"{at_top:,} ({pct(at_top / s.height)})" if s.height else ""),
     ]
     if rounds:
         _rounds_chart(sec, charts, rounds)
@@ -130,7 +139,7 @@ def _rounds_chart(sec: Section, charts: Charts, rounds: list[dict]) -> None:
             "round",
             "prompts",
             "Round 0 samples every prompt; each later round samples only the prompts still open "
-            "(undecided and below n_max). Most prompts of a U-shaped dataset are decided in the first rounds.",
+            "(not stopped and below n_max). Most prompts of a U-shaped dataset stop in the first rounds.",
         )
     )
     cum = np.cumsum(spent)

@@ -242,7 +242,7 @@ class ProfileConfig:
             engine=EngineConfig(**data.get("engine", {})),
             sampling=SamplingConfig(**data.get("sampling", {})),
             grading=grading,
-            adaptive=adaptive.AdaptiveConfig.from_specs(**acfg) if acfg else None,
+            adaptive=adaptive.AdaptiveConfig.from_dict(acfg) if acfg else None,
             execution=ExecutionConfig(**data.get("execution", {})),
         )
 

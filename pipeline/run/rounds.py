@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -187,8 +187,6 @@ def registered_adaptive(store: Store, run_id: str) -> adaptive.AdaptiveConfig | 
     if not text:
         return None
     try:
-        settings = json.loads(text)
-        acfg = adaptive.AdaptiveConfig.from_specs(**settings)
-        return replace(acfg, target=adaptive.Target.registered(settings["target"]))
+        return adaptive.AdaptiveConfig.from_dict(json.loads(text))
     except (ValueError, TypeError) as exc:
         raise PipelineError(f"run {run_id}: its registered adaptive settings {text!r} are unreadable: {exc}") from exc
