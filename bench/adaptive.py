@@ -5,7 +5,8 @@ uniform, easy-skewed Beta(4, 1), and a mixture with point masses at 0 and 1), th
 profiled through the real pipeline with ``--backend simulate`` (each sample is right with the
 prompt's true rate, from its per-sample seed; grading, storage and analysis are real):
 
-1. the adaptive run (``--adaptive band``, the default round rule, n_min 4, n_max 64);
+1. the adaptive run (``--adaptive band``: the priced stopping rule of docs/adaptive.md §4, the
+   default round rule, n_min 4, n_max 64; ``--target band:cost=0`` for the stop-when-decided rule);
 2. one fixed-n run with n = 64; a fixed-n run with n < 64 draws exactly the first n of those
    samples (every sample's seed is ``derive_seed(seed, prompt_id, sample_idx)``), so the fixed
    n in {4, 8, 16, 32} are read from it; a real n = 8 run checks that they are the same counts.
@@ -32,6 +33,7 @@ rollouts saved at equal misclassification (the fixed n deciding under the same p
     python bench/adaptive.py --bias-only --bias-replicates 10     # the bias table alone
     python bench/adaptive.py --prior fit         # the Beta prior fitted to round 0 instead of the grid
     python bench/adaptive.py --round-rule step:k=4 --no-width --json out.json
+    python bench/adaptive.py --target band:cost=0 --no-width   # stop as soon as decided
 
 The fixed-n baseline decides with the adaptive run's fitted prior.
 """
