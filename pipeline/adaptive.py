@@ -505,10 +505,13 @@ def stop_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
         return stop
     n_tri, c_tri = np.tril_indices(n_max + 1)
     d = decide(n_tri, c_tri, prior, target)
+    # A pair the prior makes impossible (2 of 4 under masses at 0 and 1 only) has no posterior
+    # (NaN); it is reached with probability 0, and any finite value keeps 0 x value at 0.
     err = np.zeros((n_max + 1, n_max + 1))
-    err[n_tri, c_tri] = 1.0 - d.prob
+    err[n_tri, c_tri] = np.nan_to_num(1.0 - d.prob, nan=1.0)
     mean = np.zeros_like(err)
-    mean[n_tri, c_tri] = posterior_mean(n_tri, c_tri, prior)
+    with np.errstate(invalid="ignore"):
+        mean[n_tri, c_tri] = np.nan_to_num(posterior_mean(n_tri, c_tri, prior), nan=0.5)
     value = err[n_max].copy()
     for n in range(n_max - 1, -1, -1):
         e, m = err[n, : n + 1], mean[n, : n + 1]

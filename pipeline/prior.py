@@ -158,10 +158,12 @@ def grid_likelihood(points: np.ndarray, n, c) -> np.ndarray:
 
 
 def grid_posterior(points: np.ndarray, weights: np.ndarray, n, c) -> np.ndarray:
-    """Posterior masses ``W[u, k]`` proportional to ``w_k p_k^c q_k^(n-c)``, rows summing to 1."""
+    """Posterior masses ``W[u, k]`` proportional to ``w_k p_k^c q_k^(n-c)``, rows summing to 1 (NaN
+    for a pair the prior makes impossible: no point with mass can give it)."""
     with np.errstate(divide="ignore"):
         logw = grid_likelihood(points, n, c) + np.log(np.asarray(weights, float))[None, :]
-    logw -= logw.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        logw -= logw.max(axis=1, keepdims=True)
     W = np.exp(logw)
     return W / W.sum(axis=1, keepdims=True)
 

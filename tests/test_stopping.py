@@ -200,3 +200,19 @@ def test_adaptive_settings_survive_the_registry_and_a_stored_profile_config(targ
     assert adaptive.AdaptiveConfig.from_dict(acfg.to_dict()) == acfg
     cfg = ProfileConfig.build(backend="simulate", adaptive=target)
     assert ProfileConfig.from_dict(cfg.to_dict()).adaptive == cfg.adaptive == acfg
+
+
+def test_a_prior_with_only_masses_at_0_and_1_stops_every_prompt_in_round_0():
+    """Pairs such a prior makes impossible (2 of 4) have no posterior; they must not keep the
+    possible ones (0 of 4, 4 of 4: decided with probability 1) from stopping."""
+    pts = priors.grid_points()
+    w = np.zeros_like(pts)
+    w[0], w[-1] = 0.6, 0.4
+    prior = adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w))
+    grid = adaptive.stop_grid(prior, adaptive.Target(), 16)
+    assert grid[4, 0] and grid[4, 4] and grid[16].all()
+    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 16, prior="grid")
+    outcomes = np.repeat(np.array([[False], [True]]), 50, axis=0) & np.ones((100, 16), bool)
+    outcomes[:50] = False
+    n, c, _ = adaptive.simulate(outcomes, acfg)
+    assert (n == 4).all() and (c[:50] == 0).all() and (c[50:] == 4).all()
