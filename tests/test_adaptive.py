@@ -639,7 +639,7 @@ def test_ray_executor_runs_the_rounds(uninterrupted, tmp_path, close_engines):
 
     ref, rid = uninterrupted
     store = Store.open(tmp_path / "ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         cfg = run.ProfileConfig.build(**ADAPTIVE, executor="ray", replicas=2)
         assert executors.profile_direct(cfg, store)["run_id"] == rid

@@ -193,7 +193,11 @@ Executor = Annotated[
 ]
 RayAddress = Annotated[
     str | None,
-    typer.Option("--address", help="Ray cluster address (default: a local one).", rich_help_panel=_EXECUTION),
+    typer.Option(
+        "--address",
+        help="Ray cluster address (default: $RAY_ADDRESS, else a new local one).",
+        rich_help_panel=_EXECUTION,
+    ),
 ]
 Replicas = Annotated[
     int,

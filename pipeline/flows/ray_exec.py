@@ -16,6 +16,7 @@ an OpenAI-compatible client takes one CPU.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from dataclasses import replace
@@ -119,12 +120,13 @@ class RayExecutor:
     def __enter__(self) -> Self:
         ray = self._ray
         if not ray.is_initialized():
-            # A local cluster sized to the actors, unless an address says where the cluster is.
-            address = self.config.execution.ray_address
-            kwargs: dict[str, Any] = {"address": address} if address else {}
+            # A new local cluster sized to the actors, unless an address (the option, else
+            # RAY_ADDRESS) says where the cluster is. "local": never the latest cluster another
+            # process started on this machine, whose processes the watchdog below would end.
+            address = self.config.execution.ray_address or os.environ.get("RAY_ADDRESS")
             if not address:
                 watchdog.guard()  # a local cluster's processes end with this one, even on kill -9
-            ray.init(log_to_driver=False, **kwargs)
+            ray.init(address=address or "local", log_to_driver=False)
             self._started_ray = True
             if not address:
                 # Its dashboard and runtime-env agents get an environment of their own (no

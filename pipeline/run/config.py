@@ -107,7 +107,8 @@ class ExecutionConfig:
     Attributes:
         shard_size: prompts per shard (the unit of work, retry and resume).
         executor: ``local`` (shards in this process) or ``ray`` (shards on Ray actors).
-        ray_address: the Ray cluster to join (default: this process's Ray, or a new local one).
+        ray_address: the Ray cluster to join (default: this process's Ray, else ``RAY_ADDRESS``,
+            else a new local one).
         replicas: Ray actors, one engine each.
         report: write the HTML report at the end (the caller renders it after the run is done).
         allocation_budget_factor: the default allocation spends this many rollouts per prompt
