@@ -42,20 +42,11 @@ def truth(name: str) -> adaptive.Prior:
     return adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w))
 
 
-def start_pmf(prior: adaptive.Prior, n: int) -> np.ndarray:
-    if prior.is_grid:
-        from scipy.stats import binom
-
-        p, w = prior.grid()
-        return binom.pmf(np.arange(n + 1)[:, None], n, p[None, :]) @ w
-    return adaptive.betabinom_pmf(n, prior.a, prior.b)
-
-
 def one_sample_rule(prior: adaptive.Prior, target: adaptive.Target) -> tuple[float, float]:
     """Expected rollouts and misclassification of the target's stop region, one sample per round."""
     grid = adaptive.stop_grid(prior, target, N_MAX)
     reach = np.zeros(N_MAX + 2)
-    reach[: N_MIN + 1] = start_pmf(prior, N_MIN)
+    reach[: N_MIN + 1] = adaptive.marginal_pmf(N_MIN, prior)
     cost = err = 0.0
     for n in range(N_MIN, N_MAX + 1):
         cs = np.arange(n + 1)

@@ -499,12 +499,13 @@ def stop_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
     and the prompt stops where the minimum is ``e`` (ties stop). Otherwise (``cost=0``, ``width``):
     where it is decided. Always at ``n_max``.
     """
-    stop = decided_grid(prior, target, n_max)
+    n_tri, c_tri = np.tril_indices(n_max + 1)
+    d = decide(n_tri, c_tri, prior, target)  # once: the decided grid and the errors of the price
+    stop = np.zeros((n_max + 1, n_max + 1), bool)
+    stop[n_tri, c_tri] = d.decided
     stop[n_max, : n_max + 1] = True
     if target.kind != "band" or not target.cost:
         return stop
-    n_tri, c_tri = np.tril_indices(n_max + 1)
-    d = decide(n_tri, c_tri, prior, target)
     # A pair the prior makes impossible (2 of 4 under masses at 0 and 1 only) has no posterior
     # (NaN); it is reached with probability 0, and any finite value keeps 0 x value at 0.
     err = np.zeros((n_max + 1, n_max + 1))
@@ -577,17 +578,18 @@ def predictive_stopped(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) 
 # --- round rules --------------------------------------------------------------------------------
 
 
-def next_round(n, c, prior: Prior, config: AdaptiveConfig) -> np.ndarray:
+def next_round(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
     """How many more samples each prompt gets in the next round (0: it has stopped, or the
     greedy rule gave it nothing this time). All zeros when every prompt has stopped.
 
     Prompts are taken in the order given (ties of gain go to the earlier one), so the caller
-    passes them in a stable order (prompt id).
+    passes them in a stable order (prompt id). ``grid``: the round's ``stop_grid``, when the caller
+    has it already.
     """
     n = np.asarray(n, np.int64)
     c = np.asarray(c, np.int64)
     room = np.maximum(config.n_max - n, 0)
-    grid = stop_grid(prior, config.target, config.n_max)
+    grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
     open_ = ~stopped(n, c, prior, config, grid) & (room > 0)
     extra = np.zeros(len(n), np.int64)
     if not open_.any():
@@ -714,19 +716,25 @@ def betabinom_pmf(n: int, a: float, b: float) -> np.ndarray:
     return np.exp(gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1) + betaln(a + c, b + n - c) - betaln(a, b))
 
 
+def marginal_pmf(n: int, prior: Prior) -> np.ndarray:
+    """``P(c)`` for ``c = 0..n`` at a fixed ``n`` under the prior: the beta-binomial law, or under a
+    grid prior the grid mixture of binomials."""
+    if not prior.is_grid:
+        return betabinom_pmf(n, prior.a, prior.b)
+    from scipy.special import gammaln
+
+    c = np.arange(n + 1)
+    pts, w = prior.grid()
+    logc = gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1)
+    return np.exp(logc[:, None] + priors.grid_likelihood(pts, np.full(n + 1, n), c)) @ w
+
+
 def fixed_n_expected(n: int, prior: Prior, target: Target) -> tuple[float, float]:
     """What a fixed-``n`` profile is expected to give under the prior: the band misclassification
     when each prompt gets its most probable band (``E[1 - max band probability]``; NaN for the
     width target), and the share of prompts decided."""
     c = np.arange(n + 1)
-    if prior.is_grid:
-        pts, w = prior.grid()
-        from scipy.special import gammaln
-
-        logc = gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1)
-        pmf = np.exp(logc[:, None] + priors.grid_likelihood(pts, np.full(n + 1, n), c)) @ w
-    else:
-        pmf = betabinom_pmf(n, prior.a, prior.b)
+    pmf = marginal_pmf(n, prior)
     d = decide(np.full(n + 1, n), c, prior, target)
     mis = float(pmf @ (1.0 - d.prob)) if target.kind == "band" else math.nan
     return mis, float(pmf @ d.decided)

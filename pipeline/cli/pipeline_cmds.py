@@ -56,11 +56,12 @@ def print_adaptive_summary(store: Store, run_id: str) -> None:
     stats = store.read_table("prompt_stats", {"run_id": run_id})
     total = int(pc.sum(stats.column("n")).as_py() or 0)
     undecided = int(pc.sum(stats.column("undecided").cast("int64")).as_py() or 0)
+    prior = _prior_label(run)
     say(
         f"adaptive {settings['target']} (n {settings['n_min']}..{settings['n_max']}, {settings['rule']}): "
         f"{len(rounds)} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
-        f"{undecided} prompts stopped undecided; prior {_prior_label(run)}"
-        + ("" if settings["prior"] in _prior_label(run) else f" ({settings['prior']})")
+        f"{undecided} prompts stopped undecided; prior {prior}"
+        + ("" if settings["prior"] in prior else f" ({settings['prior']})")
         + "; the analysis uses posterior expectations under it"
     )
 

@@ -112,8 +112,9 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
         raise PipelineError(f"run {plan.run_id} is not adaptive: it has no rounds")
     require_finished(store, plan, "; the next round waits")
     state = adaptive_state(store, plan, acfg)
-    extra = adaptive.next_round(state.n, state.c, state.prior, acfg)
-    still_open = ~adaptive.stopped(state.n, state.c, state.prior, acfg)
+    grid = adaptive.stop_grid(state.prior, acfg.target, acfg.n_max)
+    extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid)
+    still_open = ~adaptive.stopped(state.n, state.c, state.prior, acfg, grid)
     _record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
     if not extra.any():
         return Round(None, state)
