@@ -150,7 +150,9 @@ class Policy(Protocol):
 
     def choose(self, k: int, among: Sequence[str] | None = None) -> list[str]: ...
 
-    def update(self, prompt_ids: Sequence[str], n: Sequence[float], c: Sequence[float]) -> None: ...
+    def update(
+        self, prompt_ids: Sequence[str], n: Sequence[float], c: Sequence[float], step: int | None = None
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,8 @@ class _Base:
         if (self.c < 0).any() or (self.c > self.n).any():
             raise ConfigError("prior counts must have 0 <= c <= n")
         self.last = np.full(size, -1, dtype=np.int64)  # step of the last pick; -1: never
-        self.t = 0
+        self.t = 0  # choices made so far
+        self.now: int | None = None  # the training step the counts are discounted to
         self.forgetting = forgetting
         self.rng = np.random.default_rng(seed)
 
@@ -239,16 +242,34 @@ class _Base:
     def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def update(self, prompt_ids: Sequence[str], n: Sequence[float], c: Sequence[float]) -> None:
-        self.update_index(self._mask(prompt_ids), np.asarray(n, dtype=float), np.asarray(c, dtype=float))
+    def update(
+        self, prompt_ids: Sequence[str], n: Sequence[float], c: Sequence[float], step: int | None = None
+    ) -> None:
+        self.update_index(self._mask(prompt_ids), np.asarray(n, dtype=float), np.asarray(c, dtype=float), step)
 
-    def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray) -> None:
-        """One step: every count decays by ``lambda`` (a step older), then the new outcomes add."""
+    def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray, step: int | None = None) -> None:
+        """Outcomes observed at training ``step`` (None: the step after the last update's).
+
+        Counts are kept as of the newest step seen, ``now``: an outcome of step ``s`` weighs
+        ``lambda ** (now - s)``, the weighting of ``observe/current`` (docs/curriculum.md §1). A newer
+        step first ages every count by ``lambda ** (step - now)``; an older one (a late outcome) adds
+        already discounted. The counts given at construction (a profile) are as of the first step.
+        """
+        step = (0 if self.now is None else self.now + 1) if step is None else int(step)
+        if self.now is None:
+            self.now = step
+        weight = 1.0
         if self.forgetting != 1.0:
-            self.n *= self.forgetting
-            self.c *= self.forgetting
-        np.add.at(self.n, idx, n)
-        np.add.at(self.c, idx, c)
+            if step > self.now:
+                decay = self.forgetting ** (step - self.now)
+                self.n *= decay
+                self.c *= decay
+                self.now = step
+            else:
+                weight = self.forgetting ** (self.now - step)
+        np.add.at(self.n, idx, weight * n)
+        np.add.at(self.c, idx, weight * c)
+        self.now = max(self.now, step)
 
 
 class UniformPolicy(_Base):
@@ -420,7 +441,7 @@ def replay(
         else:
             chosen = policy.choose_index(k, cand)
             local = np.searchsorted(cand, chosen)  # cand is sorted within the step
-            policy.update_index(chosen, n_all[rows[local]], c_all[rows[local]])
+            policy.update_index(chosen, n_all[rows[local]], c_all[rows[local]], int(steps[s]))
         r = rows[local]
         picked_total += len(r)
         signal_total += int(((c_all[r] > 0) & (c_all[r] < n_all[r])).sum())

@@ -225,3 +225,57 @@ def test_bad_logs_are_named_errors(tmp_path):
     assert "n=8, c=9" in result.output and "'b'" in result.output
     with pytest.raises(DatasetError, match="missing column"):
         curriculum.replay(pa.table({"step": [0], "prompt_id": ["a"]}), "uniform", 1)
+
+
+# --- one forgetting rule --------------------------------------------------------------------------
+
+
+def test_forgetting_is_by_step_in_replay_trl_verl_and_current(store, monkeypatch):
+    """Prompt logged at steps 0, 10, 20 (8/8, 0/8, 0/8), lambda = 0.9: every consumer keeps lambda^(T - s)."""
+    from types import SimpleNamespace
+
+    from pipeline.integrations import trl as rec
+    from pipeline.integrations import trl_curriculum as cur
+    from pipeline.integrations import verl_curriculum as vc
+    from pipeline.observe import record
+    from pipeline.observe.current import CurrentConfig, current_difficulty
+
+    lam, steps, counts = 0.9, [0, 10, 20], [(8, 8), (8, 0), (8, 0)]
+    want_n = sum(n * lam ** (20 - s) for s, (n, _) in zip(steps, counts, strict=True))
+    want_c = sum(c * lam ** (20 - s) for s, (_, c) in zip(steps, counts, strict=True))
+    assert want_n == pytest.approx(11.76, abs=0.01) and want_c == pytest.approx(0.97, abs=0.01)
+
+    # replay: the policy it builds, caught on the way out
+    built = []
+    make = curriculum.make_policy
+    monkeypatch.setattr(curriculum, "make_policy", lambda *a, **kw: built.append(make(*a, **kw)) or built[-1])
+    log = pa.table({"step": steps, "prompt_id": ["a"] * 3, "n": [8] * 3, "c": [c for _, c in counts]})
+    curriculum.replay(log, f"signal:forgetting={lam}", 1)
+    assert (built[0].n[0], built[0].c[0]) == pytest.approx((want_n, want_c))
+
+    # the TRL trainer's curriculum: the recorder's step reaches the policy
+    policy = curriculum.make_policy(f"signal:forgetting={lam}", ["a"])
+    outcomes = [[1.0] * 8, [0.0] * 8, [0.0] * 8]
+    recorder = rec.record_rewards(
+        lambda prompts, completions, **kw: outcomes.pop(0), data_dir=store, source="trl:x", dataset="unit"
+    )
+    reward = cur.CurriculumReward(policy, recorder)
+    for s in steps:
+        reward(
+            prompts=["q"] * 8, completions=["r"] * 8, completion_ids=[[0]] * 8, prompt_id=["a"] * 8,
+            trainer_state=SimpleNamespace(global_step=s),
+        )  # fmt: skip
+    recorder.close()
+    assert (policy.n[0], policy.c[0]) == pytest.approx((want_n, want_c))
+
+    # current, on what the recorder wrote, and the verl hook reading it
+    current = current_difficulty(record.read_observations(store), CurrentConfig(forgetting=lam)).to_pylist()
+    assert (current[0]["n_eff"], current[0]["c_eff"]) == pytest.approx((want_n, want_c))
+    schedule = vc.CurriculumSchedule(["a"], 1, policy=f"signal:forgetting={lam}")
+    schedule.counts = vc.ObservedCounts(store, "unit", ["a"], forgetting=lam)
+    schedule.next_row()
+    assert (schedule.policy.n[0], schedule.policy.c[0]) == pytest.approx((want_n, want_c))
+    assert schedule.policy.now == 20
+    # one more step's outcome ages the read counts from step 20, not from the policy's own clock
+    schedule.policy.update(["a"], [8], [4], step=21)
+    assert schedule.policy.n[0] == pytest.approx(want_n * lam + 8)

@@ -9,7 +9,9 @@
   dataloader batches);
 - rewards through ``recorder`` (a ``RewardRecorder`` of ``record_rewards``, which writes each step's
   per-prompt ``(n, c)`` to the ``observations`` table, ``docs/estimators.md`` §1), then hands those same
-  counts, training calls only, to ``policy.update(prompt_ids, n, c)``. Per-prompt rollout counts are the
+  counts, training calls only, to ``policy.update(prompt_ids, n, c, step=...)`` (the recorder's step,
+  ``trainer_state.global_step``, when ``update`` takes a ``step``: forgetting is then by step, as in
+  ``observe/current``). Per-prompt rollout counts are the
   recorder's ``rollouts=`` (NaN past a prompt's count; see ``pipeline.integrations.trl``)::
 
     from pipeline.integrations.trl import record_rewards
@@ -40,6 +42,7 @@ trainer refuses ``num_processes > 1``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -56,7 +59,8 @@ class CurriculumPolicy(Protocol):
         ...
 
     def update(self, prompt_ids: list[str], n: list[int], c: list[int]) -> None:
-        """One generation's outcomes: per prompt, ``n`` counted completions and ``c`` correct ones."""
+        """One generation's outcomes: per prompt, ``n`` counted completions and ``c`` correct ones
+        (a policy whose ``update`` also takes ``step=`` is given the training step)."""
         ...
 
 
@@ -118,13 +122,18 @@ class CurriculumReward:
         self.recorder = recorder
         self.__name__ = recorder.__name__
         self.trainer: Any = None
+        self._takes_step = "step" in inspect.signature(policy.update).parameters
 
     def __call__(self, *args: Any, **kwargs: Any) -> list:
         rewards = self.recorder(*args, **kwargs)
         if self.trainer is None or self.trainer.model.training:
             counts = self.recorder.last_counts
             pids = list(counts)
-            self.policy.update(pids, [counts[p][0] for p in pids], [counts[p][1] for p in pids])
+            n, c = [counts[p][0] for p in pids], [counts[p][1] for p in pids]
+            if self._takes_step:  # the step the recorder writes, so forgetting is lambda^(T - s) by step
+                self.policy.update(pids, n, c, step=self.recorder.step)
+            else:
+                self.policy.update(pids, n, c)
         return rewards
 
 
