@@ -59,6 +59,10 @@ class Adapter:
     required: tuple[str, ...] | None = None
 
 
+#: Schema metadata key of a loaded problems table: its collapsed rows (``collapsed_rows``).
+COLLAPSED_KEY = "pipeline.collapsed"
+
+
 @dataclass(frozen=True)
 class LoadResult:
     """Problems plus what the load summary reports."""
@@ -67,6 +71,9 @@ class LoadResult:
     rows_read: int
     duplicates: int
     status_counts: dict[str, int] = field(default_factory=dict)
+    #: Each source row collapsed into an earlier one: ``(row number, prompt_id it became, original
+    #: JSON text or None)``, for matching a log that names the dropped row (``observe/match``).
+    collapsed: tuple[tuple[int, str, str | None], ...] = ()
 
 
 # --- stable ids ---------------------------------------------------------------------------------
@@ -787,7 +794,8 @@ def to_problems(
 
     ``origin`` (the file or hub name; default the dataset) is what an error names. ``limit``
     keeps the first problems after duplicates are collapsed; ``original`` gives the JSON text of
-    source rows by index (the ``original`` column), asked only for the rows kept.
+    source rows by index (the ``original`` column), asked for the rows kept and for the rows collapsed
+    into them (``LoadResult.collapsed``, also the table's schema metadata: ``collapsed_rows``).
     """
     origin = origin or dataset
     required = adapter.required or tuple(c for c in adapter.columns if c not in ("difficulty", "source"))
@@ -826,8 +834,23 @@ def to_problems(
     if original is not None:
         at = table.schema.get_field_index("original")
         table = table.set_column(at, schema.PROBLEMS.field("original"), pa.array(original(first), pa.string()))
+    collapsed: list[tuple[int, str, str | None]] = []
+    if duplicates:
+        kept_ids, kept_rows = set(table.column("prompt_id").to_pylist()), set(first)
+        dropped = [i for i, pid in enumerate(rows["prompt_id"]) if i not in kept_rows and pid in kept_ids]
+        texts = original(dropped) if original is not None and dropped else [None] * len(dropped)
+        collapsed = [(i, rows["prompt_id"][i], t) for i, t in zip(dropped, texts, strict=True)]
+        table = table.replace_schema_metadata({COLLAPSED_KEY: json.dumps(collapsed)})
     counts = pc.value_counts(table.column("status")).to_pylist()
-    return LoadResult(table, n, duplicates, {c["values"]: c["counts"] for c in counts})
+    return LoadResult(table, n, duplicates, {c["values"]: c["counts"] for c in counts}, tuple(collapsed))
+
+
+def collapsed_rows(problems: pa.Table) -> list[tuple[int, str, str | None]]:
+    """``LoadResult.collapsed`` of a problems table just loaded (its schema metadata; a table read back
+    from the store has none)."""
+    meta = problems.schema.metadata or {}
+    raw = meta.get(COLLAPSED_KEY.encode())
+    return [] if raw is None else [(int(i), str(pid), text) for i, pid, text in json.loads(raw)]
 
 
 # --- original rows ------------------------------------------------------------------------------

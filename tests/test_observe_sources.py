@@ -372,3 +372,34 @@ def test_matcher_exact_values(tmp_path, deepscaler, matcher):
     assert m.by_index(0) == (None, f"{m.dataset} has no row index (extra_info.index) to match by")
     assert m.check_answer(ids[short], 4) is None
     assert m.check_answer(ids[short], "5") == f"gold answer '5' differs from {m.dataset}'s '4' for prompt {ids[short]}"
+
+
+def test_an_index_of_a_collapsed_duplicate_counts_for_its_problem(tmp_path, shared, deepscaler, matcher):
+    """DeepScaleR's verl file: 1,209 rows, 2 problems repeated (1,207 prompts). A log keyed by
+    ``extra_info.index`` over every row matches every row, a collapsed row's index to its problem."""
+    raw = pq.read_table(shared / "deepscaler" / "verl_train_sub.parquet")
+    indices = [e["index"] for e in raw.column("extra_info").to_pylist()]
+    assert (raw.num_rows, deepscaler.num_rows, len(set(indices))) == (1209, 1207, 1209)
+    collapsed = datasets.collapsed_rows(deepscaler)
+    assert len(collapsed) == 2
+    for row, pid, _ in collapsed:  # the dropped row's index names the problem it became
+        assert matcher.by_index(indices[row]) == (pid, None)
+        assert pid in set(deepscaler.column("prompt_id").to_pylist())
+    log = pa.table(
+        {
+            "step": [s for s in (0, 1) for _ in indices],
+            "index": indices * 2,
+            "n": [8] * (2 * len(indices)),
+            "c": [(i * 7 + s) % 9 for s in (0, 1) for i in range(len(indices))],
+        }
+    )
+    got = sources.read_table(_write(log, tmp_path / "log.parquet"), matcher, source="table:dsr", model=None)
+    obs = pa.concat_tables([rows for rows, _ in got.values()])
+    assert sum(len(miss or []) for _, miss in got.values()) == 0
+    assert sum(obs.column("n").to_pylist()) == sum(log.column("n").to_pylist())
+    assert sum(obs.column("c").to_pylist()) == sum(log.column("c").to_pylist())
+    # a merged problem gets every one of its rows' counts: 8 per row a step
+    merged = {pid: 1 + sum(p == pid for _, p, _ in collapsed) for _, pid, _ in collapsed}
+    per = {(r["step"], r["prompt_id"]): r["n"] for r in obs.to_pylist()}
+    assert all(per[(s, pid)] == 8 * rows for s in (0, 1) for pid, rows in merged.items())
+    assert obs.num_rows == 2 * 1207

@@ -6,7 +6,9 @@ source row carries:
 
 - ``by_id``: the project's own ``prompt_id`` (exact).
 - ``by_index``: the dataset's own row index, verl's ``extra_info.index`` (read from each problem's
-  original row, ``problems.original``); a row without one has no index.
+  original row, ``problems.original``); a row without one has no index. The index of a row ``load``
+  collapsed into an earlier one (the same problem) names that problem too, when the problems were
+  loaded from the file just now (``datasets.collapsed_rows``; the store keeps only the kept rows).
 - ``by_problem``: the problem text, whitespace-normalised (``datasets.normalize_problem``), exact.
 - ``by_chat``: a verl rollout dump's ``input``, the chat prompt decoded with special tokens skipped
   (``"system\\n...\\nuser\\n<problem + instruction>\\nassistant\\n"``). The prompt whose normalised
@@ -110,14 +112,16 @@ class Matcher:
                 by_text.setdefault(norm, pid)
         by_index: dict[int, str] = {}
         duplicates: dict[int, int] = defaultdict(int)
-        for pid, original in zip(pids, originals, strict=False):
+        # A row ``load`` collapsed into an earlier one (same problem) keeps its index: it names that problem.
+        collapsed = [(pid, text) for _, pid, text in datasets.collapsed_rows(problems)]
+        for pid, original in [*zip(pids, originals, strict=False), *collapsed]:
             index = _index_of(original)
             if index is None:
                 continue
-            if index in by_index:
+            if index in by_index and by_index[index] != pid:
                 duplicates[index] += 1
             by_index.setdefault(index, pid)
-        for index in duplicates:  # an index two rows share names neither: say so rather than guess
+        for index in duplicates:  # an index two problems share names neither: say so rather than guess
             by_index.pop(index, None)
         matcher = cls(
             dataset=dataset,
