@@ -1,14 +1,21 @@
-"""Benchmark: curriculum policies replayed on a synthetic drifting training log (docs/curriculum.md §6).
+"""Benchmark: curriculum policies replayed on synthetic training logs shaped like real runs (docs/curriculum.md §6).
 
-``--prompts`` prompts x ``--steps`` steps, groups of ``--G``, every prompt observed at every step (a
-log where the trainer drew every prompt, so any policy can be replayed on it). True pass rates move
-like a training run's: at the start a U-shaped ``Beta(0.35, 0.35)``; ``--improving`` of the prompts
-gain a random logit rate per step (0.02 to 0.2) with noise, the rest stay flat up to noise. Each
-policy picks ``--batch-size`` prompts a step (``curriculum.replay``); the oracle sees the step's
-outcomes. Prints signal yield and coverage (prompts picked in the last 10 steps) per policy and the
-ratio default / uniform (target >= 1.4 at coverage >= 0.7).
+``--prompts`` prompts x ``--steps`` steps, groups of ``--G``, every prompt observed at every step (a log
+where the trainer drew every prompt, so any policy can be replayed on it). Truths (``TRUTHS``): the
+drifting U-shape; atoms at 0 and 1 that persist; a third of the prompts near the hard edge
+(0.01-0.15); a minority learning slowly out of the hard edge; forgetting (easy prompts getting harder).
+Each starts from a mixture of point masses and Beta shapes and moves on the logit scale (a per-prompt
+rate plus a small random walk); a prompt at exactly 0 or 1 stays there.
 
-    PYTHONPATH=$PWD python bench/curriculum.py [--prompts 2000] [--steps 50] [--batch-size 256]
+Each policy family has one knob that trades signal for coverage (``FAMILIES``); its yield at
+coverage 0.75 is read off its curve (the best yield among its settings with coverage >= 0.75, the
+curve interpolated linearly where it crosses 0.75). uniform and DAPO (oversample-and-filter at equal
+rollouts) have no knob: their picks do not depend on outcomes, so their yield is the same at any
+coverage. Prints, per truth, each family's yield at coverage 0.75 (mean and spread over ``--seeds``),
+the default's own yield and coverage, and whether the default is on or above every baseline
+everywhere and at least 1.4x uniform on the U-shape.
+
+    PYTHONPATH=$PWD python bench/curriculum.py [--prompts 2000] [--steps 50] [--batch-size 256] [--seeds 3]
 """
 
 from __future__ import annotations
@@ -19,25 +26,180 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from pipeline import curriculum, specs
+from pipeline import curriculum
+
+TARGET_COVERAGE = 0.75
 
 
-def drifting_log(prompts: int, steps: int, G: int, *, improving: float = 0.7, seed: int = 0) -> pa.Table:
-    """The synthetic log (``step, prompt_id, n, c``) and nothing else: rates never leave the log."""
-    rng = np.random.default_rng(seed)
-    p0 = np.clip(rng.beta(0.35, 0.35, prompts), 1e-4, 1 - 1e-4)
-    logit = np.log(p0 / (1 - p0))
-    rate = np.where(rng.random(prompts) < improving, rng.uniform(0.02, 0.2, prompts), 0.0)
+def _log(p0: np.ndarray, rate: np.ndarray, steps: int, G: int, rng, noise: float) -> pa.Table:
+    """Every prompt at every step: ``c ~ Binomial(G, p_t)``; logits move by ``rate`` plus noise, atoms stay."""
+    prompts = len(p0)
+    fixed = (p0 <= 0) | (p0 >= 1)
+    logit = np.log(np.clip(p0, 1e-6, 1 - 1e-6) / (1 - np.clip(p0, 1e-6, 1 - 1e-6)))
     ids = np.array([f"p{i:05d}" for i in range(prompts)])
     cols: dict[str, list] = {"step": [], "prompt_id": [], "n": [], "c": []}
     for t in range(steps):
-        p = 1 / (1 + np.exp(-logit))
+        p = np.where(fixed, p0, 1 / (1 + np.exp(-logit)))
         cols["step"].append(np.full(prompts, t))
         cols["prompt_id"].append(ids)
         cols["n"].append(np.full(prompts, G))
         cols["c"].append(rng.binomial(G, p))
-        logit = logit + rate + rng.normal(0, 0.1, prompts)
+        logit = logit + rate + rng.normal(0, noise, prompts)
     return pa.table({k: np.concatenate(v) for k, v in cols.items()})
+
+
+def _mixture(rng, prompts: int, parts: list[tuple[float, object]]) -> np.ndarray:
+    """Initial pass rates from ``(share, sampler)`` parts; a sampler is a number (an atom) or ``f(rng, size)``."""
+    shares = np.array([s for s, _ in parts])
+    which = rng.choice(len(parts), size=prompts, p=shares / shares.sum())
+    p = np.empty(prompts)
+    for j, (_, draw) in enumerate(parts):
+        at = which == j
+        p[at] = draw if isinstance(draw, int | float) else draw(rng, int(at.sum()))
+    return p
+
+
+def drifting_log(prompts: int, steps: int, G: int, *, improving: float = 0.7, seed: int = 0) -> pa.Table:
+    """The drifting U-shape: ``Beta(0.35, 0.35)`` at the start, ``improving`` of the prompts gaining a
+    random logit rate per step (0.02 to 0.2), noise 0.1."""
+    rng = np.random.default_rng(seed)
+    p0 = np.clip(rng.beta(0.35, 0.35, prompts), 1e-4, 1 - 1e-4)
+    rate = np.where(rng.random(prompts) < improving, rng.uniform(0.02, 0.2, prompts), 0.0)
+    return _log(p0, rate, steps, G, rng, 0.1)
+
+
+def atoms_log(prompts: int, steps: int, G: int, *, seed: int = 0) -> pa.Table:
+    """30% never solved and 20% always solved for the whole run; the rest Beta(2, 2), slowly wandering."""
+    rng = np.random.default_rng(seed)
+    p0 = _mixture(rng, prompts, [(0.3, 0.0), (0.2, 1.0), (0.5, lambda r, k: r.beta(2, 2, k))])
+    return _log(p0, np.zeros(prompts), steps, G, rng, 0.05)
+
+
+def hard_edge_log(prompts: int, steps: int, G: int, *, seed: int = 0) -> pa.Table:
+    """A third of the prompts between 0.01 and 0.15; 15% at 0, 10% at 1, 10% in 0.85-0.99, the rest
+    Beta(2, 2); slow wandering."""
+    rng = np.random.default_rng(seed)
+    p0 = _mixture(
+        rng,
+        prompts,
+        [
+            (1 / 3, lambda r, k: r.uniform(0.01, 0.15, k)),
+            (0.15, 0.0),
+            (0.10, 1.0),
+            (0.10, lambda r, k: r.uniform(0.85, 0.99, k)),
+            (0.32, lambda r, k: r.beta(2, 2, k)),
+        ],
+    )
+    return _log(p0, np.zeros(prompts), steps, G, rng, 0.05)
+
+
+def slow_learning_log(prompts: int, steps: int, G: int, *, seed: int = 0) -> pa.Table:
+    """20% of the prompts start hard (0.005-0.05) and learn slowly (logit +0.04 to +0.1 a step); 25% at
+    0, 15% at 1, the rest Beta(2, 2) and flat."""
+    rng = np.random.default_rng(seed)
+    learner = rng.random(prompts) < 0.2
+    rest = _mixture(rng, prompts, [(0.25, 0.0), (0.15, 1.0), (0.4, lambda r, k: r.beta(2, 2, k))])
+    p0 = np.where(learner, rng.uniform(0.005, 0.05, prompts), rest)
+    rate = np.where(learner, rng.uniform(0.04, 0.1, prompts), 0.0)
+    return _log(p0, rate, steps, G, rng, 0.05)
+
+
+def forgetting_log(prompts: int, steps: int, G: int, *, seed: int = 0) -> pa.Table:
+    """40% of the prompts start easy (0.85-0.99) and half of them get harder (logit -0.05 to -0.15 a
+    step); 20% at 0, the rest Beta(2, 2)."""
+    rng = np.random.default_rng(seed)
+    easy = rng.random(prompts) < 0.4
+    rest = _mixture(rng, prompts, [(0.2, 0.0), (0.4, lambda r, k: r.beta(2, 2, k))])
+    p0 = np.where(easy, rng.uniform(0.85, 0.99, prompts), rest)
+    rate = np.where(easy & (rng.random(prompts) < 0.5), -rng.uniform(0.05, 0.15, prompts), 0.0)
+    return _log(p0, rate, steps, G, rng, 0.05)
+
+
+TRUTHS = {
+    "u-drift": drifting_log,
+    "atoms": atoms_log,
+    "hard-edge": hard_edge_log,
+    "slow-learning": slow_learning_log,
+    "forgetting": forgetting_log,
+}
+
+# Family -> (spec template with {x} the knob, knob values in order of rising coverage, baseline?).
+FAMILIES: dict[str, tuple[str, tuple, bool]] = {
+    "uniform": ("uniform", (None,), True),
+    "dapo": ("dapo", (None,), True),
+    "greso": ("greso:explore={x}", (0.02, 0.05, 0.1, 0.25, 0.5, 1.0), True),
+    "greedy": ("greedy:floor={x}", (0.0, 0.1, 0.2, 0.3, 0.4, 0.5), True),
+    "bonus": ("bonus:beta={x}", (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0), True),
+    "thompson-jeffreys (old default)": (
+        "signal:explore=thompson,prior=jeffreys,cover=lru,coverage=0,floor={x}",
+        (0.0, 0.1, 0.2, 0.3, 0.4),
+        False,
+    ),
+    "signal (default family)": ("signal:coverage={x}", (0.6, 0.7, 0.75, 0.8, 0.9), False),
+    "signal, Jeffreys prior": ("signal:prior=jeffreys,coverage={x}", (0.6, 0.7, 0.75, 0.8, 0.9), False),
+    "signal, Thompson": ("signal:explore=thompson,coverage={x}", (0.6, 0.7, 0.75, 0.8, 0.9), False),
+    "signal, optimism": ("signal:explore=optimism,coverage={x}", (0.6, 0.7, 0.75, 0.8, 0.9), False),
+}
+
+
+def at_coverage(points: list[tuple[float, float]], target: float = TARGET_COVERAGE) -> float:
+    """The best yield among ``(coverage, yield)`` points (in knob order) with coverage >= target, the
+    segment between two consecutive points interpolated where it crosses the target; NaN if none."""
+    best = [y for cov, y in points if cov >= target]
+    for (c0, y0), (c1, y1) in zip(points, points[1:], strict=False):
+        if min(c0, c1) < target <= max(c0, c1):
+            best.append(y0 + (y1 - y0) * (target - c0) / (c1 - c0))
+    return max(best) if best else float("nan")
+
+
+def run(args) -> dict:
+    families = {k: v for k, v in FAMILIES.items() if args.families is None or k in args.families.split(",")}
+    out: dict = {}
+    for truth, make in TRUTHS.items():
+        if args.truths and truth not in args.truths.split(","):
+            continue
+        out[truth] = {f: [] for f in families}
+        out[truth]["default"] = []
+        for seed in range(args.seeds):
+            log = make(args.prompts, args.steps, args.G, seed=seed)
+            for fam, (template, knobs, _) in families.items():
+                points = []
+                for x in knobs:
+                    r = curriculum.replay(log, template.format(x=x), args.batch_size, seed=seed, G=args.G)
+                    points.append((r["coverage"], r["signal_yield"]))
+                y = points[0][1] if knobs == (None,) else at_coverage(points)
+                out[truth][fam].append(y)
+            r = curriculum.replay(log, curriculum.DEFAULT_POLICY, args.batch_size, seed=seed, G=args.G)
+            out[truth]["default"].append((r["signal_yield"], r["coverage"]))
+    return out
+
+
+def report(out: dict) -> bool:
+    ok = True
+    for truth, rows in out.items():
+        print(f"\n== {truth} == yield at coverage {TARGET_COVERAGE} (mean +- sd over seeds)")
+        means = {}
+        for fam, ys in rows.items():
+            if fam == "default":
+                continue
+            ys = np.array(ys, dtype=float)
+            means[fam] = float(np.nanmean(ys)) if np.isfinite(ys).any() else float("nan")
+            kind = "baseline" if FAMILIES[fam][2] else "policy"
+            print(f"  {fam:32s} {kind:8s} {means[fam]:.3f} +- {np.nanstd(ys):.3f}")
+        d = np.array(rows["default"])
+        dy, dc = float(d[:, 0].mean()), float(d[:, 1].mean())
+        print(f"  {'default (' + curriculum.DEFAULT_POLICY + ')':32s} {'':8s} {dy:.3f} +- {d[:, 0].std():.3f}"
+              f"  at coverage {dc:.3f}")  # fmt: skip
+        base = {f: m for f, m in means.items() if FAMILIES[f][2] and np.isfinite(m)}
+        beaten = [f for f, m in base.items() if m > dy + 1e-9]
+        below = dc < TARGET_COVERAGE
+        verdict = "on or above every baseline" if not beaten else f"below {', '.join(beaten)}"
+        ratio = dy / means["uniform"] if "uniform" in means else float("nan")
+        print(f"  default: {verdict}; coverage {'below' if below else 'at least'} {TARGET_COVERAGE}; "
+              f"{ratio:.3f}x uniform")  # fmt: skip
+        ok &= not beaten and not below and (truth != "u-drift" or ratio >= 1.4)
+    print(f"\ndefault meets the bench's bar on every truth: {'yes' if ok else 'NO'}")
+    return ok
 
 
 def main() -> None:
@@ -46,23 +208,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--G", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policies", default=",".join(curriculum.ALL_POLICIES))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--truths", default=None, help="comma-separated subset of " + ", ".join(TRUTHS))
+    parser.add_argument("--families", default=None, help="comma-separated subset of " + ", ".join(FAMILIES))
     args = parser.parse_args()
-    log = drifting_log(args.prompts, args.steps, args.G, seed=args.seed)
-    results = {}
-    for name in specs.split_specs(args.policies):
-        start = time.perf_counter()
-        r = curriculum.replay(log, name, args.batch_size, seed=args.seed, G=args.G)
-        results[name] = r
-        mark = " (default)" if r["default"] else ""
-        print(
-            f"{name + mark:34s} yield {r['signal_yield']:.3f}  coverage {r['coverage']:.3f}  "
-            f"{time.perf_counter() - start:.2f} s"
-        )
-    if "uniform" in results and curriculum.DEFAULT_POLICY in results:
-        u, d = results["uniform"], results[curriculum.DEFAULT_POLICY]
-        print(f"default / uniform yield: {d['signal_yield'] / u['signal_yield']:.3f}x at coverage {d['coverage']:.3f}")
+    start = time.perf_counter()
+    report(run(args))
+    print(f"{time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

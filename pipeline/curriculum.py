@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from pipeline import estimators, specs
+from pipeline import estimators, prior, specs
 from pipeline.errors import ConfigError, DatasetError
 
 __all__ = [
     "ALL_POLICIES",
+    "BASELINES",
     "DEFAULT_POLICY",
     "LOG_COLUMNS",
     "Policy",
@@ -52,10 +53,24 @@ LOG_COLUMNS = ("step", "prompt_id", "n", "c")
 #: The policy used when none is named; its constants are ``SignalConfig``'s defaults (chosen on
 #: ``bench/curriculum.py``, docs/curriculum.md §6).
 DEFAULT_POLICY = "signal"
+#: The simplest rules a user would write, replayed beside the policies (docs/curriculum.md §6).
+BASELINES = ("greedy", "bonus", "dapo", "greso")
 #: What ``replay`` and ``difficulty replay`` run when no policy is named.
-ALL_POLICIES = ("uniform", "signal", "signal:explore=optimism", "signal:explore=mean", "oracle")
+ALL_POLICIES = (
+    "uniform",
+    "signal",
+    "signal:explore=thompson",
+    "signal:explore=optimism",
+    "signal:prior=jeffreys",
+    *BASELINES,
+    "oracle",
+)
 #: Coverage is measured over the log's last this many steps.
 COVERAGE_WINDOW = 10
+#: ``prior=population``: points of its grid prior, steps between refits, and the uniform share mixed in.
+POPULATION_GRID = 51
+POPULATION_REFIT = 5
+POPULATION_FLOOR = 1e-3
 _QUAD_NODES = 257
 
 
@@ -168,17 +183,30 @@ class SignalConfig:
             ``mean`` (posterior mean, no exploration).
         kappa: the optimism bonus in posterior standard deviations of the score.
         forgetting: lambda in (0, 1]; counts observed ``t`` steps ago weigh ``lambda ** t``.
-        floor: share of each batch given to the least recently picked prompts, in [0, 1].
-        prior_a, prior_b: the Beta prior of a prompt never observed (Jeffreys').
+        floor: share of each batch given to coverage, in [0, 1]: to the least recently picked prompts
+            (``cover=lru``) or to the best scores among the prompts not picked in the last ``period``
+            steps (``cover=score``: a prompt silent for long is left out, the rest come round).
+        coverage: a coverage target in [0, 1] (0: none): each step gives as many picks as it takes, to
+            the best scores among the prompts not picked in the last ``period`` steps, for this share of
+            all prompts to have been picked within ``period`` steps.
+        prior: ``jeffreys`` (each prompt's posterior starts from ``Beta(prior_a, prior_b)``) or
+            ``population`` (from the dataset's prior, a grid prior fitted on every prompt's discounted
+            counts so far with adaptive profiling's ``prior.fit_grid_prior``, refitted every
+            ``POPULATION_REFIT`` steps; Jeffreys' until a prompt has an outcome).
+        prior_a, prior_b: the Beta prior of ``prior=jeffreys`` (Jeffreys').
     """
 
     G: int = 8
     objective: str = "nonsilent"
     estimator: str = "grpo"
-    explore: str = "thompson"
+    explore: str = "mean"
     kappa: float = 1.0
     forgetting: float = 0.9
-    floor: float = 0.3
+    floor: float = 0.0
+    cover: str = "score"
+    coverage: float = 0.75
+    period: int = COVERAGE_WINDOW
+    prior: str = "population"
     prior_a: float = 0.5
     prior_b: float = 0.5
 
@@ -197,6 +225,14 @@ class SignalConfig:
             raise ConfigError(f"floor={self.floor!r} is out of range: allowed [0, 1]")
         if not (self.prior_a > 0 and self.prior_b > 0):
             raise ConfigError(f"prior ({self.prior_a}, {self.prior_b}) must have both parameters > 0")
+        if not 0.0 <= self.coverage <= 1.0:
+            raise ConfigError(f"coverage={self.coverage!r} is out of range: allowed [0, 1]")
+        if self.cover not in ("lru", "score"):
+            raise ConfigError(f"cover={self.cover!r}: allowed lru, score")
+        if int(self.period) != self.period or self.period < 1:
+            raise ConfigError(f"period={self.period!r} must be an integer >= 1")
+        if self.prior not in ("jeffreys", "population"):
+            raise ConfigError(f"prior={self.prior!r}: allowed jeffreys, population")
         if self.objective == "mass":
             estimators.get(self.estimator)  # an unknown estimator fails here
 
@@ -290,10 +326,15 @@ class SignalPolicy(_Base):
         self.config = config or SignalConfig()
         super().__init__(prompt_ids, n, c, seed=seed, forgetting=self.config.forgetting)
         self.estimator = estimators.get(self.config.estimator) if self.config.objective == "mass" else None
+        self._grid: tuple[np.ndarray, np.ndarray] | None = None
+        self._fitted_at: int | None = None
 
     def scores(self, cand: np.ndarray) -> np.ndarray:
         """The exploration score of each candidate (random for Thompson: one posterior draw each)."""
         cfg = self.config
+        grid = self._population() if cfg.prior == "population" else None
+        if grid is not None:
+            return self._grid_scores(cand, *grid)
         a = cfg.prior_a + self.c[cand]
         b = cfg.prior_b + self.n[cand] - self.c[cand]
         if cfg.explore == "thompson":
@@ -305,9 +346,50 @@ class SignalPolicy(_Base):
             mean, sd = expected_mass(a, b, cfg.G, self.estimator)
         return mean if cfg.explore == "mean" else mean + cfg.kappa * sd
 
+    def _population(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The dataset's grid prior (points, masses), refitted every ``POPULATION_REFIT`` choices."""
+        if self._fitted_at is None or self.t - self._fitted_at >= POPULATION_REFIT:
+            n, c = np.rint(self.n), np.rint(self.c)
+            if not (n > 0).any():
+                return None
+            points, weights = prior.fit_grid_prior(n, np.minimum(c, n), size=POPULATION_GRID).grid()
+            # A little mass everywhere: an outcome the fit found no room for still has a posterior.
+            weights = (1 - POPULATION_FLOOR) * weights + POPULATION_FLOOR / len(weights)
+            self._grid, self._fitted_at = (points, weights), self.t
+        return self._grid
+
+    def _grid_scores(self, cand: np.ndarray, points: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        cfg = self.config
+        W = prior.grid_posterior(points, weights, self.n[cand], self.c[cand])
+        f = nonsilent(points, cfg.G) if self.estimator is None else self.estimator.mass(points, cfg.G)
+        if cfg.explore == "thompson":  # one grid point drawn from each posterior
+            u = self.rng.random(len(cand))[:, None]
+            at = np.minimum((np.cumsum(W, axis=1) < u).sum(axis=1), len(points) - 1)
+            return f[at]
+        mean = W @ f
+        if cfg.explore == "mean":
+            return mean
+        return mean + cfg.kappa * np.sqrt(np.maximum(W @ f**2 - mean**2, 0.0))
+
+    def _coverage_quota(self, k: int) -> int:
+        """Picks owed to coverage this step: enough prompts due (not picked in the last ``period - 1`` steps)
+        that, with this step, ``coverage`` of all prompts were picked within ``period`` steps."""
+        if not self.config.coverage:
+            return 0
+        recent = int(((self.last >= 0) & (self.t - self.last < self.config.period)).sum())
+        want = math.ceil(self.config.coverage * len(self.ids) - 1e-9)
+        return max(0, min(k, want - recent))
+
     def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
-        m = min(k, int(round(self.config.floor * k)))
-        if m:
+        m = max(min(k, int(round(self.config.floor * k))), self._coverage_quota(k))
+        s = None
+        if m and (self.config.cover == "score" or self.config.coverage):
+            # The best scores among the prompts due (not picked in the last ``period`` steps) first,
+            # then the best of the others.
+            s = self.scores(cand) + 1e-12 * self.rng.random(len(cand))
+            due = (self.last[cand] < 0) | (self.t - self.last[cand] >= self.config.period)
+            floor_idx = np.lexsort((-s, ~due))[:m]
+        elif m:
             # Least recently picked first; ties (never picked, same step) broken at random.
             order = np.lexsort((self.rng.random(len(cand)), self.last[cand]))
             floor_idx = order[:m]
@@ -319,13 +401,77 @@ class SignalPolicy(_Base):
         need = k - m
         if need <= 0 or len(pool) == 0:
             return cand[floor_idx]
-        s = self.scores(cand[pool])
-        s = s + 1e-12 * self.rng.random(len(s))  # random order among equal scores
+        if s is None:
+            s = np.empty(len(cand))
+            s[pool] = self.scores(cand[pool]) + 1e-12 * self.rng.random(len(pool))  # random order among ties
+        s = s[pool]
         best = pool[np.argpartition(-s, need - 1)[:need]] if need < len(pool) else pool
         return cand[np.concatenate([floor_idx, best])]
 
 
+class BonusPolicy(_Base):
+    """Baseline, the rule a user writes in ten lines: the discounted posterior mean of the non-silent
+    probability (Jeffreys' prior) plus ``beta / sqrt(1 + n)``, an optimism bonus that shrinks with the
+    prompt's discounted count ``n``; the ``k`` best, no floor."""
+
+    name = "bonus"
+
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, G: int = 8, beta: float = 1.0,
+                 forgetting: float = 0.9):  # fmt: skip
+        if not beta >= 0:
+            raise ConfigError(f"beta={beta!r} must be >= 0")
+        if not 0.0 < forgetting <= 1.0:
+            raise ConfigError(f"forgetting={forgetting!r} is out of range: allowed (0, 1]")
+        super().__init__(prompt_ids, n, c, seed=seed, forgetting=forgetting)
+        self.G, self.beta = int(G), float(beta)
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        n, c = self.n[cand], self.c[cand]
+        mean, _ = nonsilent_moments(0.5 + c, 0.5 + n - c, self.G)
+        s = mean + self.beta / np.sqrt(1.0 + n) + 1e-12 * self.rng.random(len(cand))
+        return cand[np.argpartition(-s, k - 1)[:k]] if k < len(cand) else cand
+
+
+class GresoPolicy(_Base):
+    """Baseline after GRESO: a prompt whose last ``k`` groups were all silent is skipped, except with
+    probability ``explore`` each step; the batch is drawn uniformly from the others (then, if they are
+    too few, from the skipped)."""
+
+    name = "greso"
+
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, k: int = 2, explore: float = 0.25):
+        if int(k) != k or k < 1:
+            raise ConfigError(f"k={k!r} must be an integer >= 1")
+        if not 0.0 <= explore <= 1.0:
+            raise ConfigError(f"explore={explore!r} is out of range: allowed [0, 1]")
+        super().__init__(prompt_ids, n, c, seed=seed)
+        self.k, self.explore = int(k), float(explore)
+        self.silent_run = np.zeros(len(self.ids), dtype=np.int64)  # consecutive silent groups, newest last
+
+    def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray, step: int | None = None) -> None:
+        super().update_index(idx, n, c, step)
+        live = (c > 0) & (c < n)
+        self.silent_run[idx] = np.where(live, 0, self.silent_run[idx] + 1)
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        keep = (self.silent_run[cand] < self.k) | (self.rng.random(len(cand)) < self.explore)
+        key = np.where(keep, 0.0, 1.0) + self.rng.random(len(cand))
+        return cand[np.argsort(key)[:k]]
+
+
+class DapoPolicy(UniformPolicy):
+    """Baseline: DAPO's oversample-and-filter at equal rollouts. Its prompts are drawn uniformly and its
+    filter drops the silent groups after they were generated, so per rollout it trains on what uniform
+    draws would; its row says so on every truth."""
+
+    name = "dapo"
+
+
 _SIGNAL_PARAMS = {f.name: f.type for f in fields(SignalConfig)}
+_BASELINE_PARAMS = {
+    "bonus": {"G": int, "beta": float, "forgetting": float},
+    "greso": {"k": int, "explore": float},
+}
 
 
 def make_policy(spec: str, prompt_ids: Sequence[str], n=None, c=None, *, seed: int = 0, G: int | None = None) -> _Base:
@@ -333,16 +479,27 @@ def make_policy(spec: str, prompt_ids: Sequence[str], n=None, c=None, *, seed: i
 
     ``G``, when given, is the signal policy's group size unless the spec sets one.
     """
-    name, params = specs.parse_spec(spec, "policy", None if specs.spec_name(spec) != "signal" else _SIGNAL_PARAMS)
-    if name == "uniform":
+    base = specs.spec_name(spec)
+    allowed = _SIGNAL_PARAMS if base in ("signal", "greedy") else _BASELINE_PARAMS.get(base)
+    name, params = specs.parse_spec(spec, "policy", allowed)
+    if name in ("uniform", "dapo"):
         if params:
-            raise ConfigError(f"policy {spec!r}: uniform takes no parameters")
-        return UniformPolicy(prompt_ids, n, c, seed=seed)
+            raise ConfigError(f"policy {spec!r}: {name} takes no parameters")
+        return (UniformPolicy if name == "uniform" else DapoPolicy)(prompt_ids, n, c, seed=seed)
+    if name == "bonus":
+        if G is not None:
+            params.setdefault("G", int(G))
+        return BonusPolicy(prompt_ids, n, c, seed=seed, **params)
+    if name == "greso":
+        return GresoPolicy(prompt_ids, n, c, seed=seed, **params)
+    if name == "greedy":  # baseline: the discounted Jeffreys posterior mean alone, coverage only by a floor
+        params = {"explore": "mean", "prior": "jeffreys", "floor": 0.0, "cover": "lru", "coverage": 0.0, **params}
+        name = "signal"
     if name == "signal":
         if G is not None:
             params.setdefault("G", int(G))
         return SignalPolicy(prompt_ids, n, c, seed=seed, config=SignalConfig(**params))
-    raise ConfigError(f"unknown policy {name!r}; known: uniform, signal, oracle (replay only)")
+    raise ConfigError(f"unknown policy {name!r}; known: uniform, signal, {', '.join(BASELINES)}, oracle (replay only)")
 
 
 # --- replay -----------------------------------------------------------------------------------
@@ -472,9 +629,11 @@ def forecast(
 ) -> dict:
     """Expected signal yield of a batch under uniform and under the default policy, from a profile alone.
 
-    Uniform: the mean over prompts of the posterior non-silent probability ``1 - E[p^G] - E[q^G]``.
-    Default: its first batch (nothing picked yet, so the floor's share is a uniform draw) averaged over
-    ``draws`` Thompson draws, each picked prompt counted by its posterior non-silent probability. The
+    Uniform: the mean over prompts of the posterior non-silent probability ``1 - E[p^G] - E[q^G]``
+    (under the policy's prior: the population's fitted on these counts, or Jeffreys').
+    Default: its first batch averaged over ``draws`` seeds (nothing is picked yet, so every prompt is
+    due and the coverage quota is the whole batch, by score), each picked prompt counted by its
+    posterior non-silent probability. The
     default's later batches learn from their own outcomes, so this is what the profile alone promises,
     not what a replay measures.
     """
@@ -482,10 +641,11 @@ def forecast(
     n, c = np.asarray(n, dtype=float), np.asarray(c, dtype=float)
     if n.shape != c.shape or n.ndim != 1 or len(n) == 0:
         raise ConfigError("forecast needs one (n, c) per prompt, at least one prompt")
-    a, b = config.prior_a + c, config.prior_b + n - c
-    ns, _ = nonsilent_moments(a, b, config.G)
     k = min(int(batch_size), len(n))
     ids = [str(i) for i in range(len(n))]
+    # Each prompt's posterior non-silent probability under the policy's prior (population or Jeffreys').
+    judge = SignalPolicy(ids, n, c, config=replace(config, explore="mean", objective="nonsilent"))
+    ns = judge.scores(np.arange(len(n)))
     total = 0.0
     for r in range(draws):
         policy = SignalPolicy(ids, n, c, seed=seed + r, config=config)

@@ -74,7 +74,9 @@ def test_thompson_frequencies_match_the_probability_of_being_best():
     """k = 1 of two prompts: Thompson picks prompt 0 with P(s(p0) > s(p1)) under the posteriors."""
     G = 8
     n, c = np.array([6.0, 20.0]), np.array([2.0, 4.0])
-    cfg = curriculum.SignalConfig(G=G, floor=0.0, forgetting=1.0)
+    cfg = curriculum.SignalConfig(
+        G=G, floor=0.0, forgetting=1.0, explore="thompson", prior="jeffreys", coverage=0.0
+    )  # fmt: skip
     a, b = cfg.prior_a + c, cfg.prior_b + n - c
     # s is symmetric about 1/2 and grows towards it: s(p1) < s(p0) iff |p1 - 1/2| > |p0 - 1/2|.
     p, d0 = beta_grid(a[0], b[0], 200_001)
@@ -124,7 +126,9 @@ def test_coverage_floor_picks_every_prompt_within_its_period():
     slots = round(floor * k)
     period = math.ceil(N / slots)
     ids = [f"p{i}" for i in range(N)]
-    policy = curriculum.SignalPolicy(ids, seed=3, config=curriculum.SignalConfig(floor=floor, explore="mean"))
+    policy = curriculum.SignalPolicy(
+        ids, seed=3, config=curriculum.SignalConfig(floor=floor, explore="mean", cover="lru", coverage=0.0)
+    )
     rng = np.random.default_rng(0)
     last = dict.fromkeys(ids, -1)
     for t in range(4 * period):
@@ -164,7 +168,7 @@ def test_forecast_prefers_the_default_on_a_u_shaped_profile():
     p = rng.beta(0.35, 0.35, 500)
     n = np.full(500, 16)
     c = rng.binomial(16, p)
-    out = curriculum.forecast(n, c, 64, G=8)
+    out = curriculum.forecast(n, c, 64, config=curriculum.SignalConfig(G=8, prior="jeffreys"))
     mean, _ = curriculum.nonsilent_moments(0.5 + c, 0.5 + n - c, 8)
     assert out["uniform"] == pytest.approx(float(mean.mean()))
     assert out["default"] > out["uniform"] and out["ratio"] > 1

@@ -147,3 +147,28 @@ def test_two_models_measuring_the_same_rates_agree_at_the_level():
     assert same["prompts"] == prompts and 0.92 <= same["share"] <= 0.975
     assert label_agreement(obs, "label:a", "label:c")["share"] < 0.6
     assert math.isclose(same["level"], 0.95)
+
+
+@pytest.mark.parametrize("profile_n", [4, 16])
+def test_compare_is_calibrated_on_a_mixture_with_atoms(profile_n):
+    """30% of prompts at 0, 25% at 1, 45% Beta(2, 2); 4,000 prompts; training draws groups of 8 from
+    the profile's own rates. Jeffreys' per-prompt posterior mispredicts the end bins (0.59 vs 0.86 at
+    n = 4); the population prior fitted on the profile (adaptive profiling's ``auto``) predicts every
+    bin within binomial noise."""
+    rng = np.random.default_rng(5)
+    prompts = 4000
+    kind = rng.choice(3, size=prompts, p=[0.3, 0.25, 0.45])
+    p = np.where(kind == 0, 0.0, np.where(kind == 1, 1.0, rng.beta(2, 2, prompts)))
+    prof = rng.binomial(profile_n, p)
+    obs = [_obs([(0, f"p{i}", profile_n, int(prof[i])) for i in range(prompts)], kind="profile", source="profile:r")]
+    train = []
+    for s in range(1, 4):
+        c = rng.binomial(8, p)
+        train += [(s, f"p{i}", 8, int(c[i])) for i in range(prompts)]
+    obs.append(_obs(train, source="verl:run"))
+    table = profile_vs_training(pa.concat_tables(obs), "profile:r", "verl:run", bins=5).to_pylist()
+    assert {r["bin_lo"] for r in table} >= {0.0, 0.8}
+    for r in table:
+        # Groups of one prompt share its rate: the noise is that of the prompts in the bin (a third of the groups).
+        sd = math.sqrt(max(r["predicted_silent"] * (1 - r["predicted_silent"]), 0.01) / (r["groups"] / 3))
+        assert r["observed_silent"] == pytest.approx(r["predicted_silent"], abs=3 * sd), r

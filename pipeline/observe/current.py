@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import schema, stats
+from pipeline import adaptive, prior, schema, stats
 from pipeline.errors import ConfigError
 
 CURRENT = pa.schema(
@@ -206,7 +206,9 @@ def profile_vs_training(
     observations: pa.Table, profile: str, training: str, bins: int = 5, config: CurrentConfig | None = None
 ) -> pa.Table:
     """The offline profile's prediction against what training then drew: prompts grouped into
-    ``bins`` equal-width bins of the profile's posterior mean; per bin the predicted and the
+    ``bins`` equal-width bins of the profile's posterior mean (under the population prior fitted on
+    the profile's counts as adaptive profiling fits it, ``adaptive.choose_prior``; not ``config``'s
+    Beta prior); per bin the predicted and the
     observed pass rate, and the predicted and observed share of silent training groups (each
     training row is one group of its own size ``n``). A calibrated profile has them agree
     within binomial noise."""
@@ -227,15 +229,17 @@ def profile_vs_training(
     p_c = prof_counts.column("c_sum").to_numpy().astype(float)[rows_at[known]]
     n = train.column("n").to_numpy()[known]
     c = train.column("c").to_numpy()[known]
-    a, b = config.prior_a + p_c, config.prior_b + p_n - p_c
-    mean = a / (a + b)
+    # The population prior fitted on the profile's counts, not Jeffreys' per prompt: a posterior mean
+    # binned and compared is calibrated only under the prior the pass rates were drawn from.
+    fitted = adaptive.choose_prior(
+        prof_counts.column("n_sum").to_numpy().astype(float), prof_counts.column("c_sum").to_numpy().astype(float)
+    )
+    points, W = prior.posterior_nodes(fitted, p_n, p_c, degree=int(n.max(initial=1)))
+    mean = W @ points
     predicted_silent = np.empty(len(n))
     for size in np.unique(n):  # one posterior moment per group size present
         at_size = n == size
-        plus, minus = stats.silent_rates(
-            p_n[at_size], p_c[at_size], int(size), config.prior_a, config.prior_b, posterior=True
-        )
-        predicted_silent[at_size] = plus + minus
+        predicted_silent[at_size] = W[at_size] @ (points ** int(size) + (1.0 - points) ** int(size))
     bin_of = np.minimum((mean * bins).astype(int), bins - 1)
     rows: dict[int, dict[str, float]] = {}
     for k in np.unique(bin_of).tolist():
