@@ -128,7 +128,7 @@ FAMILIES: dict[str, tuple[str, tuple, bool]] = {
     "uniform": ("uniform", (None,), True),
     "dapo": ("dapo", (None,), True),
     "greso": ("greso:explore={x}", (0.02, 0.05, 0.1, 0.25, 0.5, 1.0), True),
-    "greedy": ("greedy:floor={x}", (0.0, 0.1, 0.2, 0.3, 0.4, 0.5), True),
+    "greedy": ("greedy:floor={x}", (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7), True),
     "bonus": ("bonus:beta={x}", (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0), True),
     "thompson-jeffreys (old default)": (
         "signal:explore=thompson,prior=jeffreys,cover=lru,coverage=0,floor={x}",
@@ -183,9 +183,12 @@ def report(out: dict) -> bool:
             if fam == "default":
                 continue
             ys = np.array(ys, dtype=float)
-            means[fam] = float(np.nanmean(ys)) if np.isfinite(ys).any() else float("nan")
+            hit = np.isfinite(ys)
+            means[fam] = float(ys[hit].mean()) if hit.any() else float("nan")
             kind = "baseline" if FAMILIES[fam][2] else "policy"
-            print(f"  {fam:32s} {kind:8s} {means[fam]:.3f} +- {np.nanstd(ys):.3f}")
+            spread = f"{ys[hit].std():.3f}" if hit.any() else "-"
+            note = "" if hit.all() else f"  (coverage {TARGET_COVERAGE} reached in {hit.sum()} of {len(ys)} seeds)"
+            print(f"  {fam:32s} {kind:8s} {means[fam]:.3f} +- {spread}{note}")
         d = np.array(rows["default"])
         dy, dc = float(d[:, 0].mean()), float(d[:, 1].mean())
         print(f"  {'default (' + curriculum.DEFAULT_POLICY + ')':32s} {'':8s} {dy:.3f} +- {d[:, 0].std():.3f}"

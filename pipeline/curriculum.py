@@ -67,8 +67,7 @@ ALL_POLICIES = (
 )
 #: Coverage is measured over the log's last this many steps.
 COVERAGE_WINDOW = 10
-#: ``prior=population``: points of its grid prior, steps between refits, and the uniform share mixed in.
-POPULATION_GRID = 51
+#: ``prior=population``: choices between refits of the prior, and the uniform share mixed into a grid prior.
 POPULATION_REFIT = 5
 POPULATION_FLOOR = 1e-3
 _QUAD_NODES = 257
@@ -189,10 +188,10 @@ class SignalConfig:
         coverage: a coverage target in [0, 1] (0: none): each step gives as many picks as it takes, to
             the best scores among the prompts not picked in the last ``period`` steps, for this share of
             all prompts to have been picked within ``period`` steps.
-        prior: ``jeffreys`` (each prompt's posterior starts from ``Beta(prior_a, prior_b)``) or
-            ``population`` (from the dataset's prior, a grid prior fitted on every prompt's discounted
-            counts so far with adaptive profiling's ``prior.fit_grid_prior``, refitted every
-            ``POPULATION_REFIT`` steps; Jeffreys' until a prompt has an outcome).
+        prior: ``population`` (each prompt's posterior starts from the dataset's prior, the grid prior
+            fitted on every prompt's discounted counts so far, ``prior.fit_grid_prior``, refitted every
+            ``POPULATION_REFIT`` choices; Jeffreys' until two prompts have an outcome) or
+            ``jeffreys`` (from ``Beta(prior_a, prior_b)``).
         prior_a, prior_b: the Beta prior of ``prior=jeffreys`` (Jeffreys').
     """
 
@@ -283,6 +282,13 @@ class _Base:
     ) -> None:
         self.update_index(self._mask(prompt_ids), np.asarray(n, dtype=float), np.asarray(c, dtype=float), step)
 
+    def set_counts(self, n, c, step: int | None) -> None:
+        """Replace every prompt's discounted counts with ones read elsewhere, discounted to ``step``
+        (the verl hook's ``observe/current`` read); what was picked when is kept."""
+        self.n = np.asarray(n, dtype=float).copy()
+        self.c = np.asarray(c, dtype=float).copy()
+        self.now = step
+
     def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray, step: int | None = None) -> None:
         """Outcomes observed at training ``step`` (None: the step after the last update's).
 
@@ -326,15 +332,27 @@ class SignalPolicy(_Base):
         self.config = config or SignalConfig()
         super().__init__(prompt_ids, n, c, seed=seed, forgetting=self.config.forgetting)
         self.estimator = estimators.get(self.config.estimator) if self.config.objective == "mass" else None
-        self._grid: tuple[np.ndarray, np.ndarray] | None = None
+        self._prior: prior.Prior | None = None
         self._fitted_at: int | None = None
+
+    def set_counts(self, n, c, step: int | None) -> None:
+        super().set_counts(n, c, step)
+        self._fitted_at = None  # new counts: refit the population prior at the next choice
 
     def scores(self, cand: np.ndarray) -> np.ndarray:
         """The exploration score of each candidate (random for Thompson: one posterior draw each)."""
         cfg = self.config
-        grid = self._population() if cfg.prior == "population" else None
-        if grid is not None:
-            return self._grid_scores(cand, *grid)
+        fitted = self._population() if cfg.prior == "population" else None
+        if fitted is None:
+            return self._jeffreys_scores(cand)
+        out = self._population_scores(cand, fitted)
+        bad = ~np.isfinite(out)  # counts the fitted prior gives no room (a degenerate fit): Jeffreys'
+        if bad.any():
+            out[bad] = self._jeffreys_scores(cand[bad])
+        return out
+
+    def _jeffreys_scores(self, cand: np.ndarray) -> np.ndarray:
+        cfg = self.config
         a = cfg.prior_a + self.c[cand]
         b = cfg.prior_b + self.n[cand] - self.c[cand]
         if cfg.explore == "thompson":
@@ -346,25 +364,31 @@ class SignalPolicy(_Base):
             mean, sd = expected_mass(a, b, cfg.G, self.estimator)
         return mean if cfg.explore == "mean" else mean + cfg.kappa * sd
 
-    def _population(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The dataset's grid prior (points, masses), refitted every ``POPULATION_REFIT`` choices."""
+    def _population(self) -> prior.Prior | None:
+        """The dataset's grid prior (``prior.fit_grid_prior``, adaptive profiling's), fitted on every
+        prompt's rounded discounted counts, refitted every ``POPULATION_REFIT`` choices. The grid, not
+        ``adaptive.choose_prior``: counts of many sizes (fresh, forgotten) can make a two-parameter Beta
+        fit so concentrated that it outweighs a prompt's own outcomes."""
         if self._fitted_at is None or self.t - self._fitted_at >= POPULATION_REFIT:
             n, c = np.rint(self.n), np.rint(self.c)
-            if not (n > 0).any():
+            if (n > 0).sum() < 2:  # no population to fit yet
                 return None
-            points, weights = prior.fit_grid_prior(n, np.minimum(c, n), size=POPULATION_GRID).grid()
-            # A little mass everywhere: an outcome the fit found no room for still has a posterior.
+            fitted = prior.fit_grid_prior(n, np.minimum(c, n))
+            # A little mass everywhere: an outcome the fit left no room for still has a posterior.
+            points, weights = fitted.grid()
             weights = (1 - POPULATION_FLOOR) * weights + POPULATION_FLOOR / len(weights)
-            self._grid, self._fitted_at = (points, weights), self.t
-        return self._grid
+            fitted = replace(fitted, weights=tuple(weights.tolist()))
+            self._prior, self._fitted_at = fitted, self.t
+        return self._prior
 
-    def _grid_scores(self, cand: np.ndarray, points: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    def _population_scores(self, cand: np.ndarray, fitted: prior.Prior) -> np.ndarray:
         cfg = self.config
-        W = prior.grid_posterior(points, weights, self.n[cand], self.c[cand])
-        f = nonsilent(points, cfg.G) if self.estimator is None else self.estimator.mass(points, cfg.G)
-        if cfg.explore == "thompson":  # one grid point drawn from each posterior
+        with np.errstate(all="ignore"):
+            nodes, W = prior.posterior_nodes(fitted, self.n[cand], self.c[cand], degree=2 * cfg.G)
+        f = nonsilent(nodes, cfg.G) if self.estimator is None else self.estimator.mass(nodes, cfg.G)
+        if cfg.explore == "thompson":  # one node drawn from each posterior
             u = self.rng.random(len(cand))[:, None]
-            at = np.minimum((np.cumsum(W, axis=1) < u).sum(axis=1), len(points) - 1)
+            at = np.minimum((np.cumsum(W, axis=1) < u).sum(axis=1), len(nodes) - 1)
             return f[at]
         mean = W @ f
         if cfg.explore == "mean":

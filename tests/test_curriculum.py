@@ -283,3 +283,81 @@ def test_forgetting_is_by_step_in_replay_trl_verl_and_current(store, monkeypatch
     # one more step's outcome ages the read counts from step 20, not from the policy's own clock
     schedule.policy.update(["a"], [8], [4], step=21)
     assert schedule.policy.n[0] == pytest.approx(want_n * lam + 8)
+
+
+# --- coverage target, population prior, baselines -------------------------------------------------
+
+
+def test_coverage_target_is_met_every_step_by_the_best_due_prompts():
+    """coverage=0.5: from step period - 1 on, at least half of the prompts were picked within the last
+    period steps; prompts always silent are left out while the others can cover."""
+    N, k, period = 100, 10, 10
+    ids = [f"p{i}" for i in range(N)]
+    cfg = curriculum.SignalConfig(coverage=0.5, period=period)
+    policy = curriculum.SignalPolicy(ids, seed=1, config=cfg)
+    rng = np.random.default_rng(0)
+    picks: list[set[str]] = []
+    for t in range(6 * period):
+        chosen = policy.choose(k)
+        picks.append(set(chosen))
+        if t >= period - 1:
+            assert len(set().union(*picks[-period:])) >= 0.5 * N
+        # p0..p29 never solved, the rest half right
+        c = [0 if int(p[1:]) < 30 else int(rng.binomial(8, 0.5)) for p in chosen]
+        policy.update(chosen, [8] * k, c, step=t)
+    late = set().union(*picks[-2 * period :])
+    assert not late & {f"p{i}" for i in range(30)}
+
+
+def test_population_prior_scores_are_the_fitted_grid_posterior():
+    """prior=population: a prompt's posterior mean of s starts from the prior fitted on all counts."""
+    from dataclasses import replace
+
+    from pipeline import prior as priors
+
+    rng = np.random.default_rng(2)
+    N = 400
+    p = np.where(rng.random(N) < 0.5, 0.0, rng.beta(2, 2, N))
+    n = np.full(N, 8.0)
+    n[:50] = 0  # never observed
+    c = rng.binomial(8, p) * (n > 0)
+    ids = [f"p{i}" for i in range(N)]
+    policy = curriculum.SignalPolicy(ids, n, c, config=curriculum.SignalConfig())
+    got = policy.scores(np.arange(N))
+    fitted = priors.fit_grid_prior(n, c)
+    nodes, w = fitted.grid()
+    floor = curriculum.POPULATION_FLOOR
+    fitted = replace(fitted, weights=tuple((1 - floor) * w + floor / len(w)))
+    nodes, W = priors.posterior_nodes(fitted, n, c)
+    s = 1 - nodes**8 - (1 - nodes) ** 8
+    np.testing.assert_allclose(got, W @ s, rtol=1e-6, atol=1e-9)
+    # an unobserved prompt gets the population's share of non-silent groups, not Jeffreys' 0.6
+    assert got[0] == pytest.approx(float(W[0] @ s)) and got[0] < 0.45
+    jeffreys, _ = curriculum.nonsilent_moments(np.array([0.5]), np.array([0.5]), 8)
+    assert float(jeffreys[0]) > 0.55
+
+
+def test_baselines():
+    ids = [f"p{i}" for i in range(6)]
+    # bonus: mean + beta / sqrt(1 + n); unseen prompts first at a large beta
+    bonus = curriculum.make_policy("bonus:beta=5", ids, n=[8, 8, 8, 0, 0, 0], c=[4, 4, 4, 0, 0, 0])
+    assert sorted(bonus.choose(3)) == ["p3", "p4", "p5"]
+    bonus = curriculum.make_policy("bonus:beta=0", ids, n=[8, 8, 8, 8, 8, 8], c=[4, 0, 8, 3, 0, 8])
+    assert sorted(bonus.choose(2)) == ["p0", "p3"]
+    # greso: two silent groups in a row and the prompt is skipped (explore=0)
+    greso = curriculum.make_policy("greso:k=2,explore=0", ids, seed=3)
+    greso.update(["p0", "p1"], [8, 8], [0, 8])
+    greso.update(["p0", "p1"], [8, 8], [0, 4])
+    for _ in range(5):
+        assert "p0" not in greso.choose(5)
+    # dapo at equal rollouts draws as uniform does
+    log = synthetic_log(prompts=60, steps=6)
+    same = [curriculum.replay(log, name, 10, seed=4)["signal_yield"] for name in ("uniform", "dapo")]
+    assert same[0] == same[1]
+    # greedy: the Jeffreys posterior mean, no coverage target
+    greedy = curriculum.make_policy("greedy", ids)
+    assert greedy.config.prior == "jeffreys" and greedy.config.coverage == 0 and greedy.config.explore == "mean"
+    with pytest.raises(ConfigError, match="beta"):
+        curriculum.make_policy("bonus:beta=-1", ids)
+    with pytest.raises(ConfigError, match="greso"):
+        curriculum.make_policy("greso:floor=1", ids)

@@ -95,7 +95,12 @@ def test_new_counts_change_the_choices_and_silent_prompts_are_drawn_less():
     n, c = _profile_counts()
     pending = [(n, c)]
     schedule = vc.CurriculumSchedule(
-        ids, BATCH, seed=0, group_size=8, counts=lambda: pending.pop() if pending else None
+        ids,
+        BATCH,
+        policy="signal:explore=thompson,prior=jeffreys,floor=0.3,cover=lru,coverage=0",  # the floor's guarantee
+        seed=0,
+        group_size=8,
+        counts=lambda: pending.pop() if pending else None,
     )
     for _ in range(10 * BATCH):
         schedule.next_row()

@@ -17,12 +17,12 @@ def replay_cmd(
         str | None,
         typer.Option(
             "--policies",
-            help="Policy specs, comma-separated (uniform, signal[:explore=...,floor=...,forgetting=...], oracle); "
-            "default: all.",
+            help="Policy specs, comma-separated (uniform, signal[:explore=...,coverage=...,forgetting=...], "
+            "the baselines greedy, bonus, dapo, greso, and oracle); default: all.",
         ),
     ] = None,
     group_size: Annotated[
-        int | None, typer.Option("--group-size", help="G of the signal score (default: the policy's, 8).")
+        int | None, typer.Option("--G", "--group-size", help="G of the signal score (default: the policy's, 8).")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random picks and Thompson draws.")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
@@ -32,7 +32,8 @@ def replay_cmd(
     At each step a policy picks --batch-size prompts among those the log has an outcome for, knowing
     only the outcomes of its own earlier picks. Signal yield: the share of picked groups neither all
     right nor all wrong; coverage: the share of prompts picked in the last 10 steps. The oracle sees
-    each step's outcomes (an upper bound); the default policy is marked.
+    each step's outcomes (an upper bound); the default policy is marked, and the simplest rules a user
+    would write (greedy, bonus, dapo, greso) are replayed beside the policies as baselines.
     """
     from pipeline import curriculum, datasets, specs
 
@@ -44,7 +45,8 @@ def replay_cmd(
         emit(_table(rows), "json")
         return
     for row in rows:
-        row["policy"] = row["policy"] + (" (default)" if row["default"] else "")
+        baseline = specs.spec_name(row["policy"]) in curriculum.BASELINES
+        row["policy"] = row["policy"] + (" (default)" if row["default"] else " (baseline)" if baseline else "")
     emit(_table(rows), "table", title=f"replay of {log.name}")
     uniform = next((r for r in rows if r["policy"] == "uniform"), None)
     default = next((r for r in rows if r["default"]), None)

@@ -192,10 +192,8 @@ class CurriculumSchedule:
         got = self.counts() if self.counts is not None else None
         if got is not None:
             n, c = got
-            self.policy.n = np.asarray(n, dtype=float).copy()
-            self.policy.c = np.asarray(c, dtype=float).copy()
-            # The counts are discounted to the newest step imported: later updates age them from there.
-            self.policy.now = getattr(self.counts, "latest_step", None)
+            # Discounted to the newest step imported: later updates age them from there.
+            self.policy.set_counts(n, c, getattr(self.counts, "latest_step", None))
         pids = self.policy.choose(self.batch)
         self.chosen.append(pids)
         self.rows = [self.first_row[p] for p in pids]
