@@ -1,17 +1,20 @@
 """Curriculum policies: which prompts to train on next, from per-prompt Beta posteriors (docs/curriculum.md).
 
 A group of ``G`` rollouts of a prompt with pass rate ``p`` teaches nothing when it is silent (all right
-or all wrong, docs/estimators.md §3). A policy keeps each prompt's posterior ``Beta(a0 + c, b0 + n - c)``
-on discounted counts (forgetting ``lambda`` per step, as ``observe/current``) and picks the next batch
-where the signal is:
+or all wrong, docs/estimators.md §3). A policy keeps each prompt's posterior on discounted counts
+(forgetting ``lambda ** (T - s)`` by training step, as ``observe/current``), from the dataset's own
+prior (a grid prior fitted on the counts so far, ``prior.fit_grid_prior``) or Jeffreys', and picks the
+next batch where the signal is:
 
 - ``uniform``: ``k`` prompts at random without replacement each step (seeded);
-- ``signal``: a share ``floor`` of the batch goes to the least recently picked prompts (the coverage
-  floor), the rest to the highest scores; the score is the probability that a group is not silent,
-  ``1 - p^G - (1-p)^G``, or with ``objective=mass`` the estimator's update mass ``w(p, G) p (1-p)``
-  (docs/estimators.md §1), evaluated at a draw from the posterior (``explore=thompson``, the default),
-  as posterior mean plus ``kappa`` posterior standard deviations (``explore=optimism``) or as the
-  posterior mean alone (``explore=mean``);
+- ``signal`` (the default): the highest scores, with as many picks as a coverage target takes going
+  to the best prompts not picked in the last ``period`` steps (or a fixed ``floor`` share); the score
+  is the probability that a group is not silent, ``1 - p^G - (1-p)^G``, or with ``objective=mass``
+  the estimator's update mass ``w(p, G) p (1-p)`` (docs/estimators.md §1), as its posterior mean
+  (``explore=mean``, the default), at a posterior draw (``explore=thompson``) or as posterior mean
+  plus ``kappa`` posterior standard deviations (``explore=optimism``);
+- baselines, the rules a user would write: ``greedy``, ``bonus``, ``dapo``, ``greso``
+  (docs/curriculum.md §5);
 - ``oracle`` (replay only): sees the step's outcomes and picks non-silent groups first, an upper bound.
 
 ``replay`` runs a policy over a training log in observations format; ``forecast`` predicts the yield
@@ -396,8 +399,8 @@ class SignalPolicy(_Base):
         return mean + cfg.kappa * np.sqrt(np.maximum(W @ f**2 - mean**2, 0.0))
 
     def _coverage_quota(self, k: int) -> int:
-        """Picks owed to coverage this step: enough prompts due (not picked in the last ``period - 1`` steps)
-        that, with this step, ``coverage`` of all prompts were picked within ``period`` steps."""
+        """Picks owed to coverage this step: enough due prompts (none of the last ``period - 1`` steps
+        picked them) that, with this step, ``coverage`` of all prompts were picked within ``period`` steps."""
         if not self.config.coverage:
             return 0
         recent = int(((self.last >= 0) & (self.t - self.last < self.config.period)).sum())
