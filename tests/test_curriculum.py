@@ -335,6 +335,14 @@ def test_population_prior_scores_are_the_fitted_grid_posterior():
     assert got[0] == pytest.approx(float(W[0] @ s)) and got[0] < 0.45
     jeffreys, _ = curriculum.nonsilent_moments(np.array([0.5]), np.array([0.5]), 8)
     assert float(jeffreys[0]) > 0.55
+    # A forgotten never-solved prompt (0 of 0.3 discounted) against one never picked: Jeffreys' prior
+    # ranks the forgotten one higher, the population's lower.
+    forgot, never = curriculum.nonsilent_moments(np.array([0.5, 0.5]), np.array([0.8, 0.5]), 8)[0]
+    assert forgot > never
+    n2, c2 = n.copy(), c.copy()
+    n2[1], c2[1] = 0.3, 0  # prompt 0 never observed, prompt 1 forgotten
+    pop = curriculum.SignalPolicy(ids, n2, c2, config=curriculum.SignalConfig()).scores(np.array([0, 1]))
+    assert pop[1] < pop[0]
 
 
 def test_baselines():
