@@ -1,5 +1,6 @@
-"""The grid prior and posterior expectations of summaries (docs/adaptive.md §2, §3, §7).
+"""The priors, their choice and posterior expectations of summaries (docs/adaptive.md §2, §3, §7).
 
+The Beta fit recovers known parameters (within the exact Fisher information's standard errors).
 Exact: the grid posterior, its decisions, predictive and estimates against brute-force sums in
 Python floats; the Beta composite quadrature against the closed form of a truncated Beta moment.
 Monte Carlo: EM recovers a known mixture; an adaptive run's band shares and D(G) are unbiased
@@ -13,6 +14,7 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
+from scipy import stats as sst
 from scipy.special import betainc, betaln
 
 from pipeline import adaptive, analyze
@@ -21,6 +23,44 @@ from pipeline import prior as priors
 from pipeline.errors import ConfigError
 
 PAIRS = [(4, 0), (4, 2), (4, 4), (9, 3), (17, 16), (40, 1), (64, 30), (0, 0)]
+
+
+# --- the Beta fit -----------------------------------------------------------------------------------
+
+
+def _expected_information(a: float, b: float, n: int) -> np.ndarray:
+    """Fisher information of one beta-binomial(n, a, b) observation in (a, b), exactly."""
+    from scipy.special import digamma
+
+    c = np.arange(n + 1)
+    pmf = sst.betabinom.pmf(c, n, a, b)
+    dab = digamma(a + b) - digamma(a + b + n)
+    score = np.stack([digamma(a + c) - digamma(a) + dab, digamma(b + n - c) - digamma(b) + dab])
+    return (score * pmf) @ score.T
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.3, 0.4), (1.0, 1.0), (4.0, 1.0), (2.0, 5.0)])
+def test_prior_fit_recovers_known_beta_parameters(a, b):
+    """From n_min = 4 counts of 20,000 prompts, within 4 standard errors (from the exact Fisher
+    information of the beta-binomial), and the method of moments start is in the right place."""
+    N, n = 20_000, 4
+    rng = np.random.default_rng(7)
+    c = rng.binomial(n, rng.beta(a, b, N))
+    prior = priors.fit_prior(np.full(N, n), c)
+    se = np.sqrt(np.diag(np.linalg.inv(_expected_information(a, b, n) * N)))
+    assert abs(prior.a - a) < 4 * se[0], (prior, se)
+    assert abs(prior.b - b) < 4 * se[1], (prior, se)
+    assert prior.method == "fit" and prior.n_prompts == N
+    assert abs(prior.start[0] / sum(prior.start) - a / (a + b)) < 0.02  # the moments' mean
+
+
+def test_prior_fit_is_floored_and_deterministic():
+    none_right = priors.fit_prior(np.full(500, 4), np.zeros(500, int))
+    assert none_right.a == pytest.approx(priors.PRIOR_FLOOR)
+    c = np.random.default_rng(1).binomial(4, 0.5, 300)
+    assert priors.fit_prior(np.full(300, 4), c) == priors.fit_prior(np.full(300, 4), c)
+    with pytest.raises(ConfigError, match="at least one prompt"):
+        priors.fit_prior(np.zeros(3, int), np.zeros(3, int))
 
 
 def _toy_grid() -> adaptive.Prior:
@@ -211,7 +251,7 @@ def test_em_recovers_a_known_mixture(monkeypatch):
         monkeypatch.setattr(priors, "EM_MAX_ITER", most)
         sweeps.append(priors.fit_grid_prior(np.full(N, n), c).loglik)
     assert sweeps[0] < sweeps[1] < sweeps[2] <= fit.loglik + 1e-9 * N  # every sweep raises the likelihood
-    beta = adaptive.fit_prior(np.full(N, n), c)
+    beta = priors.fit_prior(np.full(N, n), c)
     assert fit.loglik > beta.loglik  # a Beta cannot take this shape
 
 
@@ -238,13 +278,13 @@ def test_auto_takes_the_beta_the_inflated_beta_or_the_grid_by_likelihood():
     rng = np.random.default_rng(9)
     n = np.full(3000, 16)
     beta_counts = rng.binomial(16, rng.beta(0.3, 0.4, 3000))
-    chosen = adaptive.choose_prior(n, beta_counts)
+    chosen = priors.choose_prior(n, beta_counts)
     assert chosen.method == "fit" and chosen.selection.startswith("auto: inflated Beta log-likelihood")
-    assert (chosen.a, chosen.b) == (adaptive.fit_prior(n, beta_counts).a, adaptive.fit_prior(n, beta_counts).b)
-    mixed = adaptive.choose_prior(n, rng.binomial(16, _mixture(rng, 3000)))
+    assert (chosen.a, chosen.b) == (priors.fit_prior(n, beta_counts).a, priors.fit_prior(n, beta_counts).b)
+    mixed = priors.choose_prior(n, rng.binomial(16, _mixture(rng, 3000)))
     assert mixed.method == "inflated" and "chosen by auto" in mixed.label and "at p = 0" in mixed.label
     spikes = np.where(rng.random(3000) < 0.5, 0.2, 0.75)
-    assert adaptive.choose_prior(n, rng.binomial(16, spikes)).method == "grid"
+    assert priors.choose_prior(n, rng.binomial(16, spikes)).method == "grid"
 
 
 def test_inflated_fit_recovers_a_known_mixture():
@@ -261,7 +301,7 @@ def test_inflated_fit_recovers_a_known_mixture():
     assert fit.a == pytest.approx(2.0, rel=0.15) and fit.b == pytest.approx(2.0, rel=0.15)
     grid = priors.fit_grid_prior(n, c)
     assert abs(fit.loglik - grid.loglik) < 10
-    assert fit.loglik > adaptive.fit_prior(n, c).loglik + 100
+    assert fit.loglik > priors.fit_prior(n, c).loglik + 100
     assert fit == priors.fit_inflated_prior(n, c)  # deterministic: a rerun re-derives its rounds
     assert adaptive.Prior.from_dict(fit.to_dict()) == fit
 
