@@ -334,11 +334,9 @@ def _grid_decision_parts(n: np.ndarray, c: np.ndarray, prior: Prior, target: Tar
     """Under a grid prior: the central ``1 - delta`` interval (the posterior's quantiles, grid points)
     and the three band probabilities (sums of posterior masses), per distinct pair, broadcast."""
     shape = n.shape
-    n_i, c_i = n.ravel().astype(np.int64), c.ravel().astype(np.int64)
-    base = int(n_i.max(initial=0)) + 1
-    uniq, inv = np.unique(n_i * base + c_i, return_inverse=True)
+    n_u, c_u, inv = stats.unique_pairs(n, c)
     p, w = prior.grid()
-    W = priors.grid_posterior(p, w, uniq // base, uniq % base)
+    W = priors.grid_posterior(p, w, n_u, c_u)
     cdf = np.cumsum(W, axis=1)
     tail = target.delta / 2.0
     # the smallest point with P(p <= point) >= tail (and >= 1 - tail); a little slack for rounding
@@ -407,10 +405,9 @@ def posterior_mean(n, c, prior: Prior) -> np.ndarray:
     c = np.asarray(c, np.int64)
     if not prior.is_grid:
         return (prior.a + c) / (prior.a + prior.b + n)
-    base = int(n.max(initial=0)) + 1
-    uniq, inv = np.unique(n * base + c, return_inverse=True)
+    n_u, c_u, inv = stats.unique_pairs(n, c)
     pts, w = prior.grid()
-    return (priors.grid_posterior(pts, w, uniq // base, uniq % base) @ pts)[inv].reshape(n.shape)
+    return (priors.grid_posterior(pts, w, n_u, c_u) @ pts)[inv].reshape(n.shape)
 
 
 def stopped(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
@@ -504,12 +501,10 @@ def _greedy(
     k = config.rule.k
     idx = np.flatnonzero(open_)
     # Every distinct (n, c) of the open prompts once.
-    n_o, c_o = n[idx], c[idx]
-    key = n_o * (config.n_max + 1) + c_o
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    n_u, c_u, inv = stats.unique_pairs(n[idx], c[idx])
     max_room = int(room[idx].max())
     steps = np.unique(np.r_[np.arange(k, max_room + 1, k), room[idx]])
-    table = predictive_stopped(n_o[first], c_o[first], prior, grid, steps)
+    table = predictive_stopped(n_u, c_u, prior, grid, steps)
     extra = np.zeros(len(n), np.int64)
     options: list[np.ndarray] = []
     gains: list[np.ndarray] = []

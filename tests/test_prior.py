@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from scipy import stats as sst
-from scipy.special import betainc, betaln
+from scipy.special import betainc, betaincinv, betaln
 
 from pipeline import adaptive, analyze
 from pipeline import estimators as est
@@ -205,7 +205,14 @@ def test_grid_analysis_is_the_grid_sums():
         assert w["mass"] == pytest.approx(float(post @ (wp * p * (1 - p))), rel=1e-10, abs=1e-12)
 
 
-@pytest.mark.parametrize(("a", "b"), [(0.3, 0.4), (2.0, 2.0), (0.05, 3.0)])
+# The small priors of real datasets, then concentrated ones up to the fit's ceiling, where the Jacobi
+# rule's constant overflowed (issue 32: NaN weights past a or b of about 1,034), symmetric or skewed.
+QUADRATURE_PRIORS = [(0.3, 0.4), (2.0, 2.0), (0.05, 3.0), (14.0, 14.0), (30.0, 2.0), (0.3, 5000.0), (1100.0, 900.0)]
+QUADRATURE_PRIORS += [(5000.0, 5000.0), (priors.PRIOR_CEIL, priors.PRIOR_CEIL), (priors.PRIOR_CEIL, priors.PRIOR_FLOOR)]
+QUADRATURE_PRIORS += [(600.0, priors.PRIOR_CEIL)]
+
+
+@pytest.mark.parametrize(("a", "b"), QUADRATURE_PRIORS)
 def test_beta_band_quadrature_is_the_truncated_moment(a, b):
     """E[1{p <= 0.1} p^j] etc. under Beta(a + c, b + n - c) by the composite Gauss-Jacobi rule cut at
     the band edges, against B(alpha + j, beta) / B(alpha, beta) times incomplete Beta differences."""
@@ -221,6 +228,50 @@ def test_beta_band_quadrature_is_the_truncated_moment(a, b):
                 want = scale * (betainc(al + j, be, hi) - betainc(al + j, be, lo))
                 inside = (nodes >= lo) & (nodes <= hi)
                 assert float(W[i] @ (inside * nodes**j)) == pytest.approx(want, rel=1e-9, abs=1e-14)
+
+
+@pytest.mark.parametrize(("a", "b"), [(1100.0, 900.0), (priors.PRIOR_CEIL, priors.PRIOR_CEIL), (0.3, 5000.0)])
+def test_beta_quadrature_of_a_smooth_function_matches_brute_force_integration(a, b):
+    """Past the Jacobi rule's overflow, a function that is no polynomial (DAPO's update mass at
+    G = 8, and p^G + q^G at G = 64) has the posterior mean scipy's adaptive integration of the
+    density gives (issue 32: these priors crashed the finish of a run)."""
+    from scipy.integrate import quad
+
+    n = np.array([4, 4, 4, 64, 64])
+    c = np.array([0, 2, 4, 0, 64])
+    dapo = est.get("dapo")
+    fs = (lambda p: dapo.mass(p, 8), lambda p: p**64 + (1 - p) ** 64)
+    nodes, W = priors.posterior_nodes(priors.Prior(a, b), n, c, edges=(0.1, 0.9), degree=65)
+    assert np.isfinite(W).all() and np.allclose(W.sum(axis=1), 1.0)
+    for i in range(len(n)):
+        al, be = a + c[i], b + n[i] - c[i]
+        # breakpoints at the posterior's quantiles, out to where it has no mass left
+        points = sorted({float(betaincinv(al, be, q)) for q in (1e-15, 1e-9, 1e-4, 0.05, 0.5, 0.95)})
+        points += sorted({1.0 - float(betaincinv(be, al, q)) for q in (1e-4, 1e-9, 1e-15)})
+
+        # a singular end (alpha < 1) as quad's algebraic weight, the rest of the density as the integrand
+        singular = al < 1
+
+        def density(p, al=al, be=be, singular=singular):
+            left = 0.0 if singular else (al - 1) * math.log(p)
+            return math.exp(left + (be - 1) * math.log1p(-p) - betaln(al, be))
+
+        for f in fs:
+            def g(p, f=f, d=density):
+                return float(f(np.array([p]))[0]) * d(p)
+
+            if singular:
+                cut = float(betaincinv(al, be, 0.5))  # the rest of the density is smooth below the median
+
+                def h(p, g=g, al=al):
+                    return g(p) * p ** (al - 1)
+
+                rest = [x for x in points if x > cut]
+                head = quad(g, 0, cut, weight="alg", wvar=(al - 1, 0), limit=500)[0]
+                want = head + quad(h, cut, 1, points=rest, limit=500)[0]
+            else:
+                want = quad(g, 0, 1, points=points, limit=500)[0]
+            assert float(W[i] @ f(nodes)) == pytest.approx(want, rel=1e-9, abs=1e-13)
 
 
 def test_em_recovers_a_known_mixture(monkeypatch):
