@@ -680,6 +680,38 @@ def test_report_shows_the_rounds(store, close_engines):
     assert 'id="adaptive"' not in Path(fixed["report"]).read_text()
 
 
+@pytest.mark.slow  # 24 runs of the default profile, each fitting three priors: about a minute on 2 cores
+def test_the_default_profile_finishes_on_datasets_with_no_spread(tmp_path, close_engines):
+    """Issue 32: counts that look binomial (a few prompts at one pass rate, every prompt at 0 or 1, many
+    prompts at 0.5) fit a Beta at the ceiling of the fit, whose quadrature gave NaN weights: the run
+    sampled everything and then stopped at its finish. The default adaptive profile (simulate
+    backend, the driver without Prefect) on 5 prompts at 0.5, at 0 and at 1, and on 2,000 at 0.5,
+    seeds 1-6: every run finishes with every prompt's decision and a summary of numbers."""
+    for count, rate in ((5, 0.5), (5, 0.0), (5, 1.0), (2000, 0.5)):
+        folder = tmp_path / f"{count}-at-{rate}"
+        folder.mkdir()
+        rows = [{"problem": f"What is {k} plus 1?", "answer": str(k + 1)} for k in range(count)]
+        (folder / "problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "rates.csv").write_text("problem,pass_rate\n" + "".join(f"{r['problem']},{rate}\n" for r in rows))
+        store = Store.open(folder / "data")
+        for seed in range(1, 7):
+            cfg = run.ProfileConfig.build(
+                backend="simulate",
+                data_file=str(folder / "problems.jsonl"),
+                backend_options={"pass_rates": str(folder / "rates.csv")},
+                adaptive="band",
+                seed=seed,
+                grade_workers=1,
+                report=False,
+            )
+            rid = executors.profile_direct(cfg, store)["run_id"]
+            assert store.get_run(rid)["status"] == "done", (count, rate, seed)
+            stats_ = store.read_table("prompt_stats", {"run_id": rid})
+            assert stats_.num_rows == count and None not in stats_.column("decided_band").to_pylist()
+            values = store.read_table("summary", {"run_id": rid}).column("value").to_numpy(zero_copy_only=False)
+            assert np.isfinite(values.astype(float)).all(), (count, rate, seed)
+
+
 # --- every backend numbers its samples from first_idx ------------------------------------------------
 
 PROBLEMS = [

@@ -404,6 +404,39 @@ def _summary(n, c, cfg: analyze.AnalyzeConfig) -> dict:
     return out
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "c"),
+    [
+        (priors.PRIOR_CEIL, priors.PRIOR_CEIL, [2, 2, 2, 2, 2]),
+        (priors.PRIOR_FLOOR, priors.PRIOR_CEIL, [0, 0, 0, 0, 0]),
+        (priors.PRIOR_CEIL, priors.PRIOR_FLOOR, [4, 4, 4, 4, 4]),
+        (7000.7, 3000.7, [1, 2, 3, 2, 4]),
+    ],
+)
+def test_posterior_analysis_under_a_prior_at_the_fits_ceiling(a, b, c):
+    """Issue 32: counts with no spread beyond binomial noise (a few prompts at 2 of 4, every prompt
+    0/4 or 4/4) fit a Beta at the ceiling, and a run's finish crashed on the quadrature's NaN
+    weights. Under such priors every summary value is a number, and GRPO's mean update mass is the
+    closed form of its Beta moments (``curriculum.expected_mass``), the shares of three bands that
+    cover [0, 1] summing to 1."""
+    from pipeline import curriculum
+
+    n = np.full(5, 4)
+    bands = (
+        analyze.Band("hard", ((0.0, 0.1, True, False),)),
+        analyze.Band("mid", ((0.1, 0.9, True, True),)),
+        analyze.Band("easy", ((0.9, 1.0, False, True),)),
+    )
+    cfg = analyze.AnalyzeConfig(group_sizes=(4, 8, 16), prior_a=a, prior_b=b, posterior=True, bands=bands)
+    got = _summary(n, np.array(c), cfg)
+    assert all(np.isfinite(v) for v in got.values())
+    for G in (4, 8, 16):
+        exact, _ = curriculum.expected_mass(a + np.array(c), b + n - np.array(c), G, "grpo")
+        assert got[("gradient_share", "mean_mass", "grpo", G, "all")] == pytest.approx(exact.mean(), rel=1e-9)
+        shares = [got[("gradient_share", "share", "grpo", G, band.name)] for band in bands]
+        assert sum(shares) == pytest.approx(1.0, abs=1e-9)
+
+
 def test_adaptive_band_shares_are_posterior_expectations():
     """Monte Carlo: U-shaped truth Beta(0.3, 0.4), the adaptive rounds under that very prior. GRPO's
     band shares at G = 8 are within 8% of the truth over 4 x 4,000 prompts (the share computed from
