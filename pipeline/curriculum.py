@@ -94,7 +94,7 @@ def _has_polynomial_mass(estimator: estimators.Estimator) -> bool:
     return type(estimator).weight is estimators.Estimator.weight
 
 
-def _quadrature(a: np.ndarray, b: np.ndarray, f, degree: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _mean_sd(a: np.ndarray, b: np.ndarray, f, degree: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and sd of ``f(p)`` under each ``Beta(a_i, b_i)``, by the one posterior rule
     (``prior.posterior_nodes``, accurate for ``f`` smooth or a polynomial of degree ``degree``).
 
@@ -121,7 +121,7 @@ def expected_mass(
     est = estimators.get(estimator)
     a, b = np.atleast_1d(np.asarray(a, dtype=float)), np.atleast_1d(np.asarray(b, dtype=float))
     if not _has_polynomial_mass(est):
-        return _quadrature(a, b, lambda p: est.mass(p, G), degree=2 * G + 4)
+        return _mean_sd(a, b, lambda p: est.mass(p, G), degree=2 * G + 4)
     coef = _mass_coefficients(est, G)
     mean = sum(coef[s] * beta_moment(a, b, s + 1, G - s) for s in range(G))
     square = np.convolve(coef, coef)  # index u = s + t: p^(u+2) q^(2G-u)

@@ -489,9 +489,9 @@ def _beta_cuts(a: float, b: float, n_u: np.ndarray, c_u: np.ndarray, edges) -> n
 def _beta_nodes(a: float, b: float, cuts: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """Nodes and log prior weights of a composite Gauss-Jacobi rule for the density
     ``p^(a-1) q^(b-1)`` on the pieces between ``cuts``: on a piece at 0 or 1 the factor singular
-    there is the Jacobi weight, the rest is smooth; ``m`` nodes per piece. The weights stay logs
-    (no normalising constant: ``roots_jacobi``'s ``2^(a + b + 1) B(a, b)`` overflows past
-    ``a + b`` near 1,024, and the sums normalise each posterior anyway)."""
+    there is the Jacobi weight while its exponent is below ``JACOBI_MAX`` (``roots_jacobi``'s
+    constant ``2^(a + b + 1) B(a, b)`` overflows past ``a + b`` near 1,024: NaN weights), the rest is
+    smooth; ``m`` nodes per piece."""
     from scipy.special import roots_jacobi
 
     nodes, logw = [], []
