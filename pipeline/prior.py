@@ -463,10 +463,10 @@ def state_prior(method: str, n, c, n0, c0) -> Prior:
 
 def _beta_cuts(a: float, b: float, n_u: np.ndarray, c_u: np.ndarray, edges) -> np.ndarray:
     """Where the rule of ``posterior_nodes`` is cut: at 0, 1 and ``edges``; for a concentrated prior
-    (``a + b - 2`` past what ``NODE_MARGIN`` absorbs) only over where some posterior has mass (its
-    ``TAIL`` quantiles; an end is kept when the mass comes within a piece of it), in pieces even in
-    ``arcsin(sqrt(p))``, at most ``PIECE_SDS`` of the narrowest posterior's standard deviations
-    wide. On that scale every posterior is about as wide (``1 / (2 sqrt(a + b + n + 1))``), near an
+    (``a + b - 2`` past what ``NODE_MARGIN`` absorbs) only over where the prior or some posterior
+    has mass (its ``TAIL`` quantiles; an end is kept when the mass comes within a piece of it), in
+    pieces even in ``arcsin(sqrt(p))``, at most ``PIECE_SDS`` of the narrowest posterior's standard
+    deviations wide. On that scale every posterior is about as wide (``1 / (2 sqrt(a + b + n + 1))``), near an
     end as in the middle, and the prior's factor, steep at the scale of [0, 1] (``Beta(5000, 5000)``
     lives in 0.5 +- 0.05), is smooth on each piece."""
     inner = [e for e in edges if 0.0 < e < 1.0]
@@ -474,7 +474,7 @@ def _beta_cuts(a: float, b: float, n_u: np.ndarray, c_u: np.ndarray, edges) -> n
         return np.unique(np.r_[0.0, inner, 1.0])
     from scipy.special import betaincinv
 
-    alpha, beta = a + c_u, b + n_u - c_u
+    alpha, beta = np.r_[a, a + c_u], np.r_[b, b + n_u - c_u]  # the prior too: no pairs, no empty min
     step = PIECE_SDS / (2.0 * math.sqrt(float((alpha + beta).max()) + 1.0))
     lo = math.asin(math.sqrt(float(betaincinv(alpha, beta, TAIL).min())))
     # the upper quantile as the mirror's lower one: no 1 - (1 - x) rounding near 1
