@@ -50,6 +50,8 @@ def _inside(value: float, lo, hi, lo_open: bool, hi_open: bool) -> bool:
 
 
 def _fail(name: str, value: Any, kind: str, shown: str, bounded: bool, typed: bool, unit: str) -> ConfigError:
+    if typed and type(value) not in (int, float) and hasattr(value, "item"):
+        value = value.item()  # a NumPy scalar shows as the number it is
     if typed and bounded:  # a value of the right kind outside a bounded range
         return ConfigError(f"{name}={value!r} is out of range: allowed {shown}{' ' + unit if unit else ''}")
     where = f" in {shown}" if bounded else (f" {shown}" if shown else "")

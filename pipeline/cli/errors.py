@@ -39,4 +39,3 @@ def exit_on_error(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(1) from exc
 
     return run
-
