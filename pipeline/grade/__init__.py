@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pipeline.errors import ConfigError
 from pipeline.grade.extract import (
     BOX_NOT_PARSED,
     BOXED_SCAN_CHARS,
@@ -137,7 +138,7 @@ def _column(items: pa.Table, *names: str) -> list[Any]:
     for name in names:
         if name in items.column_names:
             return items.column(name).to_pylist()
-    raise ValueError(f"items table needs a column {names[0]!r}; it has {items.column_names}")
+    raise ConfigError(f"items table needs a column {names[0]!r}; it has {items.column_names}")
 
 
 def grade_table(
