@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from pipeline.checks import check_int
 from pipeline.cli import profile_options as opt
 from pipeline.cli.options import DataDir, Format, open_store
 from pipeline.cli.output import check_format, emit_sections, say
@@ -138,8 +139,7 @@ def drift_cmd(
 ) -> None:
     """Checkpoint drift: per checkpoint summary, prompts that became silent, largest changes."""
     fmt = check_format(fmt)
-    if limit < 0:
-        raise ConfigError(f"--limit {limit} must be >= 0")
+    check_int("--limit", limit, 0)
     store = open_store(data_dir)
     emit_sections(
         [
