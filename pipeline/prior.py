@@ -1,9 +1,10 @@
 """Priors over a dataset's pass rates and the posterior sums they give (``docs/adaptive.md`` §2, §3, §7).
 
-Three kinds of prior, one ``Prior`` record:
+Every prior fit and the choice among them (``choose_prior`` for ``auto``, ``state_prior`` by name)
+live here; three kinds of prior, one ``Prior`` record:
 
-- a Beta prior ``Beta(a, b)`` (fitted by the beta-binomial likelihood in ``adaptive.fit_prior``,
-  or Jeffreys');
+- a Beta prior ``Beta(a, b)`` (fitted by the beta-binomial likelihood, ``fit_prior``, within
+  ``PRIOR_FLOOR`` and ``PRIOR_CEIL``; or Jeffreys');
 - a grid prior: the maximum-likelihood mixing distribution on a grid of ``K`` points from 0 to 1
   (``grid_points``: 0 and 1 included, so prompts that are never or always solved get point masses),
   fitted by EM to every prompt's counts (``fit_grid_prior``). It can take any shape the data
