@@ -350,7 +350,7 @@ class SignalPolicy(_Base):
     def _population(self) -> Prior | None:
         """The dataset's grid prior (``prior.fit_grid_prior``, adaptive profiling's), fitted on every
         prompt's rounded discounted counts, refitted every ``POPULATION_REFIT`` choices. The grid, not
-        ``adaptive.choose_prior``: counts of many sizes (fresh, forgotten) can make a two-parameter Beta
+        ``prior.choose_prior``: counts of many sizes (fresh, forgotten) can make a two-parameter Beta
         fit so concentrated that it outweighs a prompt's own outcomes."""
         if self._fitted_at is None or self.t - self._fitted_at >= POPULATION_REFIT:
             n, c = np.rint(self.n), np.rint(self.c)

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, prior, schema, stats
+from pipeline import prior, schema, stats
 from pipeline.errors import ConfigError
 
 CURRENT = pa.schema(
@@ -207,7 +207,7 @@ def profile_vs_training(
 ) -> pa.Table:
     """The offline profile's prediction against what training then drew: prompts grouped into
     ``bins`` equal-width bins of the profile's posterior mean (under the population prior fitted on
-    the profile's counts as adaptive profiling fits it, ``adaptive.choose_prior``; not ``config``'s
+    the profile's counts as adaptive profiling fits it, ``prior.choose_prior``; not ``config``'s
     Beta prior); per bin the predicted and the
     observed pass rate, and the predicted and observed share of silent training groups (each
     training row is one group of its own size ``n``). A calibrated profile has them agree
@@ -231,7 +231,7 @@ def profile_vs_training(
     c = train.column("c").to_numpy()[known]
     # The population prior fitted on the profile's counts, not Jeffreys' per prompt: a posterior mean
     # binned and compared is calibrated only under the prior the pass rates were drawn from.
-    fitted = adaptive.choose_prior(
+    fitted = prior.choose_prior(
         prof_counts.column("n_sum").to_numpy().astype(float), prof_counts.column("c_sum").to_numpy().astype(float)
     )
     points, W = prior.posterior_nodes(fitted, p_n, p_c, degree=int(n.max(initial=1)))
