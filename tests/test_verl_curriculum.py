@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 DRIVER = ROOT / "tests" / "verl_driver.py"
 MARK = "CURRICULUM-JSON "  # verl_driver.MARK
+# The LRU floor, whose guarantee (every prompt within ceil(N / slots) batches) these tests check.
+FLOOR_POLICY = "signal:explore=thompson,prior=jeffreys,floor=0.3,cover=lru,coverage=0"
 
 # 40 prompts: 10 the model always solves, 10 it never does, 20 in between (a profile of 16 rollouts).
 EASY, HARD, MID = range(0, 10), range(10, 20), range(20, 40)
@@ -97,7 +99,7 @@ def test_new_counts_change_the_choices_and_silent_prompts_are_drawn_less():
     schedule = vc.CurriculumSchedule(
         ids,
         BATCH,
-        policy="signal:explore=thompson,prior=jeffreys,floor=0.3,cover=lru,coverage=0",  # the floor's guarantee
+        policy=FLOOR_POLICY,
         seed=0,
         group_size=8,
         counts=lambda: pending.pop() if pending else None,
@@ -260,6 +262,7 @@ def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_d
             f"+data.curriculum.data_dir={data_dir}",
             "+data.curriculum.group_size=8",
             "+data.curriculum.seed=0",
+            f"+data.curriculum.policy='{FLOOR_POLICY}'",
         ],
     }
     proc = subprocess.Popen(
@@ -300,7 +303,7 @@ def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_d
     assert len(before) == len(after) == 10 and all(len(b) == len(set(b)) == BATCH for b in before + after)
     # The draws are the policy's: the same schedule run here, fed the same counts, chooses the same batches.
     now = vc.ObservedCounts(store, dataset, ids, forgetting=0.9)()  # profile and step 1, as the dataset read them
-    twin = vc.CurriculumSchedule(ids, BATCH, seed=0, group_size=8, counts=lambda: (n, c))
+    twin = vc.CurriculumSchedule(ids, BATCH, policy=FLOOR_POLICY, seed=0, group_size=8, counts=lambda: (n, c))
     for _ in range(10 * BATCH):
         twin.next_row()
     twin.counts = lambda: now
