@@ -13,7 +13,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 
-# Left to right: a module may import its own layer's package and anything to its left.
+# Left to right: a module may import its own layer's package and anything to its left. The pure
+# functions of counts (stats .. adaptive) sit left of the store: they know nothing of storage, and
+# the run registry decodes a run's adaptive settings and prior into their records.
 LAYERS = (
     "errors",
     "paths",
@@ -22,15 +24,16 @@ LAYERS = (
     "grade",
     "datasets",
     "sample",
-    "store",
-    "sql",
-    "api",
     "stats",
     "estimators",
     "prior",
+    "adaptive",
+    "store",
+    "sql",
+    "api",
     "analyze",
     "allocate",
-    "adaptive",
+    "finish",
     "calibrate",
     "export",
     "observe",

@@ -30,10 +30,7 @@ def counts_of(store: Store, run: str | None, dataset: str | None, answers: bool 
     if (run is None) == (dataset is None):
         raise ConfigError("give exactly one of --run RUN_ID or --dataset NAME")
     if run is not None:
-        if (store.get_run(run, missing_ok=True) or {}).get("backend") == "observations":  # `current --save`: no samples
-            stats = store.read_table("prompt_stats", {"run_id": run})
-            return run, stats.select(["prompt_id", "n", "c"])
-        return run, analyze.counts_from_samples(store, run, answers=answers)
+        return run, analyze.run_counts(store, store.get_run(run), answers=answers)
     problems = store.read_table("problems", {"dataset": dataset})
     if problems.num_rows == 0:
         raise DatasetError(f"no problems stored for dataset {dataset!r}; run `difficulty load` first")
@@ -104,10 +101,8 @@ def analyze_cmd(
         reco_answers=tuple(ints(reco_answers, "--reco-answers")) if reco_answers.strip() else (),
     )
     store = open_store(data_dir)
-    if dataset is None and run is not None and (store.get_run(run, missing_ok=True) or {}).get("adaptive"):
-        from pipeline.run import reanalyze  # an adaptive run keeps its decisions and posterior estimates
-
-        run_id, result = run, reanalyze(store, run, config)
+    if run is not None and dataset is None:
+        run_id, result = run, analyze.analyze_run(store, run, config)  # an adaptive run's stays posterior
     else:
         run_id, counts = counts_of(store, run, dataset)
         result = analyze.analyze(counts, run_id, config)

@@ -16,52 +16,46 @@ from pipeline.cli.profile_options import GRADE_DEFAULTS
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeline.finish import FinishedRun
     from pipeline.run import ProfileConfig
     from pipeline.store import Store
 
 
-def print_run_summary(store: Store, run_id: str) -> None:
-    """The end-of-run summary: pass-rate spread, zero-signal rates, gradient shares at G = 8."""
-    spread = store.named_query("pass_rate_spread", {"run_id": run_id})
-    print_table(spread, title=f"pass-rate spread, run {run_id}")
-    silent = store.named_query("zero_signal_summary", {"run_id": run_id})
+def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = None) -> None:
+    """The end-of-run summary: pass-rate spread, zero-signal rates, gradient shares at G = 8; from
+    what the run's finish computed when given (not read back), else from the stored tables."""
+
+    def rows(name: str, params: dict) -> pa.Table:
+        if finished is None:
+            return store.named_query(name, params)
+        tables = {"prompt_stats": finished.analysis.prompt_stats, "summary": finished.analysis.summary}
+        return store.tables_query(name, tables, params)
+
+    print_table(rows("pass_rate_spread", {"run_id": run_id}), title=f"pass-rate spread, run {run_id}")
+    silent = rows("zero_signal_summary", {"run_id": run_id})
     print_table(silent, title="zero-signal (silent group) rate by group size G")
-    shares = store.named_query("gradient_shares", {"run_id": run_id, "G": 8})
+    shares = rows("gradient_shares", {"run_id": run_id, "G": 8})
     print_table(shares, title="gradient share by difficulty band at G = 8")
 
 
-def _prior_label(run: dict) -> str:
-    """A run's stored prior in words (its registry row's ``prior`` JSON)."""
-    import json
-
-    from pipeline.prior import Prior
-
-    stored = json.loads(run.get("prior") or "{}") or {}
-    if stored:
-        return Prior.from_dict(stored).label
-    return f"Beta({run['prior_a']:.3g}, {run['prior_b']:.3g})"
-
-
-def print_adaptive_summary(store: Store, run_id: str) -> None:
+def print_adaptive_summary(finished: FinishedRun) -> None:
     """An adaptive run's rounds, rollouts and prior in one line (nothing for a fixed-n run)."""
-    import json
-
     import pyarrow.compute as pc
 
-    run = store.get_run(run_id)
-    if not run.get("adaptive"):
+    run, stats = finished.run, finished.analysis.prompt_stats
+    acfg = run.adaptive
+    if acfg is None:
         return
-    settings = json.loads(run["adaptive"])
-    rounds = json.loads(run.get("rounds") or "[]")
-    stats = store.read_table("prompt_stats", {"run_id": run_id})
     total = int(pc.sum(stats.column("n")).as_py() or 0)
     undecided = int(pc.sum(stats.column("undecided").cast("int64")).as_py() or 0)
-    prior = _prior_label(run)
+    prior = run.prior.label if run.prior is not None else "not recorded"
     say(
-        f"adaptive {settings['target']} (n {settings['n_min']}..{settings['n_max']}, {settings['rule']}): "
-        f"{len(rounds)} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
+        f"adaptive {acfg.target.spec} (n {acfg.n_min}..{acfg.n_max}, {acfg.rule.spec}): "
+        f"{len(run.rounds or ())} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
         f"{undecided} prompts stopped undecided; prior {prior}"
-        + ("" if settings["prior"] in prior else f" ({settings['prior']})")
+        + ("" if acfg.prior in prior else f" ({acfg.prior})")
         + "; the analysis uses posterior expectations under it"
     )
 
@@ -140,8 +134,8 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
             from pipeline.flows.executors import profile_direct
 
             result = profile_direct(profile, store)
-    print_run_summary(store, result["run_id"])
-    print_adaptive_summary(store, result["run_id"])
+    print_run_summary(store, result["run_id"], result["finished"])
+    print_adaptive_summary(result["finished"])
     say(f"run {result['run_id']} done; tables under {store.root}")
     if result.get("report"):
         say(f"report: {result['report']}")
@@ -182,7 +176,7 @@ def grade_cmd(
     info = import_rollouts(config, store)
     statuses = ", ".join(f"{k}: {v}" for k, v in info["grade_status"].items())
     say(f"graded {info['samples']} rollouts of {info['prompts']} prompts ({statuses})")
-    print_run_summary(store, info["run_id"])
+    print_run_summary(store, info["run_id"], info["finished"])
     say(f"run {info['run_id']} done; tables under {store.root}")
     if info.get("report"):
         say(f"report: {info['report']}")

@@ -140,13 +140,13 @@ def profile(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
         store: the data directory (a served deployment passes ``asdict(Store)``).
 
     Returns:
-        ``{"run_id": ..., "report": path or None}``.
+        ``{"run_id": ..., "report": path or None, "finished": what the finish computed}``.
     """
     cfg = run.ProfileConfig.from_dict(config)
     data = _store(store)
     with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
-        result = run.profile(cfg, data, executor, _flow_steps(cfg))
-    return after_task(cfg, data, result)
+        finished = run.profile(cfg, data, executor, _flow_steps(cfg))
+    return after_task(cfg, data, quote(finished))  # quoted: Prefect would walk its tables for futures
 
 
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)

@@ -83,24 +83,25 @@ def dataset_problems(store: Store, dataset: str | None = None, data_file: str | 
     return problems
 
 
-def track_run(store: Store, run_id: str) -> TrackResult:
-    """A finished profile run as the source ``profile:<run id>`` (step 0): each prompt's samples."""
+def track_run(store: Store, run_id: str, stats: pa.Table | None = None) -> TrackResult:
+    """A finished profile run as the source ``profile:<run id>`` (step 0): each prompt's samples.
+    ``stats``: the run's prompt_stats when the caller holds them (its finish's); else read."""
     run = store.get_run(run_id)
-    stats = store.read_table("prompt_stats", {"run_id": run_id})
+    stats = store.read_table("prompt_stats", {"run_id": run_id}) if stats is None else stats
     if stats.num_rows == 0:
-        raise DatasetError(f"run {run_id} has no analysis yet (status {run.get('status')!r}): finish it first")
+        raise DatasetError(f"run {run_id} has no analysis yet (status {run.status!r}): finish it first")
     source = record.check_source(f"profile:{run_id}")
     result = TrackResult(source)
     rows = record.observation_rows(
         source,
         "profile",
         0,
-        run["dataset"],
+        run.dataset,
         stats.column("prompt_id").to_pylist(),
         stats.column("n").to_pylist(),
         stats.column("c").to_pylist(),
-        run.get("model"),
-        observed_at=run.get("updated_at"),
+        run.model,
+        observed_at=run.updated_at,
     )
     record.write_step(store, source, 0, rows)
     result.add(0, rows, None)

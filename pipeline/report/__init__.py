@@ -14,6 +14,7 @@ A run whose analysis tables are missing is analysed in memory with the default s
 computed for the report.
 """
 
+from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
 from pipeline.report.charts import Chart, Section, TableView
 from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
@@ -22,9 +23,10 @@ from pipeline.report.sections import build_sections
 from pipeline.store import Store
 
 
-def write_run_report(store: Store, run_id: str) -> str:
-    """Render a finished run's report to its place in the data directory; returns where."""
-    return str(render_report(store, run_id, store.report_path(run_id)))
+def write_run_report(store: Store, run_id: str, analysis: Analysis | None = None) -> str:
+    """Render a finished run's report to its place in the data directory; returns where.
+    ``analysis``: the one its finish computed, when the caller has it (not read back)."""
+    return str(render_report(store, run_id, store.report_path(run_id), analysis=analysis))
 
 
 __all__ = [

@@ -25,10 +25,10 @@ def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
         rows.append(
             [
                 d.run_id,
-                str(d.run.get("model") or ""),
-                str(d.run.get("dataset") or ""),
-                str(d.run.get("backend") or ""),
-                fmt(d.run.get("created_at")),
+                str(d.run.model or ""),
+                str(d.run.dataset or ""),
+                str(d.run.backend or ""),
+                fmt(d.run.created_at),
                 fmt(s.height),
                 fmt(d.sample_info.get("samples")),
                 pct(s["pass_rate"].mean()) if s.height else "",

@@ -49,19 +49,19 @@ def _run_card(data: RunData) -> Section:
     measured = s.filter(pl.col("n") > 0)
     sec.items = [
         ("Run", data.run_id),
-        ("Dataset", str(run.get("dataset") or "")),
-        ("Model", str(run.get("model") or "")),
-        ("Backend", str(run.get("backend") or "")),
+        ("Dataset", str(run.dataset or "")),
+        ("Model", str(run.model or "")),
+        ("Backend", str(run.backend or "")),
         ("Sampling", params),
-        ("Seed", fmt(run.get("seed"))),
-        ("Grader", str(run.get("grader") or "")),
-        ("Status", str(run.get("status") or "")),
-        ("Created", fmt(run.get("created_at"))),
-        ("Updated", fmt(run.get("updated_at"))),
+        ("Seed", fmt(run.seed)),
+        ("Grader", str(run.grader or "")),
+        ("Status", str(run.status or "")),
+        ("Created", fmt(run.created_at)),
+        ("Updated", fmt(run.updated_at)),
         (
             "Prompts",
             f"{s.height:,} analysed, {measured.height:,} with samples"
-            + (f" (registry: {run['n_prompts']:,})" if run.get("n_prompts") else ""),
+            + (f" (registry: {run.n_prompts:,})" if run.n_prompts else ""),
         ),
         (
             "Samples",
@@ -81,8 +81,8 @@ def _run_card(data: RunData) -> Section:
         ("Truncated (finish = length)", fmt(data.sample_info.get("truncated"))),
         ("Versions", versions),
     ]
-    if run.get("prompt_template"):
-        sec.items.append(("Prompt template", short(run["prompt_template"], 300)))
+    if run.prompt_template:
+        sec.items.append(("Prompt template", short(run.prompt_template, 300)))
     total = sum(r["n"] for r in data.grade_counts) or 1
     sec.tables.append(
         TableView(

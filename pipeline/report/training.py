@@ -69,7 +69,7 @@ def training_section(data: RunData, charts: Charts) -> Section:
     training = obs.filter(pc.equal(obs.column("kind"), "training")) if obs is not None and obs.num_rows else None
     if training is None or training.num_rows == 0:
         sec.notes.append(
-            f"No training observations of dataset {data.run.get('dataset')!r} yet: `difficulty track ROLLOUT_DIR "
+            f"No training observations of dataset {data.run.dataset!r} yet: `difficulty track ROLLOUT_DIR "
             "--dataset ...` imports verl's rollout dumps, and the TRL recorder (docs/guide/observations.md) records "
             "a GRPOTrainer's rewards while it trains."
         )

@@ -43,8 +43,6 @@ _WHERE = {
     "pending_shards": "plan",
     "plan_next_round": "rounds",
     "prepare_run": "driver",
-    "reanalyze": "driver",
-    "stored_run_plan": "driver",
     "profile": "driver",
     "run_label": "driver",
     "run_pending_shards": "shards",

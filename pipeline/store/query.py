@@ -1,5 +1,5 @@
 """DuckDB over the data directory: one view per table, the sandbox for a user's SQL, named queries
-(``pipeline/sql/<name>.sql``) and queries over a given list of files."""
+(``pipeline/sql/<name>.sql``) and queries over a given list of files or over tables in memory."""
 
 from __future__ import annotations
 
@@ -130,6 +130,19 @@ def query(s: Facade, sql: str, params: list | dict | None = None) -> pa.Table:
         return arrow(con.sql(sql, params=params or None))
     except duckdb.Error as exc:
         raise StoreError(str(exc)) from exc
+    finally:
+        con.close()
+
+
+def tables_query(name: str, tables: dict[str, pa.Table], params: dict | None = None) -> pa.Table:
+    """See ``Store.tables_query``."""
+    con = duckdb.connect(":memory:")
+    try:
+        for table, data in tables.items():
+            con.register(table, data)
+        return arrow(con.sql(load_sql(name), params=params or None))
+    except duckdb.Error as exc:
+        raise StoreError(f"{name}: {exc}") from exc
     finally:
         con.close()
 
