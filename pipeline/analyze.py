@@ -906,13 +906,13 @@ def run_prior(acfg: adaptive.AdaptiveConfig, counts: pa.Table) -> Prior:
 OBSERVATIONS_BACKEND = "observations"
 
 
-def run_counts(store: Store, run: RunRecord, answers: bool = True) -> pa.Table:
-    """A registered run's per-prompt counts: from its samples (``counts_from_samples``), or, for
-    a run saved from observations, its stored ``prompt_stats``' ``n`` and ``c``.
+def _registered(store: Store, run_id: str) -> RunRecord:
+    """The run's registry record; a run whose samples were written without one (tables made by
+    hand, by an older version) is read as a fixed-n run."""
+    return store.get_run(run_id, missing_ok=True) or RunRecord(run_id)
 
-    Raises:
-        StoreError: the run has no samples (or, saved from observations, no prompt_stats).
-    """
+
+def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
     if run.backend != OBSERVATIONS_BACKEND:
         return counts_from_samples(store, run.run_id, answers=answers)
     stats_table = store.read_table("prompt_stats", {"run_id": run.run_id})
@@ -921,12 +921,22 @@ def run_counts(store: Store, run: RunRecord, answers: bool = True) -> pa.Table:
     return stats_table.select(["prompt_id", "n", "c"])
 
 
+def run_counts(store: Store, run_id: str, answers: bool = True) -> pa.Table:
+    """A run's per-prompt counts: from its samples (``counts_from_samples``), or, for a run saved
+    from observations, its stored ``prompt_stats``' ``n`` and ``c``.
+
+    Raises:
+        StoreError: the run has no samples (or, saved from observations, no prompt_stats).
+    """
+    return _run_counts(store, _registered(store, run_id), answers)
+
+
 def analyze_run(store: Store, run_id: str, config: AnalyzeConfig | None = None) -> Analysis:
-    """A registered run analysed from its counts with ``config``, nothing written. An adaptive run
-    keeps what makes its analysis valid, exactly as its finish made it: each prompt's decision and
-    every estimate a posterior expectation under its prior, fitted to its samples (``run_prior``)."""
-    run = store.get_run(run_id)
-    counts = run_counts(store, run)
+    """A run analysed from its counts with ``config``, nothing written. An adaptive run keeps what
+    makes its analysis valid, exactly as its finish made it: each prompt's decision and every
+    estimate a posterior expectation under its prior, fitted to its samples (``run_prior``)."""
+    run = _registered(store, run_id)
+    counts = _run_counts(store, run, answers=True)
     acfg = run.adaptive
     if acfg is None:
         return analyze(counts, run_id, config)

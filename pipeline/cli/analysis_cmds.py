@@ -30,7 +30,7 @@ def counts_of(store: Store, run: str | None, dataset: str | None, answers: bool 
     if (run is None) == (dataset is None):
         raise ConfigError("give exactly one of --run RUN_ID or --dataset NAME")
     if run is not None:
-        return run, analyze.run_counts(store, store.get_run(run), answers=answers)
+        return run, analyze.run_counts(store, run, answers=answers)
     problems = store.read_table("problems", {"dataset": dataset})
     if problems.num_rows == 0:
         raise DatasetError(f"no problems stored for dataset {dataset!r}; run `difficulty load` first")
