@@ -130,6 +130,7 @@ def test_run_record_round_trip(store):
         ("adaptive", "{not json"),
         ("adaptive", '{"target": "band", "n_min": 9, "n_max": 4}'),  # valid JSON, invalid settings
         ("prior", "[1, 2]"),
+        ("prior", '{"a": "x", "b": 1.0}'),
         ("rounds", '[{"round": 0, "prompts": "many"}]'),
         ("params", "null-ish"),
     ],

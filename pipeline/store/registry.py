@@ -145,7 +145,8 @@ def decode_run(row: dict[str, Any]) -> RunRecord:
         except (ValueError, TypeError, KeyError) as exc:  # ConfigError is a ValueError
             raise RunRecordError(
                 f"run {run_id}: its registry field {name} = {text!r} cannot be read ({exc}); it was not "
-                f"written by this pipeline: restore runs/run_id={run_id} or profile the run again"
+                f"written by this pipeline: restore runs/run_id={run_id} from a copy, or move it aside and "
+                "profile the run again"
             ) from exc
 
     def rounds(value: list) -> tuple[RoundCount, ...]:
@@ -154,7 +155,13 @@ def decode_run(row: dict[str, Any]) -> RunRecord:
             raise TypeError("a round's counts must be integers")
         return out
 
-    prior = json_field("prior", dict, Prior.from_dict)
+    def prior_of(value: dict) -> Prior:
+        prior = Prior.from_dict(value)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (prior.a, prior.b)):
+            raise TypeError("the prior's a and b must be numbers")
+        return prior
+
+    prior = json_field("prior", dict, prior_of)
     if prior is None and row.get("prior_a") is not None and row.get("prior_b") is not None:
         prior = Prior(float(row["prior_a"]), float(row["prior_b"]))  # a row from before the prior's JSON
     return RunRecord(
