@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 
 from pipeline import estimators as est
 from pipeline import schema, stats
+from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import AllocationTooLargeError, ConfigError
 from pipeline.store import Store
 
@@ -128,21 +129,14 @@ class AllocationConfig:
     method: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective={_plain(self.objective)!r}; allowed: {', '.join(OBJECTIVES)}")
-        if self.method not in METHODS:
-            raise ConfigError(f"method={_plain(self.method)!r}; allowed: {', '.join(METHODS)}")
-        n_min, n_max, budget = _plain(self.n_min), _plain(self.n_max), _plain(self.budget)
-        if int(n_min) != n_min or n_min < 1:
-            raise ConfigError(f"n_min={n_min!r} must be an integer >= 1")
-        if int(n_max) != n_max or n_max < n_min:
+        check_choice("objective", self.objective, OBJECTIVES)
+        check_choice("method", self.method, METHODS)
+        n_min, n_max = check_int("n_min", self.n_min, 1), check_int("n_max", self.n_max, 1)
+        if n_max < n_min:
             raise ConfigError(f"n_max={n_max!r} must be an integer >= n_min={n_min}")
-        if int(budget) != budget or budget < 0:
-            raise ConfigError(f"budget={budget!r} must be an integer >= 0")
+        check_int("budget", self.budget, 0)
         for name in ("prior_a", "prior_b"):
-            v = _plain(getattr(self, name))
-            if not (v > 0 and math.isfinite(v)):
-                raise ConfigError(f"{name}={v!r} must be a finite number > 0")
+            check_number(name, getattr(self, name), 0, lo_open=True)
         e = est.get(self.estimator)  # unknown names fail here, listing the registry
         if self.objective != "signal" and e.spec != est.get(DEFAULT_ESTIMATOR).spec:
             raise ConfigError(
@@ -205,13 +199,6 @@ class Allocation:
 # --- value tables -------------------------------------------------------------------------------
 
 
-def _beta_moment(alpha: np.ndarray, beta: np.ndarray, i, j) -> np.ndarray:
-    """``E[p^i q^j]`` under ``Beta(alpha, beta)``."""
-    from scipy.special import betaln
-
-    return np.exp(betaln(alpha + i, beta + j) - betaln(alpha, beta))
-
-
 def value_table(
     objective: str,
     n_grid: np.ndarray,
@@ -243,15 +230,15 @@ def value_table(
     out = np.empty((rows, len(n_grid)))
     if objective == "variance":
         w2 = 1.0 if prompt_weights is None else np.asarray(prompt_weights, float) ** 2
-        pq = _beta_moment(alpha, beta, 1, 1) if posterior else p * q
+        pq = stats.beta_moment(alpha, beta, 1, 1) if posterior else p * q
         return -(w2 * pq)[:, None] / np.asarray(n_grid, float)[None, :]
     if objective == "knapsack":
         for j, n in enumerate(n_grid):
             if posterior:
                 out[:, j] = (
-                    _beta_moment(alpha, beta, 1, 2)
-                    - _beta_moment(alpha, beta, n + 1, 2)
-                    - _beta_moment(alpha, beta, 1, n + 2)
+                    stats.beta_moment(alpha, beta, 1, 2)
+                    - stats.beta_moment(alpha, beta, n + 1, 2)
+                    - stats.beta_moment(alpha, beta, 1, n + 2)
                 )
             else:
                 out[:, j] = (1 - p**n - q**n) * p * q * q
@@ -295,13 +282,10 @@ def _resample_terms(alpha: np.ndarray, beta: np.ndarray, n: int, T: int):
     ``sum w E'[f]`` over the ``(w, alpha', beta')`` yielded here (one term, ``(1, alpha, beta)``, for
     T = 1). Every weight is positive: nothing cancels. docs/estimators.md §5.
     """
-    from scipy.special import betaln
-
-    base = betaln(alpha, beta)
     for t in range(T):
         for m in range(t + 1):
-            a, b = alpha + n * m, beta + n * (t - m)
-            yield math.comb(t, m) * np.exp(betaln(a, b) - base), a, b
+            i, j = n * m, n * (t - m)
+            yield math.comb(t, m) * stats.beta_moment(alpha, beta, i, j), alpha + i, beta + j
 
 
 def cost_table(

@@ -36,8 +36,9 @@ import pyarrow.compute as pc
 
 from pipeline import adaptive, schema, stats
 from pipeline import estimators as est
+from pipeline.checks import check_int
 from pipeline.errors import ConfigError, PipelineError, StoreError
-from pipeline.prior import Prior, cell_share, posterior_nodes
+from pipeline.prior import Prior, cell_share, posterior_nodes, state_prior
 from pipeline.store import RunRecord, Store, conform
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,7 @@ class AnalyzeConfig:
         if not self.group_sizes:
             raise ConfigError("group_sizes is empty; give at least one G >= 1")
         for G in self.group_sizes:
-            if int(G) != G or G < 1:
-                raise ConfigError(f"group size G={G!r} must be an integer >= 1")
+            check_int("group size G", G, 1)
         for spec in self.estimators:
             est.get(spec)  # unknown names raise, listing the registry
         object.__setattr__(self, "reco_answers", tuple(int(G) for G in self.reco_answers))
@@ -370,27 +370,12 @@ ADAPTIVE_COLUMNS = ("stop_round", "decided_band", "band_prob", "post_lo", "post_
 # --- per-pair computations ----------------------------------------------------------------------
 
 
-def _unique_pairs(n: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``stats.unique_pairs`` (the same arrays), by a count over the (n, c) grid when the grid is
-    small next to the number of prompts (65 x 65 cells at 64 samples): no sort of the prompts."""
-    n = np.asarray(n, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    base = int(n.max(initial=0)) + 1
-    if base * base > max(4 * len(n), 2**16):
-        return stats.unique_pairs(n, c)
-    key = n * base + c
-    uniq = np.flatnonzero(np.bincount(key, minlength=base * base))
-    lookup = np.zeros(base * base, np.int64)
-    lookup[uniq] = np.arange(len(uniq))
-    return uniq // base, uniq % base, lookup[key]
-
-
 class _Pairs:
     """Everything that depends on a prompt only through (n, c), on the unique pairs."""
 
     def __init__(self, n: np.ndarray, c: np.ndarray, config: AnalyzeConfig) -> None:
         self.config = config
-        self.n_u, self.c_u, self.inv = _unique_pairs(n, c)
+        self.n_u, self.c_u, self.inv = stats.unique_pairs(n, c)
         self.mult = np.bincount(self.inv, minlength=len(self.n_u))
         self.observed = stats.pass_rate(self.n_u, self.c_u)  # c / n
         a, b = config.prior_a, config.prior_b
@@ -422,7 +407,7 @@ class _Pairs:
         if posterior:
             self.mass = np.full_like(self.weight, np.nan)
             if not self.grid:
-                nodes, W = stats.beta_quadrature(self.n_u, self.c_u, a, b, degree=max(Gs) + 1)
+                nodes, W = posterior_nodes(Prior(a, b), self.n_u, self.c_u, degree=max(Gs) + 1)
             pq = nodes * (1 - nodes)
             for i, e in enumerate(self.estimators):
                 for j, G in enumerate(Gs):
@@ -894,10 +879,10 @@ def adaptive_counts(store: Store, run_id: str, n_min: int) -> pa.Table:
 
 
 def run_prior(acfg: adaptive.AdaptiveConfig, counts: pa.Table) -> Prior:
-    """The prior an adaptive run decides with, from ``adaptive_counts`` (``adaptive.state_prior``):
+    """The prior an adaptive run decides with, from ``adaptive_counts`` (``prior.state_prior``):
     a function of the samples alone, so each round, the finish and a later analysis fit the same."""
     n, c, n0, c0 = (counts.column(name).to_numpy().astype(np.int64) for name in ("n", "c", "n0", "c0"))
-    return adaptive.state_prior(acfg, n, c, n0, c0)
+    return state_prior(acfg.prior, n, c, n0, c0)
 
 
 # --- a run's analysis ----------------------------------------------------------------------------

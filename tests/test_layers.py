@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 # the run registry decodes a run's adaptive settings and prior into their records.
 LAYERS = (
     "errors",
+    "checks",
     "paths",
     "specs",
     "schema",

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class AdaptiveState:
     """Where an adaptive run stands after its complete rounds: per prompt (in prompt-id order)
-    its samples ``n`` and correct ``c``, and the prior of ``adaptive.state_prior`` (the grid prior
+    its samples ``n`` and correct ``c``, and the prior of ``prior.state_prior`` (the grid prior
     fitted to every round so far, the Beta fitted to round 0, or Jeffreys')."""
 
     prompt_ids: list[str]
