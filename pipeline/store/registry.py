@@ -133,35 +133,37 @@ def decode_run(row: dict[str, Any]) -> RunRecord:
 
     run_id = row["run_id"]
 
-    def json_field(name: str, kind: type, build=lambda v: v):
+    def json_field(name: str, kind: type, build=lambda v: v, check=lambda v: None):
+        """The field's value: its JSON parsed, built into its record and checked (``check`` says
+        what is wrong, or None)."""
         text = row.get(name)
         if text is None or text == "":
             return None
         try:
             value = json.loads(text)
-            if not isinstance(value, kind):
-                raise TypeError(f"a JSON {kind.__name__} was expected")
-            return build(value)
+            why = None if isinstance(value, kind) else f"a JSON {kind.__name__} was expected"
+            if why is None:
+                value = build(value)
+                why = check(value)
         except (ValueError, TypeError, KeyError) as exc:  # ConfigError is a ValueError
+            why = str(exc)
+        if why is not None:
             raise RunRecordError(
-                f"run {run_id}: its registry field {name} = {text!r} cannot be read ({exc}); it was not "
+                f"run {run_id}: its registry field {name} = {text!r} cannot be read ({why}); it was not "
                 f"written by this pipeline: restore runs/run_id={run_id} from a copy, or move it aside and "
                 "profile the run again"
-            ) from exc
+            )
+        return value
 
-    def rounds(value: list) -> tuple[RoundCount, ...]:
-        out = tuple(RoundCount(**r) for r in value)
-        if any(not isinstance(getattr(r, f.name), int | None) for r in out for f in fields(RoundCount)):
-            raise TypeError("a round's counts must be integers")
-        return out
+    def rounds_why(rounds: tuple[RoundCount, ...]) -> str | None:
+        ints = all(isinstance(getattr(r, f.name), int | None) for r in rounds for f in fields(RoundCount))
+        return None if ints else "a round's counts must be integers"
 
-    def prior_of(value: dict) -> Prior:
-        prior = Prior.from_dict(value)
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (prior.a, prior.b)):
-            raise TypeError("the prior's a and b must be numbers")
-        return prior
+    def prior_why(prior: Prior) -> str | None:
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (prior.a, prior.b))
+        return None if numbers else "the prior's a and b must be numbers"
 
-    prior = json_field("prior", dict, prior_of)
+    prior = json_field("prior", dict, Prior.from_dict, prior_why)
     if prior is None and row.get("prior_a") is not None and row.get("prior_b") is not None:
         prior = Prior(float(row["prior_a"]), float(row["prior_b"]))  # a row from before the prior's JSON
     return RunRecord(
@@ -170,7 +172,7 @@ def decode_run(row: dict[str, Any]) -> RunRecord:
         versions=json_field("versions", dict),
         adaptive=json_field("adaptive", dict, AdaptiveConfig.from_dict),
         prior=prior,
-        rounds=json_field("rounds", list, rounds),
+        rounds=json_field("rounds", list, lambda v: tuple(RoundCount(**r) for r in v), rounds_why),
     )
 
 
