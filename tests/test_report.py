@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from pipeline import allocate, analyze, report, schema
 from pipeline.errors import StoreError
-from pipeline.report.sections import allocation_parts
+from pipeline.report.sections.allocation import allocation_parts
 from pipeline.store import Store
 
 REPORT_PACKAGE = Path(report.__file__).parent
