@@ -51,7 +51,13 @@ def allocation_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sect
         sec.notes.append("No allocation is stored or could be computed for this run.")
         return sec
     parts = allocation_parts(a)
-    labels = [label for label, _ in parts]
+    _rollouts_chart(sec, charts, parts)
+    _against_uniform(sec, charts, parts)
+    return sec
+
+
+def _rollouts_chart(sec: Section, charts: Charts, parts: list[tuple[str, pl.DataFrame]]) -> None:
+    """Rollouts per prompt against pass rate, one series per allocation, and each uniform share."""
     fig = figure()
     uniform_levels: dict[float, None] = {}
     for label, part in parts:
@@ -88,6 +94,11 @@ def allocation_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sect
             "prompts); points above the dashed line get more than the uniform share.",
         )
     )
+
+
+def _against_uniform(sec: Section, charts: Charts, parts: list[tuple[str, pl.DataFrame]]) -> None:
+    """Each allocation's value against the uniform allocation of its budget: a chart and a table."""
+    labels = [label for label, _ in parts]
     rows, ratios = [], []
     for label, part in parts:
         objective = part["objective"][0]
@@ -139,7 +150,6 @@ def allocation_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sect
             rows,
         )
     )
-    return sec
 
 
 def _gap_cell(part) -> str:

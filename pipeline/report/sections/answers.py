@@ -71,6 +71,12 @@ def answers_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Section
             height=440,
         )
     )
+    sec.tables.append(_means_table(s))
+    return sec
+
+
+def _means_table(s: pl.DataFrame) -> TableView:
+    """Answer concentration averaged over the prompts with answers, GRPO's push beside ReCo's."""
     means = s.select(
         pl.col("n_distinct_answers").mean(),
         pl.col("modal_share").mean(),
@@ -78,27 +84,24 @@ def answers_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Section
         pl.col("modal_correct_share_grpo").mean(),
         pl.col("modal_correct_share_reco").mean(),
     ).row(0)
-    sec.tables.append(
-        TableView(
-            "Means over prompts with answers",
+    return TableView(
+        "Means over prompts with answers",
+        [
+            "distinct answers",
+            "modal share",
+            "entropy (nats)",
+            "modal correct share of the GRPO push",
+            "same after ReCo normalisation",
+        ],
+        [
             [
-                "distinct answers",
-                "modal share",
-                "entropy (nats)",
-                "modal correct share of the GRPO push",
-                "same after ReCo normalisation",
-            ],
-            [
-                [
-                    fmt(means[0], 2),
-                    pct(means[1]),
-                    fmt(means[2], 3),
-                    pct(means[3]),
-                    pct(means[4]),
-                ]
-            ],
-            "GRPO gives every correct response the same advantage, so a correct answer produced often "
-            "takes most of the push; ReCo gives every distinct correct answer an equal share.",
-        )
+                fmt(means[0], 2),
+                pct(means[1]),
+                fmt(means[2], 3),
+                pct(means[3]),
+                pct(means[4]),
+            ]
+        ],
+        "GRPO gives every correct response the same advantage, so a correct answer produced often "
+        "takes most of the push; ReCo gives every distinct correct answer an equal share.",
     )
-    return sec

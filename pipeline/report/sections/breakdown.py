@@ -46,73 +46,80 @@ def breakdown_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Secti
         if present[col].n_unique() < 2:
             sec.notes.append(f"Every prompt has the same {col} ({present[col][0]}); nothing to compare.")
             continue
-        grouped, label = _breakdown_groups(present, col)
-        g = grouped.group_by("group").agg(
-            pl.len().alias("prompts"),
-            pl.col("pass_rate").mean().alias("pass_rate"),
-            pl.col("zero_signal_G").mean().alias("silent"),
-            (pl.col("c") == 0).mean().alias("all_wrong"),
-            (pl.col("c") == pl.col("n")).mean().alias("all_correct"),
-            (pl.col("mass").sum() / total_mass).alias("mass_share"),
-        )
-        more = max(g.height - 30, 0)
-        g = g.sort("prompts", descending=True).head(30).sort("pass_rate")
-        groups = [str(v) for v in g["group"].to_list()]
-        fig = figure()
-        fig.add_bar(x=groups, y=g["pass_rate"].to_numpy(), name="mean pass rate", marker_color="#3366cc")
-        fig.add_bar(
-            x=groups,
-            y=g["silent"].to_numpy(),
-            name=f"silent share at G = {G}",
-            marker_color="#dc3912",
-        )
-        fig.add_bar(
-            x=groups,
-            y=g["mass_share"].to_numpy(),
-            name=f"share of {e.spec} update mass",
-            marker_color="#109618",
-        )
-        fig.update_layout(barmode="group")
-        fig.update_yaxes(tickformat=".0%", rangemode="tozero")
-        sec.charts.append(
-            charts.make(
-                fig,
-                f"By {label}",
-                label,
-                "share",
-                f"Groups sorted by mean pass rate; a group whose green bar is small next to its share "
-                f"of prompts gets little of the {e.spec} signal, a tall red bar means its groups of "
-                f"{G} are mostly unanimous.",
-            )
-        )
-        sec.tables.append(
-            TableView(
-                f"By {label}",
-                [
-                    label,
-                    "prompts",
-                    "mean pass rate",
-                    "all wrong",
-                    "all correct",
-                    f"silent at G = {G}",
-                    "update-mass share",
-                ],
-                [
-                    [
-                        grp,
-                        fmt(r["prompts"]),
-                        pct(r["pass_rate"]),
-                        pct(r["all_wrong"]),
-                        pct(r["all_correct"]),
-                        pct(r["silent"]),
-                        pct(r["mass_share"]),
-                    ]
-                    for grp, r in zip(groups, g.iter_rows(named=True), strict=True)
-                ],
-                f"{more} smaller groups not shown." if more else "",
-            )
-        )
+        _by_label(sec, charts, present, col, total_mass, G, e.spec)
         shown += 1
     if not shown:
         sec.notes.append("The dataset has no source, domain, topic or difficulty labels to break the results down by.")
     return sec
+
+
+def _by_label(
+    sec: Section, charts: Charts, present: pl.DataFrame, col: str, total_mass: float, G: int, spec: str
+) -> None:
+    """One label's chart and table: its 30 largest groups, sorted by mean pass rate."""
+    grouped, label = _breakdown_groups(present, col)
+    g = grouped.group_by("group").agg(
+        pl.len().alias("prompts"),
+        pl.col("pass_rate").mean().alias("pass_rate"),
+        pl.col("zero_signal_G").mean().alias("silent"),
+        (pl.col("c") == 0).mean().alias("all_wrong"),
+        (pl.col("c") == pl.col("n")).mean().alias("all_correct"),
+        (pl.col("mass").sum() / total_mass).alias("mass_share"),
+    )
+    more = max(g.height - 30, 0)
+    g = g.sort("prompts", descending=True).head(30).sort("pass_rate")
+    groups = [str(v) for v in g["group"].to_list()]
+    fig = figure()
+    fig.add_bar(x=groups, y=g["pass_rate"].to_numpy(), name="mean pass rate", marker_color="#3366cc")
+    fig.add_bar(
+        x=groups,
+        y=g["silent"].to_numpy(),
+        name=f"silent share at G = {G}",
+        marker_color="#dc3912",
+    )
+    fig.add_bar(
+        x=groups,
+        y=g["mass_share"].to_numpy(),
+        name=f"share of {spec} update mass",
+        marker_color="#109618",
+    )
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    sec.charts.append(
+        charts.make(
+            fig,
+            f"By {label}",
+            label,
+            "share",
+            f"Groups sorted by mean pass rate; a group whose green bar is small next to its share "
+            f"of prompts gets little of the {spec} signal, a tall red bar means its groups of "
+            f"{G} are mostly unanimous.",
+        )
+    )
+    sec.tables.append(
+        TableView(
+            f"By {label}",
+            [
+                label,
+                "prompts",
+                "mean pass rate",
+                "all wrong",
+                "all correct",
+                f"silent at G = {G}",
+                "update-mass share",
+            ],
+            [
+                [
+                    grp,
+                    fmt(r["prompts"]),
+                    pct(r["pass_rate"]),
+                    pct(r["all_wrong"]),
+                    pct(r["all_correct"]),
+                    pct(r["silent"]),
+                    pct(r["mass_share"]),
+                ]
+                for grp, r in zip(groups, g.iter_rows(named=True), strict=True)
+            ],
+            f"{more} smaller groups not shown." if more else "",
+        )
+    )

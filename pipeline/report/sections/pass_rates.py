@@ -22,6 +22,13 @@ def pass_rates_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sect
     if not s.height:
         sec.notes.append("No prompt has samples yet.")
         return sec
+    has_prior = _histogram(sec, charts, s)
+    _intervals(sec, charts, s, cfg, has_prior)
+    return sec
+
+
+def _histogram(sec: Section, charts: Charts, s: pl.DataFrame) -> bool:
+    """The pass-rate histogram, with the dataset's prior rates overlaid; whether it has any."""
     p = floats(s, "pass_rate")
     prior = s.filter(pl.col("prior_n").is_not_null() & (pl.col("prior_n") > 0))
     has_prior = prior.height > 0
@@ -54,8 +61,11 @@ def pass_rates_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sect
     sec.charts.append(charts.make(fig, "Pass rate per prompt", "pass rate c / n", "share of prompts", caption))
     if not has_prior:
         sec.notes.append("The dataset carries no prior pass rates to overlay.")
+    return has_prior
 
-    # intervals for a sample of prompts, sorted by pass rate
+
+def _intervals(sec: Section, charts: Charts, s: pl.DataFrame, cfg: ReportConfig, has_prior: bool) -> None:
+    """Wilson and Jeffreys intervals of a random sample of prompts, sorted by pass rate."""
     rows = sample_rows(s.height, cfg.interval_sample, cfg.seed)
     sample = s[rows.tolist()].sort(["pass_rate", "prompt_id"])
     x = np.arange(1, sample.height + 1)
@@ -107,4 +117,3 @@ def pass_rates_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Sect
             "before trusting their weight.",
         )
     )
-    return sec

@@ -24,11 +24,28 @@ def zero_signal_section(data: RunData, charts: Charts) -> Section:
         sec.notes.append("The summary has no zero-signal rows.")
         return sec
     Gs = sorted(set(df["G"].to_list()))
+    _chart(sec, charts, data, df, Gs)
+    post = _series(df, Gs, "share_posterior")
+    if note := posterior_note(data, short=True):
+        sec.notes.append(note)
+    elif any(v for v in post if v):
+        first = next(G for G, v in zip(Gs, post, strict=True) if v)
+        sec.notes.append(
+            f"From G = {first} on, some prompts have fewer than G samples; their rates "
+            "are Beta-posterior means, not unbiased estimates."
+        )
+    sec.tables.append(_rates_table(data, df, Gs))
+    return sec
 
-    def series(metric: str) -> list:
-        lookup = {r["G"]: r["value"] for r in df.filter(pl.col("metric") == metric).iter_rows(named=True)}
-        return [lookup.get(G) for G in Gs]
 
+def _series(df: pl.DataFrame, Gs: list[int], metric: str) -> list:
+    """One zero-signal metric at each G, None where the summary has no row."""
+    lookup = {r["G"]: r["value"] for r in df.filter(pl.col("metric") == metric).iter_rows(named=True)}
+    return [lookup.get(G) for G in Gs]
+
+
+def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: list[int]) -> None:
+    """Each zero-signal estimate against G, on a log axis, with the run's own G marked."""
     fig = figure()
     styles = [
         (
@@ -46,7 +63,7 @@ def zero_signal_section(data: RunData, charts: Charts) -> Section:
         ("observed_all_wrong", "observed: all wrong", {"width": 1.5, "color": "#990099"}),
     ]
     for metric, name, line in styles:
-        fig.add_scatter(x=Gs, y=series(metric), mode="lines+markers", name=name, line=line)
+        fig.add_scatter(x=Gs, y=_series(df, Gs, metric), mode="lines+markers", name=name, line=line)
     fig.update_xaxes(type="log", tickvals=Gs, ticktext=[str(g) for g in Gs])
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     if data.G in Gs:
@@ -61,42 +78,34 @@ def zero_signal_section(data: RunData, charts: Charts) -> Section:
             "the Jensen gap: spread-out difficulty wastes more than the mean pass rate suggests.",
         )
     )
-    post = series("share_posterior")
-    if note := posterior_note(data, short=True):
-        sec.notes.append(note)
-    elif any(v for v in post if v):
-        first = next(G for G, v in zip(Gs, post, strict=True) if v)
-        sec.notes.append(
-            f"From G = {first} on, some prompts have fewer than G samples; their rates "
-            "are Beta-posterior means, not unbiased estimates."
-        )
+
+
+def _rates_table(data: RunData, df: pl.DataFrame, Gs: list[int]) -> TableView:
+    """The rates at each G, with the DAPO oversampling factor that fills a batch."""
     fill = {
         r["G"]: r["value"] for r in summary_rows(data.summary, "dapo", metric="oversampling_fill").iter_rows(named=True)
     }
     rows = []
     for G, obs, iid, gap, allc, allw in zip(
         Gs,
-        series("observed"),
-        series("iid"),
-        series("jensen_gap"),
-        series("observed_all_correct"),
-        series("observed_all_wrong"),
+        _series(df, Gs, "observed"),
+        _series(df, Gs, "iid"),
+        _series(df, Gs, "jensen_gap"),
+        _series(df, Gs, "observed_all_correct"),
+        _series(df, Gs, "observed_all_wrong"),
         strict=True,
     ):
         rows.append([str(G), pct(obs), pct(allc), pct(allw), pct(iid), pct(gap), fmt(fill.get(G))])
-    sec.tables.append(
-        TableView(
-            "Zero-signal rates",
-            [
-                "G",
-                "observed",
-                "all correct",
-                "all wrong",
-                "iid",
-                "Jensen gap",
-                "DAPO oversampling 1/(1-D)",
-            ],
-            rows,
-        )
+    return TableView(
+        "Zero-signal rates",
+        [
+            "G",
+            "observed",
+            "all correct",
+            "all wrong",
+            "iid",
+            "Jensen gap",
+            "DAPO oversampling 1/(1-D)",
+        ],
+        rows,
     )
-    return sec
