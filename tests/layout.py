@@ -5,6 +5,7 @@ the packages that hold a stage's rooms. ``test_layers.py`` checks the imports ag
 # Left to right: a module may import its own layer's package and anything to its left.
 LAYERS = (
     "errors",
+    "checks",
     "paths",
     "specs",
     "schema",
