@@ -61,3 +61,18 @@ ROOMS = {
         "prompts",
     ),
 }
+
+
+# The modules of ``pipeline/cli/`` that are not a command's: what several commands share. Every other
+# module is command ``x``'s own, ``cli/x.py``; it imports shared modules only, never another command's.
+CLI_SHARED = (
+    "errors",
+    "output",
+    "options",
+    "analysis_options",
+    "profile_options",
+    "schedule_options",
+    "calculator_options",
+    "counts",
+    "run_summary",
+)

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from layout import LAYERS, ROOMS
+from layout import CLI_SHARED, LAYERS, ROOMS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 
@@ -155,3 +155,28 @@ def test_long_functions_counts_from_def_to_the_last_line():
     assert long_functions(f + g, 80) == []  # each: def, 78 lines, return: 80 lines
     assert long_functions(f + g, 79) == [("f", 80), ("g", 80)]
     assert long_functions(f + g.replace("g(self):\n", "g(self):\n        pass\n"), 80) == [("g", 81)]
+
+
+def cli_commands() -> dict[str, str]:
+    """``COMMANDS`` of ``pipeline/cli/__init__.py``, read from its source: command name -> ``module:function``."""
+    tree = ast.parse((PACKAGE / "cli" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "COMMANDS":
+            return {elt.elts[0].value: elt.elts[1].value for elt in node.value.elts}
+    raise AssertionError("pipeline/cli/__init__.py has no COMMANDS")
+
+
+def test_each_command_lives_in_the_module_of_its_name():
+    commands = cli_commands()
+    assert {name: target for name, target in commands.items() if target != f"{name}:{name}_cmd"} == {}
+    modules = {m.removeprefix("pipeline.cli.") for m in MODULES if m.startswith("pipeline.cli.")}
+    assert modules == set(commands) | set(CLI_SHARED), "a module of cli/ is a command's own or listed in CLI_SHARED"
+    assert not set(commands) & set(CLI_SHARED)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("pipeline.cli.")))
+def test_cli_modules_import_no_command_module(module):
+    """Commands are peers: a command module imports shared modules only, and so does a shared module."""
+    commands = {f"pipeline.cli.{name}" for name in cli_commands()}
+    sideways = sorted(imported_modules(module) & commands)
+    assert sideways == [], f"{module} imports another command's module: {sideways}; move what they share"

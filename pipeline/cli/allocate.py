@@ -1,0 +1,151 @@
+"""``allocate``: rollout budgets per prompt, stored under the allocation's key, optionally exported."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.allocate import AllocationConfig
+from pipeline.cli.counts import counts_of
+from pipeline.cli.options import DataDir, DatasetName, RunId, open_store
+from pipeline.cli.output import say
+from pipeline.errors import ConfigError
+
+_EXPORT_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+# The options that, given without --budget, replace the default policy by the user's own allocation.
+_POLICY_OPTIONS = ("objective", "estimator", "n_min", "n_max", "posterior", "method")
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave option ``name`` (command line or environment), not its default."""
+    # Compared by name: typer may bring its own copy of click's ParameterSource enum.
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def check_output(output: Path) -> None:
+    """``ConfigError`` for an export path that cannot be written, before any work: a missing
+    folder found only after the allocation was stored would leave half the command done."""
+    if output.suffix.lower() not in _EXPORT_SUFFIXES:
+        raise ConfigError(f"--output {str(output)!r}: use a .parquet or .jsonl file name")
+    folder = output.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError(f"--output {str(output)!r}: folder {str(folder)!r} {what}; create it first")
+    if output.is_dir():
+        raise ConfigError(f"--output {str(output)!r} is a folder; give a file name")
+    if not os.access(folder, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        raise ConfigError(f"--output {str(output)!r} is not writable (check the permissions of it and its folder)")
+
+
+def allocate_cmd(
+    ctx: typer.Context,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            "--budget",
+            help="Total rollouts to hand out (default: the budget of the default allocation policy).",
+            show_default=False,
+        ),
+    ] = None,
+    objective: Annotated[
+        str, typer.Option("--objective", help="signal, knapsack or variance.")
+    ] = AllocationConfig.objective,
+    estimator: Annotated[
+        str, typer.Option("--estimator", help="Estimator of the signal objective.")
+    ] = AllocationConfig.estimator,
+    n_min: Annotated[int, typer.Option("--n-min", help="Fewest rollouts per prompt.")] = AllocationConfig.n_min,
+    n_max: Annotated[int, typer.Option("--n-max", help="Most rollouts per prompt.")] = AllocationConfig.n_max,
+    run: RunId = None,
+    dataset: DatasetName = None,
+    posterior: Annotated[
+        bool, typer.Option("--posterior/--point", help="Beta posterior per prompt, or the point estimate c/n.")
+    ] = AllocationConfig.posterior,
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="auto (fast where greedy is exact, else dp where it fits, else lagrangian), fast, greedy "
+            "(reference), dp (exact or refused) or lagrangian (relaxation with a certified gap).",
+        ),
+    ] = AllocationConfig.method,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Allocate a rollout budget over prompts; writes the allocation table and an export file.
+
+    Without --budget or any other allocation option this is the default policy, the one a profile
+    run stores (GRPO signal on each prompt's Beta posterior). Otherwise the options not given take
+    the defaults shown, and a missing --budget is the default policy's budget. Each allocation is
+    stored under its objective, estimator, budget and posterior: the same one computed again
+    replaces itself, a different one is kept beside it.
+    """
+    import pyarrow.parquet as pq
+
+    from pipeline import allocate, analyze
+
+    if output is not None:
+        check_output(output)
+    given = [p for p in _POLICY_OPTIONS if _given(ctx, p)]
+    if objective != "signal" and "estimator" in given:
+        raise ConfigError(f"--estimator is used only by --objective signal; {objective} does not depend on it")
+    store = open_store(data_dir)
+    run_id, counts = counts_of(store, run, dataset, answers=False)
+    ids, n, c = analyze.validate_counts(counts)
+    policy = allocate.default_config(len(n))
+    if budget is None and not given:
+        config = policy
+    else:
+        config = allocate.AllocationConfig(
+            budget=policy.budget if budget is None else budget,
+            objective=objective,
+            estimator=estimator,
+            n_min=n_min,
+            n_max=n_max,
+            posterior=posterior,
+            method=method,
+        )
+    table, result = allocate.allocate_prompts(run_id, ids, n, c, config)  # the profile run's rule
+    allocate.write_allocation(store, run_id, table, config)
+    if output is not None:
+        export = table.select(["prompt_id", "n_rollouts"])
+        try:
+            if output.suffix.lower() == ".parquet":
+                pq.write_table(export, output)
+            else:
+                with open(output, "w") as fh:
+                    fh.writelines(json.dumps(row) + "\n" for row in export.to_pylist())
+        except OSError as exc:  # a full disk, a file turned read-only since the check
+            raise ConfigError(f"--output {str(output)!r}: cannot write it ({exc})") from exc
+    label = table.column("estimator")[0].as_py() if table.num_rows else None
+    what = ", ".join(
+        [config.objective, *([label] if label else []), "posterior" if config.posterior else "point estimates"]
+    )
+    sense = "higher" if result.sense == "max" else "lower"
+    say(
+        f"allocated {config.budget} rollouts over {len(n)} prompts of {run_id} "
+        f"({'default policy: ' if config is policy else ''}{what}, n in [{config.n_min}, {config.n_max}], "
+        f"{result.method}): value {result.total:.6g} vs uniform {result.uniform_total:.6g} "
+        f"({sense} is better; x{result.improvement:.4g})"
+        + (
+            f"; budget in expected rollouts (resampling): {result.expected_rollouts:.6g} spent"
+            if result.expected_rollouts != result.n.sum()
+            else ""
+        )
+        + (
+            f"; certified gap {result.gap:.3g} ({result.relative_gap:.2e} of the value): the optimum is "
+            f"at most that much {'higher' if result.sense == 'max' else 'lower'}"
+            if result.method == "lagrangian"
+            else ""
+        )
+        + (f"; wrote {output}" if output else "")
+    )
