@@ -2,8 +2,9 @@
 
 Training moves the policy, so an outcome drawn many steps ago says less about the prompt now than
 one drawn at the last step. With a forgetting factor ``lambda`` in (0, 1], an observation of step
-``s`` counts with weight ``w = lambda ** (T - s)``, ``T`` the latest step seen for the dataset, and
-the prompt's pass rate has the posterior
+``s`` counts with weight ``w = lambda ** (T - s)``, ``T`` the latest step of the observation's own
+source (``latest_steps``: one source's step numbers never discount another's; a profile ages on the
+training clock), and the prompt's pass rate has the posterior
 
     Beta(a + sum w c, b + sum w (n - c)),
 
@@ -85,19 +86,39 @@ def _weights(step: np.ndarray, latest: np.ndarray, forgetting: float) -> np.ndar
     return np.exp((latest - step) * math.log(forgetting))
 
 
+def latest_steps(obs: pa.Table) -> np.ndarray:
+    """Each row's ``T``, the step its age is counted from (``docs/observations.md`` §2): the latest
+    step of its own source in its dataset, so a source with other step numbers (or one wild step)
+    never discounts another's outcomes. A profile (kind ``profile``, step 0) measured the policy
+    training starts from: it ages on the training clock, the latest step of the dataset's
+    ``training`` sources (its own, 0, when there are none)."""
+    dataset = obs.column("dataset").to_pylist()
+    source = obs.column("source").to_pylist()
+    kind = obs.column("kind").to_pylist()
+    step = obs.column("step").to_pylist()
+    latest: dict[tuple[str, str], int] = {}
+    training: dict[str, int] = {}
+    for d, src, k, s in zip(dataset, source, kind, step, strict=True):
+        latest[d, src] = max(latest.get((d, src), s), s)
+        if k == "training":
+            training[d] = max(training.get(d, s), s)
+    return np.array(
+        [
+            max(latest[d, src], training.get(d, 0)) if k == "profile" else latest[d, src]
+            for d, src, k in zip(dataset, source, kind, strict=True)
+        ],
+        dtype=float,
+    )
+
+
 def current_difficulty(observations: pa.Table, config: CurrentConfig | None = None) -> pa.Table:
     """Per (dataset, prompt) the discounted counts and the posterior summaries (``CURRENT``)."""
     config = config or CurrentConfig()
     obs = observations.filter(pc.is_in(observations.column("kind"), pa.array(list(config.kinds))))
     if obs.num_rows == 0:
         return CURRENT.empty_table()
-    dataset = obs.column("dataset").to_numpy(zero_copy_only=False).astype(str)
     step = obs.column("step").to_numpy().astype(float)
-    latest_of = {d: -np.inf for d in set(dataset.tolist())}
-    for d, s in zip(dataset.tolist(), step.tolist(), strict=True):
-        latest_of[d] = max(latest_of[d], s)
-    latest = np.array([latest_of[d] for d in dataset.tolist()])
-    w = _weights(step, latest, config.forgetting)
+    w = _weights(step, latest_steps(obs), config.forgetting)
     n = obs.column("n").to_numpy().astype(float)
     c = obs.column("c").to_numpy().astype(float)
     grouped = (

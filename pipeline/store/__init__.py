@@ -232,6 +232,10 @@ class Store:
         """
         return files.check_file(self, table, path)
 
+    def footer_value(self, path: Location, key: str) -> str | None:
+        """One key of a file's footer metadata (from its check's cache when it was checked)."""
+        return fs.footer_value(self, path, key)
+
     def quarantine(self, path: Location, reason: str) -> FileProblem:
         """Move one file of this store aside (see ``doctor``), saying why."""
         return files.quarantine_file(self, self.relative(path).split("/")[0], path, reason)
