@@ -9,6 +9,8 @@ user can cause is one named line, never a traceback.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -139,3 +141,71 @@ def test_a_refused_sniff_csv_in_the_notebook_api_is_a_store_error(data_dir):
         with pytest.raises(StoreError, match="refused"):
             tables.sql("select * from read_csv('/etc/passwd')").arrow()
         assert tables.sql("select count(*) from samples").fetchall() == [(16,)]
+
+
+FULL_DISK_PREFECT = """
+set -e
+mount -t tmpfs -o size=3m tmpfs "$DISK"
+mkdir -p "$DISK/data"
+head -c 2900000 /dev/zero > "$DISK/filler"   # leaves some 200 KB for a run that needs some 500 KB
+set +e
+"$DIFFICULTY" profile $ARGS --no-report > "$OUT/first.out" 2> "$OUT/first.err"; echo $? > "$OUT/first.rc"
+"""
+
+
+@pytest.mark.slow  # a profile under Prefect (its server started) on a small tmpfs
+def test_a_full_disk_under_prefect_prints_no_traceback(tmp_path):
+    """The same full disk as ``test_faults_edges``, the run under Prefect: its task and flow
+    loggers keep their one-line records of the failure but not its traceback (``NamedFailure``);
+    the command's last line names the error."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.fail("this test mounts a small tmpfs with `unshare -rm` (user namespaces); the kernel refused it")
+    out, disk = tmp_path / "out", tmp_path / "disk"
+    out.mkdir()
+    disk.mkdir()
+    env = {
+        **os.environ,
+        "DISK": str(disk),
+        "OUT": str(out),
+        "DIFFICULTY": str(Path(sys.executable).parent / "difficulty"),
+        "ARGS": "--backend simulate --limit 2000 --n 8 --grade-workers 1",
+        "DIFFICULTY_DATA": str(disk / "data"),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+    }
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", FULL_DISK_PREFECT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    err = (out / "first.err").read_text()
+    assert (out / "first.rc").read_text().strip() == "1", err[-2000:]
+    assert "Traceback" not in err and "Errno 28" not in err, err[-3000:]
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: no space left on the device writing ") and len(lines) <= 5, err[-3000:]
+
+
+def test_prefect_loggers_keep_a_named_failure_to_one_line():
+    """The filter itself, on the loggers Prefect's engines log through: a ``PipelineError`` loses
+    its traceback, any other exception keeps it."""
+    import io
+    import logging
+
+    from pipeline.errors import DiskFullError
+    from pipeline.flows import prefect_flows  # noqa: F401 - installs the filter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    for name in ("prefect.task_runs", "prefect.flow_runs"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        try:
+            for exc in (DiskFullError("no space left"), ValueError("a bug")):
+                try:
+                    raise exc
+                except Exception:
+                    logger.error("Task run failed with exception: %r", exc, exc_info=True)
+        finally:
+            logger.removeHandler(handler)
+    text = stream.getvalue()
+    assert text.count("Traceback") == 2 and "ValueError: a bug" in text
+    assert "DiskFullError: no space left" not in text and text.count("DiskFullError('no space left')") == 2
