@@ -28,6 +28,14 @@ DATASET = "local-unit"
 G = 4
 
 
+@pytest.fixture
+def store(data_dir) -> Store:
+    """The test's data directory with the problems of ``DATASET`` (``record_rewards`` checks the dataset is stored)."""
+    store = Store.open(data_dir)
+    tf.store_prompts(store, DATASET, tf.UNIT_IDS)
+    return store
+
+
 def _calls(steps: dict[int, dict[str, list]]):
     """(step, prompt ids, rewards) per call, one call per step, each prompt G times in a row."""
     for step, per_prompt in steps.items():
@@ -296,7 +304,7 @@ def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
     tf.require_trl()
     from trl import GRPOTrainer
 
-    problems, train = tf.gsm8k_train(shared, limit=4)
+    problems, train = tf.gsm8k_train(shared, limit=4, store=store)
     seen = defaultdict(list)  # (step, prompt_id) -> the bare function's rewards
 
     def log(step, ids, rewards):
