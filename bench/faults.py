@@ -327,10 +327,14 @@ def track_kills(args, work: Path, base_env: dict) -> None:
             assert done.returncode == 0, done.stderr[-2000:]
             full_imports.append(json.loads(done.stdout)[0]["steps_pending"])
             continue
+        # The kills spread over the writer's run: kill k once k / (kills + 1) of the steps are on disk.
+        while writer.poll() is None and len(list(folder.glob("*.jsonl"))) < k * args.steps // (args.track_kills + 1):
+            time.sleep(0.05)
+        backlog = len(list(folder.glob("*.jsonl"))) - stored()
         proc = subprocess.Popen(track, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         t0 = time.perf_counter()
-        if k % 3:  # two kills in three right after a random number of steps were stored
-            target = stored() + rng.randrange(1, 30)
+        if k % 3:  # two kills in three right after a random number of the waiting steps were stored
+            target = stored() + rng.randrange(1, max(2, backlog))
             while proc.poll() is None and stored() < target:
                 time.sleep(0.002)
         else:  # the rest at any moment (start-up, reading, writing)

@@ -3,8 +3,8 @@
 Training moves the policy, so an outcome drawn many steps ago says less about the prompt now than
 one drawn at the last step. With a forgetting factor ``lambda`` in (0, 1], an observation of step
 ``s`` counts with weight ``w = lambda ** (T - s)``, ``T`` the latest step of the observation's own
-source (``latest_steps``: one source's step numbers never discount another's; a profile ages on the
-training clock), and the prompt's pass rate has the posterior
+source (``latest_steps``: one source's step numbers never discount another's; a profile or label,
+measured before training, ages on the training clock), and the prompt's pass rate has the posterior
 
     Beta(a + sum w c, b + sum w (n - c)),
 
@@ -86,29 +86,32 @@ def _weights(step: np.ndarray, latest: np.ndarray, forgetting: float) -> np.ndar
     return np.exp((latest - step) * math.log(forgetting))
 
 
+SNAPSHOT_KINDS = ("profile", "label")  # step 0: measured before training, aged on the training clock
+
+
+def _codes(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return pc.dictionary_encode(values).combine_chunks().indices.to_numpy(zero_copy_only=False)
+
+
 def latest_steps(obs: pa.Table) -> np.ndarray:
     """Each row's ``T``, the step its age is counted from (``docs/observations.md`` §2): the latest
     step of its own source in its dataset, so a source with other step numbers (or one wild step)
-    never discounts another's outcomes. A profile (kind ``profile``, step 0) measured the policy
-    training starts from: it ages on the training clock, the latest step of the dataset's
-    ``training`` sources (its own, 0, when there are none)."""
-    dataset = obs.column("dataset").to_pylist()
-    source = obs.column("source").to_pylist()
-    kind = obs.column("kind").to_pylist()
-    step = obs.column("step").to_pylist()
-    latest: dict[tuple[str, str], int] = {}
-    training: dict[str, int] = {}
-    for d, src, k, s in zip(dataset, source, kind, step, strict=True):
-        latest[d, src] = max(latest.get((d, src), s), s)
-        if k == "training":
-            training[d] = max(training.get(d, s), s)
-    return np.array(
-        [
-            max(latest[d, src], training.get(d, 0)) if k == "profile" else latest[d, src]
-            for d, src, k in zip(dataset, source, kind, strict=True)
-        ],
-        dtype=float,
-    )
+    never discounts another's outcomes. A profile or a label (step 0) was measured before training:
+    it ages on the training clock, the latest step of the dataset's ``training`` sources (0 when
+    there are none)."""
+    step = obs.column("step").to_numpy().astype(float)
+    pair = _codes(pc.binary_join_element_wise(obs.column("dataset"), obs.column("source"), "\x1f"))
+    latest = np.full(int(pair.max()) + 1 if len(pair) else 0, -np.inf)
+    np.maximum.at(latest, pair, step)
+    out = latest[pair]
+    dataset = _codes(obs.column("dataset"))
+    kind = obs.column("kind")
+    training = pc.equal(kind, "training").to_numpy(zero_copy_only=False)
+    clock = np.zeros(int(dataset.max()) + 1 if len(dataset) else 0)
+    np.maximum.at(clock, dataset[training], step[training])
+    snapshot = pc.is_in(kind, pa.array(SNAPSHOT_KINDS)).to_numpy(zero_copy_only=False)
+    out[snapshot] = np.maximum(out[snapshot], clock[dataset[snapshot]])
+    return out
 
 
 def current_difficulty(observations: pa.Table, config: CurrentConfig | None = None) -> pa.Table:
