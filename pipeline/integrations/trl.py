@@ -163,7 +163,7 @@ class RewardRecorder:
             raise ConfigError(
                 f"none of the {len(seen)} prompt ids of this batch (e.g. {seen[:3]}) "
                 f"is a prompt of dataset {self.dataset!r} under {self.store.root}: pass the dataset the training "
-                f"set's {self.column!r} column comes from (`difficulty sql \"select distinct dataset from problems\"`)"
+                f'set\'s {self.column!r} column comes from (`difficulty sql "select distinct dataset from problems"`)'
             )
         rewards = self.reward_fn(*args, **kwargs)
         if len(rewards) != len(ids):
