@@ -42,6 +42,7 @@ import numpy as np
 
 from pipeline import prior as priors
 from pipeline import stats
+from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError
 from pipeline.prior import Prior
 from pipeline.specs import parse_spec, spec_name
@@ -121,23 +122,17 @@ class Target:
     cost: float = DEFAULT_COST
 
     def __post_init__(self) -> None:
-        if self.kind not in TARGETS:
-            raise ConfigError(f"adaptive target {self.kind!r} is unknown: allowed {', '.join(TARGETS)}")
-        for name in ("lo", "hi", "delta", "h", "cost"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ConfigError(f"adaptive {name}={value!r} must be a finite number")
-            object.__setattr__(self, name, float(value))
-        if not 0 < self.delta < 1:
-            raise ConfigError(f"adaptive delta={self.delta!r} is out of range: allowed (0, 1)")
+        check_choice("adaptive target", self.kind, TARGETS)
+        for name in ("lo", "hi"):
+            object.__setattr__(
+                self, name, check_number(f"adaptive band {name}", getattr(self, name), 0, 1, lo_open=True, hi_open=True)
+            )
         if self.lo >= self.hi:
             raise ConfigError(f"adaptive band lo={self.lo!r} must be below hi={self.hi!r}")
-        if not (0 < self.lo and self.hi < 1):
-            raise ConfigError(f"adaptive band lo={self.lo!r}, hi={self.hi!r}: allowed 0 < lo < hi < 1")
-        if not 0 < self.h <= 0.5:
-            raise ConfigError(f"adaptive width h={self.h!r} is out of range: allowed (0, 0.5]")
-        if not 0 <= self.cost < 1:
-            raise ConfigError(f"adaptive cost={self.cost!r} is out of range: allowed [0, 1) (0: stop when decided)")
+        object.__setattr__(self, "delta", check_number("adaptive delta", self.delta, 0, 1, lo_open=True, hi_open=True))
+        object.__setattr__(self, "h", check_number("adaptive width h", self.h, 0, 0.5, lo_open=True))
+        # 0: stop as soon as a prompt is decided
+        object.__setattr__(self, "cost", check_number("adaptive cost", self.cost, 0, 1, hi_open=True))
 
     @classmethod
     def parse(cls, spec: str) -> Target:
@@ -196,15 +191,10 @@ class RoundRule:
     jumps: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ROUND_RULES:
-            raise ConfigError(f"round rule {self.kind!r} is unknown: allowed {', '.join(ROUND_RULES)}")
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ConfigError(f"round rule k={self.k!r} must be an integer >= 1")
-        if not (isinstance(self.budget, int | float) and math.isfinite(self.budget) and self.budget > 0):
-            raise ConfigError(f"round rule budget={self.budget!r} must be a number > 0")
-        object.__setattr__(self, "budget", float(self.budget))
-        if isinstance(self.jumps, bool) or not isinstance(self.jumps, int) or self.jumps < 0:
-            raise ConfigError(f"round rule jumps={self.jumps!r} must be an integer >= 0 (0: no limit)")
+        check_choice("round rule", self.kind, ROUND_RULES)
+        check_int("round rule k", self.k, 1)
+        object.__setattr__(self, "budget", check_number("round rule budget", self.budget, 0, lo_open=True))
+        check_int("round rule jumps", self.jumps, 0)  # 0: no limit
 
     @classmethod
     def parse(cls, spec: str) -> RoundRule:
@@ -247,16 +237,12 @@ class AdaptiveConfig:
     prior: str = DEFAULT_PRIOR
 
     def __post_init__(self) -> None:
-        for name in ("n_min", "n_max"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+        check_int("n_min", self.n_min, 1)
+        check_int("n_max", self.n_max, 1)
         if self.n_min > self.n_max:
             raise ConfigError(f"n_min={self.n_min!r} must be at most n_max={self.n_max!r}")
-        if self.n_max > 100_000:
-            raise ConfigError(f"n_max={self.n_max!r} is out of range: allowed at most 100000")
-        if self.prior not in PRIORS:
-            raise ConfigError(f"adaptive prior {self.prior!r} is unknown: allowed {', '.join(PRIORS)}")
+        check_int("n_max", self.n_max, 1, 100_000)
+        check_choice("adaptive prior", self.prior, PRIORS)
         if self.prior != "jeffreys" and self.n_min < 2:
             # One sample per prompt tells the mean pass rate and nothing of its spread: the
             # beta-binomial likelihood is flat along a + b, and the grid fit puts all its mass at 0 and 1.

@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 
 from pipeline import estimators as est
 from pipeline import schema, stats
+from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import AllocationTooLargeError, ConfigError
 from pipeline.store import Store
 
@@ -128,21 +129,14 @@ class AllocationConfig:
     method: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective={_plain(self.objective)!r}; allowed: {', '.join(OBJECTIVES)}")
-        if self.method not in METHODS:
-            raise ConfigError(f"method={_plain(self.method)!r}; allowed: {', '.join(METHODS)}")
-        n_min, n_max, budget = _plain(self.n_min), _plain(self.n_max), _plain(self.budget)
-        if int(n_min) != n_min or n_min < 1:
-            raise ConfigError(f"n_min={n_min!r} must be an integer >= 1")
-        if int(n_max) != n_max or n_max < n_min:
+        check_choice("objective", self.objective, OBJECTIVES)
+        check_choice("method", self.method, METHODS)
+        n_min, n_max = check_int("n_min", self.n_min, 1), check_int("n_max", self.n_max, 1)
+        if n_max < n_min:
             raise ConfigError(f"n_max={n_max!r} must be an integer >= n_min={n_min}")
-        if int(budget) != budget or budget < 0:
-            raise ConfigError(f"budget={budget!r} must be an integer >= 0")
+        check_int("budget", self.budget, 0)
         for name in ("prior_a", "prior_b"):
-            v = _plain(getattr(self, name))
-            if not (v > 0 and math.isfinite(v)):
-                raise ConfigError(f"{name}={v!r} must be a finite number > 0")
+            check_number(name, getattr(self, name), 0, lo_open=True)
         e = est.get(self.estimator)  # unknown names fail here, listing the registry
         if self.objective != "signal" and e.spec != est.get(DEFAULT_ESTIMATOR).spec:
             raise ConfigError(

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from pipeline import estimators as est
 from pipeline import schema, stats
+from pipeline.checks import check_int
 from pipeline.errors import ConfigError
 from pipeline.prior import Prior, cell_share, posterior_nodes
 from pipeline.store import Store, conform
@@ -127,8 +128,7 @@ class AnalyzeConfig:
         if not self.group_sizes:
             raise ConfigError("group_sizes is empty; give at least one G >= 1")
         for G in self.group_sizes:
-            if int(G) != G or G < 1:
-                raise ConfigError(f"group size G={G!r} must be an integer >= 1")
+            check_int("group size G", G, 1)
         for spec in self.estimators:
             est.get(spec)  # unknown names raise, listing the registry
         object.__setattr__(self, "reco_answers", tuple(int(G) for G in self.reco_answers))

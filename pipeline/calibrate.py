@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import analyze, datasets, schema
+from pipeline.checks import check_int, check_number
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.store import Store
 
@@ -74,12 +75,9 @@ class CalibrationConfig:
     max_groups: int = 12
 
     def __post_init__(self) -> None:
-        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 100:
-            raise ConfigError(f"bootstrap={self.bootstrap!r} must be an integer >= 100 resamples")
-        if not 0 < self.level < 1:
-            raise ConfigError(f"level={self.level!r} must be in (0, 1)")
-        if isinstance(self.max_groups, bool) or not isinstance(self.max_groups, int) or self.max_groups < 2:
-            raise ConfigError(f"max_groups={self.max_groups!r} must be an integer >= 2")
+        check_int("bootstrap", self.bootstrap, 100)  # resamples
+        check_number("level", self.level, 0, 1, lo_open=True, hi_open=True)
+        check_int("max_groups", self.max_groups, 2)
         if self.label is not None and not self.label.strip():
             raise ConfigError("label must name a column or field, got an empty name")
 

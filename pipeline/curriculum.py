@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import estimators, specs
+from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError, DatasetError
 
 __all__ = [
@@ -181,20 +182,14 @@ class SignalConfig:
     prior_b: float = 0.5
 
     def __post_init__(self) -> None:
-        if int(self.G) != self.G or self.G < 1:
-            raise ConfigError(f"G={self.G!r} must be an integer >= 1")
-        if self.objective not in ("nonsilent", "mass"):
-            raise ConfigError(f"objective={self.objective!r}: allowed nonsilent, mass")
-        if self.explore not in ("thompson", "optimism", "mean"):
-            raise ConfigError(f"explore={self.explore!r}: allowed thompson, optimism, mean")
-        if not self.kappa >= 0:
-            raise ConfigError(f"kappa={self.kappa!r} must be >= 0")
-        if not 0.0 < self.forgetting <= 1.0:
-            raise ConfigError(f"forgetting={self.forgetting!r} is out of range: allowed (0, 1]")
-        if not 0.0 <= self.floor <= 1.0:
-            raise ConfigError(f"floor={self.floor!r} is out of range: allowed [0, 1]")
-        if not (self.prior_a > 0 and self.prior_b > 0):
-            raise ConfigError(f"prior ({self.prior_a}, {self.prior_b}) must have both parameters > 0")
+        check_int("G", self.G, 1)
+        check_choice("objective", self.objective, ("nonsilent", "mass"))
+        check_choice("explore", self.explore, ("thompson", "optimism", "mean"))
+        check_number("kappa", self.kappa, 0)
+        check_number("forgetting", self.forgetting, 0, 1, lo_open=True)
+        check_number("floor", self.floor, 0, 1)
+        for name in ("prior_a", "prior_b"):
+            check_number(name, getattr(self, name), 0, lo_open=True)
         if self.objective == "mass":
             estimators.get(self.estimator)  # an unknown estimator fails here
 
@@ -388,8 +383,7 @@ def replay(
     step's outcomes and takes its non-silent groups first (random among them): the scale's top.
     ``prior_n``, ``prior_c``: a profile's counts per prompt, aligned with the log's sorted prompt ids.
     """
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ConfigError(f"batch_size={batch_size!r} must be an integer >= 1")
+    check_int("batch_size", batch_size, 1)
     table = check_log(log)
     if table.num_rows == 0:
         raise DatasetError("log: no rows")

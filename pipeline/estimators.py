@@ -32,6 +32,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from pipeline import specs
+from pipeline.checks import check_bool, check_choice, check_int, check_number
 from pipeline.errors import ConfigError
 from pipeline.stats import binom_pmf  # re-exported: the one binomial pmf lives in stats
 
@@ -199,12 +200,10 @@ class GRPOBessel(Estimator):
     TRAINERS: ClassVar[dict[str, float]] = {"trl": 1e-4, "verl": 1e-6}
 
     def __post_init__(self) -> None:
-        if self.trainer not in self.TRAINERS:
-            raise ConfigError(f"grpo_bessel trainer={self.trainer!r} must be one of {', '.join(self.TRAINERS)}")
+        check_choice("grpo_bessel trainer", self.trainer, self.TRAINERS)
         if self.eps is None:
             object.__setattr__(self, "eps", self.TRAINERS[self.trainer])
-        if not (self.eps >= 0 and math.isfinite(self.eps)):
-            raise ConfigError(f"grpo_bessel eps={self.eps!r} must be a finite number >= 0")
+        check_number("grpo_bessel eps", self.eps, 0)
 
     @property
     def spec(self) -> str:
@@ -279,11 +278,8 @@ class DAPO(Estimator):
     T: int = 4
 
     def __post_init__(self) -> None:
-        if self.mode not in ("fill", "resample"):
-            raise ConfigError(f"dapo mode={self.mode!r} must be 'fill' or 'resample'")
-        if int(self.T) != self.T or self.T < 1:
-            raise ConfigError(f"dapo T={self.T!r} must be an integer >= 1")
-        object.__setattr__(self, "T", int(self.T))
+        check_choice("dapo mode", self.mode, ("fill", "resample"))
+        object.__setattr__(self, "T", check_int("dapo T", self.T, 1))
 
     def advantage_table(self, G):
         return GRPO().advantage_table(G)
@@ -434,8 +430,7 @@ class SoftmaxGRPO(Estimator):
     tau: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (self.tau > 0 and math.isfinite(self.tau)):
-            raise ConfigError(f"softmax_grpo tau={self.tau!r} must be a finite number > 0")
+        check_number("softmax_grpo tau", self.tau, 0, lo_open=True)
 
     @property
     def delta(self) -> float:
@@ -492,10 +487,8 @@ class GRPOPassK(Estimator):
     norm: bool = True
 
     def __post_init__(self) -> None:
-        if not (self.eps >= 0 and math.isfinite(self.eps)):
-            raise ConfigError(f"grpo_passk eps={self.eps!r} must be a finite number >= 0")
-        if not isinstance(self.norm, bool):
-            raise ConfigError(f"grpo_passk norm={self.norm!r} must be true or false")
+        check_number("grpo_passk eps", self.eps, 0)
+        check_bool("grpo_passk norm", self.norm)
 
     def top_advantage(self, G: int) -> float:
         """``a = A_plus(1)``: ``1/(1/sqrt(G) + eps)`` with the std, 1 without."""

@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 
 from pipeline import allocate, analyze, datasets, schema, stats
 from pipeline import estimators as est
+from pipeline.checks import check_choice, check_int
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.sample.templates import CHAT_MESSAGES, render_prompt
 from pipeline.store import Store, disk_full, no_space, writable_output
@@ -122,16 +123,15 @@ class ExportConfig:
     G: int = 8
 
     def __post_init__(self) -> None:
-        if self.format is not None and self.format not in FORMATS:
-            raise ConfigError(f"format={self.format!r} is unknown: allowed {', '.join(FORMATS)}")
-        if self.keep is not None and self.keep not in KEEP:
-            raise ConfigError(f"keep={self.keep!r} is unknown: allowed {', '.join(KEEP)}")
+        if self.format is not None:
+            check_choice("format", self.format, FORMATS)
+        if self.keep is not None:
+            check_choice("keep", self.keep, KEEP)
         if self.band is not None:
             lo, hi = self.band
             if not (0.0 <= lo < hi <= 1.0):
                 raise ConfigError(f"band=({lo!r}, {hi!r}) must be two pass rates 0 <= lo < hi <= 1")
-        if isinstance(self.G, bool) or not isinstance(self.G, int) or self.G < 1:
-            raise ConfigError(f"G={self.G!r} must be an integer >= 1")
+        check_int("G", self.G, 1)
 
     @property
     def edges(self) -> tuple[float, float]:

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import schema
+from pipeline.checks import check_number
 from pipeline.errors import ConfigError, MissingFileError
 from pipeline.run import ProfileConfig
 from pipeline.sample import GGUF_BACKENDS
@@ -57,8 +58,7 @@ class CheckpointConfig:
         object.__setattr__(self, "paths", tuple(str(p) for p in self.paths))
         if self.folder is None and not self.paths:
             raise ConfigError("give a checkpoint folder or at least one checkpoint path")
-        if self.min_age_s < 0:
-            raise ConfigError(f"min_age_s={self.min_age_s} must be >= 0")
+        check_number("min_age_s", self.min_age_s, 0, unit="seconds")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-able parameters (for a Prefect deployment)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from pipeline import datasets, grade, schema
+from pipeline.checks import check_int
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.report import write_run_report
 from pipeline.run import (
@@ -65,18 +66,13 @@ class ImportConfig:
     def __post_init__(self) -> None:
         if self.problem_col is None and self.prompt_id_col is None:
             raise ConfigError("give --problem-col or --prompt-id-col: rows need a problem or an id")
-        if self.shard_size < 1:
-            raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
-        self.grading()  # validates grade_workers and grade_timeout_s
+        check_int("shard_size", self.shard_size, 1)
+        grade.check_workers(self.grade_workers, "grade_workers")
+        grade.check_timeout(self.grade_timeout_s, "grade_timeout_s")
 
     def grading(self) -> grade.GradeConfig:
-        """The grading stage's settings (``ConfigError`` names a value out of range)."""
-        try:
-            return grade.GradeConfig(workers=self.grade_workers, timeout_s=self.grade_timeout_s)
-        except (TypeError, ValueError) as exc:  # GradeConfig raises plain ones
-            raise ConfigError(
-                f"grade_workers={self.grade_workers!r}, grade_timeout_s={self.grade_timeout_s!r}: {exc}"
-            ) from exc
+        """The grading stage's settings."""
+        return grade.GradeConfig(workers=self.grade_workers, timeout_s=self.grade_timeout_s)
 
 
 def _text_column(raw: pa.Table, column: str, origin: str) -> list[str | None]:

@@ -14,6 +14,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from pipeline.checks import check_number
 from pipeline.errors import ConfigError
 
 __all__ = [
@@ -56,12 +57,9 @@ class StatsConfig:
     prior_b: float = 0.5
 
     def __post_init__(self) -> None:
-        if not 0 < self.level < 1:
-            raise ConfigError(f"interval level={_plain(self.level)!r} must be in (0, 1)")
+        check_number("interval level", self.level, 0, 1, lo_open=True, hi_open=True)
         for name in ("prior_a", "prior_b"):
-            v = _plain(getattr(self, name))
-            if not (v > 0 and math.isfinite(v)):
-                raise ConfigError(f"{name}={v!r} must be a finite number > 0")
+            check_number(name, getattr(self, name), 0, lo_open=True)
 
 
 def unique_pairs(n: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -344,7 +344,7 @@ def test_report_errors_exit_1(tmp_path):
     out = runner.invoke(app, ["report", "--data-dir", str(empty)])
     assert out.exit_code == 1 and "no runs" in out.output
     out = runner.invoke(app, ["report", "--data-dir", str(empty), "--plotly-js", "cdn"])
-    assert out.exit_code == 1 and "--plotly-js 'cdn'" in out.output
+    assert out.exit_code == 1 and "plotly_js='cdn' is unknown: allowed inline, shared" in out.output
     out = runner.invoke(app, ["report", "--data-dir", str(empty), "--run", "nope"])
     assert out.exit_code == 1 and "nope" in out.output
 

@@ -204,7 +204,7 @@ def test_without_math_verify_symbolic_answers_compare_as_strings(monkeypatch):
     ],
 )
 def test_config_rejects_out_of_range(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         GradeConfig(**kwargs)
 
 
@@ -269,9 +269,9 @@ def test_config_defaults_and_types():
     config = GradeConfig()
     assert 1 <= config.workers <= 2
     assert config.hard_timeout_s > config.timeout_s
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError, match="use_math_verify='yes' must be true or false"):
         GradeConfig(use_math_verify="yes")
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError, match=re.escape("workers=1.5 must be an integer in [1, 256]")):
         GradeConfig(workers=1.5)
 
 

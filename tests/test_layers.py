@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 # Left to right: a module may import its own layer's package and anything to its left.
 LAYERS = (
     "errors",
+    "checks",
     "paths",
     "specs",
     "schema",

@@ -17,7 +17,7 @@ from report_fixtures import build_run, check_page, chromium_missing_message, ope
 from typer.testing import CliRunner
 
 from pipeline import allocate, analyze, report, schema
-from pipeline.errors import StoreError
+from pipeline.errors import ConfigError, StoreError
 from pipeline.report.sections import allocation_parts
 from pipeline.store import Store
 
@@ -318,9 +318,9 @@ def test_unanalysed_G_falls_back_to_nearest(runs, tmp_path):
 
 
 def test_config_errors_name_the_bad_value():
-    with pytest.raises(ValueError, match="plotly_js='cdn'"):
+    with pytest.raises(ConfigError, match="plotly_js='cdn' is unknown: allowed inline, shared"):
         report.ReportConfig(plotly_js="cdn")
-    with pytest.raises(ValueError, match="G=0"):
+    with pytest.raises(ConfigError, match="G=0 must be an integer >= 1"):
         report.ReportConfig(G=0)
     with pytest.raises(ValueError, match="unknown estimator"):
         report.ReportConfig(estimator="nope")
@@ -356,6 +356,7 @@ def test_report_stage_imports_only_stages_to_its_left():
     allowed = {
         "pipeline",
         "pipeline.errors",
+        "pipeline.checks",
         "pipeline.schema",
         "pipeline.store",
         "pipeline.stats",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from pipeline.errors import ConfigError
 from pipeline.sample import (
     DEFAULT_TEMPLATE,
     SAMPLE_ROWS,
@@ -37,7 +38,7 @@ from pipeline.sample.base import rows_to_table
     ],
 )
 def test_params_validation_names_value_and_range(kwargs: dict, message: str) -> None:
-    with pytest.raises((ValueError, TypeError), match=message):
+    with pytest.raises(ConfigError, match=message):
         SamplingParams(**kwargs)
 
 
@@ -94,7 +95,7 @@ def test_prepare_prompts_bad_input() -> None:
         prepare_prompts(pa.table({"prompt_id": ["x"]}), None)
     with pytest.raises(ValueError, match="problem row 1: prompt_id=None"):
         prepare_prompts([{"prompt_id": "x", "problem": "a"}, {"problem": "b"}], None)
-    with pytest.raises(TypeError, match="problem q: problem=None"):
+    with pytest.raises(ConfigError, match="problem q: problem=None"):
         prepare_prompts([{"prompt_id": "q", "problem": None}], None)
 
 

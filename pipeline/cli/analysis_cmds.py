@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from pipeline.allocate import AllocationConfig
+from pipeline.analyze import AnalyzeConfig
 from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
 from pipeline.cli.output import check_format, emit_sections, say
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from pipeline.store import Store
 
 _EXPORT_SUFFIXES = (".parquet", ".jsonl", ".json")
+# The options' defaults are the configs' own.
+_ANALYSIS_G = ",".join(map(str, AnalyzeConfig.group_sizes))
 
 
 def counts_of(store: Store, run: str | None, dataset: str | None, answers: bool = True) -> tuple[str, pa.Table]:
@@ -74,9 +78,9 @@ def _pivot_shares(summary: pa.Table, G: int) -> pa.Table:
 def analyze_cmd(
     run: RunId = None,
     dataset: DatasetName = None,
-    group_sizes: Annotated[str, typer.Option("--G", help="Group sizes, comma-separated.")] = "4,8,16,32,64",
+    group_sizes: Annotated[str, typer.Option("--G", help="Group sizes, comma-separated.")] = _ANALYSIS_G,
     estimators: Estimators = DEFAULT_ESTIMATORS,
-    level: Annotated[float, typer.Option("--level", help="Interval coverage.")] = 0.95,
+    level: Annotated[float, typer.Option("--level", help="Interval coverage.")] = AnalyzeConfig.level,
     reco_answers: Annotated[
         str,
         typer.Option(
@@ -163,15 +167,19 @@ def allocate_cmd(
             show_default=False,
         ),
     ] = None,
-    objective: Annotated[str, typer.Option("--objective", help="signal, knapsack or variance.")] = "signal",
-    estimator: Annotated[str, typer.Option("--estimator", help="Estimator of the signal objective.")] = "grpo",
-    n_min: Annotated[int, typer.Option("--n-min", help="Fewest rollouts per prompt.")] = 2,
-    n_max: Annotated[int, typer.Option("--n-max", help="Most rollouts per prompt.")] = 512,
+    objective: Annotated[
+        str, typer.Option("--objective", help="signal, knapsack or variance.")
+    ] = AllocationConfig.objective,
+    estimator: Annotated[
+        str, typer.Option("--estimator", help="Estimator of the signal objective.")
+    ] = AllocationConfig.estimator,
+    n_min: Annotated[int, typer.Option("--n-min", help="Fewest rollouts per prompt.")] = AllocationConfig.n_min,
+    n_max: Annotated[int, typer.Option("--n-max", help="Most rollouts per prompt.")] = AllocationConfig.n_max,
     run: RunId = None,
     dataset: DatasetName = None,
     posterior: Annotated[
         bool, typer.Option("--posterior/--point", help="Beta posterior per prompt, or the point estimate c/n.")
-    ] = False,
+    ] = AllocationConfig.posterior,
     method: Annotated[
         str,
         typer.Option(
@@ -179,7 +187,7 @@ def allocate_cmd(
             help="auto (fast where greedy is exact, else dp where it fits, else lagrangian), fast, greedy "
             "(reference), dp (exact or refused) or lagrangian (relaxation with a certified gap).",
         ),
-    ] = "auto",
+    ] = AllocationConfig.method,
     output: Annotated[
         Path | None,
         typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),

@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
+from pipeline.checks import check_int, check_number
 from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.cli.options import Format, floats
 from pipeline.cli.output import check_format, emit
-from pipeline.errors import ConfigError
 from pipeline.specs import split_specs
 
 DEFAULT_P = "0.01,0.05,0.1,0.2,0.3,0.5,0.7,0.8,0.9,0.95,0.99"
@@ -17,15 +17,10 @@ DEFAULT_P = "0.01,0.05,0.1,0.2,0.3,0.5,0.7,0.8,0.9,0.95,0.99"
 PassRateList = Annotated[str, typer.Option("--p", help="Pass rates, comma-separated.")]
 
 
-def _in_range(values: list[float], flag: str, closed: bool, why: str = "") -> list[float]:
+def _in_range(values: list[float], flag: str, closed: bool) -> list[float]:
     """The values, or a ``ConfigError`` naming the flag and the first value outside [0, 1] (closed)
-    or (0, 1); NaN is outside both (a comparison with NaN is false, so it is tested as not inside)."""
-    for v in values:
-        inside = 0 <= v <= 1 if closed else 0 < v < 1
-        if not inside:
-            allowed = "[0, 1]" if closed else "(0, 1)"
-            raise ConfigError(f"{flag} {v!r} must be in {allowed}{why}")
-    return values
+    or (0, 1)."""
+    return [check_number(flag, v, 0, 1, lo_open=not closed, hi_open=not closed) for v in values]
 
 
 def weights_cmd(
@@ -42,8 +37,7 @@ def weights_cmd(
 
     fmt = check_format(fmt)
     ps = np.asarray(_in_range(floats(p, "--p"), "--p", closed=True))
-    if G < 1:
-        raise ConfigError(f"--G {G} must be >= 1")
+    check_int("--G", G, 1)
     rows = []
     for spec in split_specs(estimators):
         e = est.get(spec)
@@ -88,7 +82,7 @@ def tries_cmd(
     from pipeline.allocate import min_tries
 
     fmt = check_format(fmt)
-    ps = _in_range(floats(p, "--p"), "--p", closed=False, why=": at p = 0 or 1 every group is silent")
+    ps = _in_range(floats(p, "--p"), "--p", closed=False)  # at p = 0 or 1 every group is silent
     _in_range([delta], "--delta", closed=False)
     rows = [{"p": pi, "delta": delta, "n": int(ni)} for pi, ni in zip(ps, min_tries(ps, delta), strict=True)]
     emit(pa.Table.from_pylist(rows), fmt, title=f"minimum tries for P(silent) <= {delta}")

@@ -8,14 +8,13 @@ other exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 import typer
 
 from pipeline.cli import output
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.errors import PipelineError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,18 +39,3 @@ def exit_on_error(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(1) from exc
 
     return run
-
-
-@contextmanager
-def config_errors() -> Iterator[None]:
-    """Re-raise a plain ``ValueError`` of a library check on a user's value as ``ConfigError``.
-
-    For the few library checks that do not raise a ``PipelineError`` yet (``grade.GradeConfig``,
-    Prefect's cron parsing); wrap only the call that validates the user's value.
-    """
-    try:
-        yield
-    except PipelineError:
-        raise
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc

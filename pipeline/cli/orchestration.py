@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from pipeline.checks import check_int
 from pipeline.cli import profile_options as opt
-from pipeline.cli.errors import config_errors
 from pipeline.cli.options import DataDir, Format, open_store
 from pipeline.cli.output import check_format, emit_sections, say
 from pipeline.errors import ConfigError
@@ -42,28 +42,16 @@ def checkpoint_config(folder: Path | None, checkpoints: list[str] | None, min_ag
 
 
 def check_schedule(cron: str | None, interval: float | None, timezone: str | None) -> None:
-    """``ConfigError`` for a bad schedule, or when no Prefect server is named (schedules need one)."""
-    if (cron is None) == (interval is None):
-        raise ConfigError("give exactly one of --cron EXPR or --interval SECONDS")
-    if interval is not None and interval <= 0:
-        raise ConfigError(f"--interval {interval} must be > 0")
-    if timezone is not None:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    """``ConfigError`` for a bad schedule (``flows.schedule.check_schedule``, by the flags' names),
+    or when no Prefect server is named (schedules need one)."""
+    from pipeline.flows.schedule import check_schedule
 
-        try:
-            ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(f"--timezone {timezone!r} is not an IANA time zone (e.g. Europe/Paris)") from None
+    check_schedule(cron, interval, timezone, flag="--")
     if not os.environ.get("PREFECT_API_URL"):
         raise ConfigError(
             "schedules need a running Prefect server: start one with `prefect server start` and "
             "export PREFECT_API_URL=http://127.0.0.1:4200/api"
         )
-    if cron is not None:
-        from prefect.schedules import Cron
-
-        with config_errors():  # Prefect rejects a bad cron expression with a plain ValueError
-            Cron(cron, timezone=timezone or "UTC")
 
 
 @opt.profile_options
@@ -151,8 +139,7 @@ def drift_cmd(
 ) -> None:
     """Checkpoint drift: per checkpoint summary, prompts that became silent, largest changes."""
     fmt = check_format(fmt)
-    if limit < 0:
-        raise ConfigError(f"--limit {limit} must be >= 0")
+    check_int("--limit", limit, 0)
     store = open_store(data_dir)
     emit_sections(
         [

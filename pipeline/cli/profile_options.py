@@ -20,7 +20,7 @@ import typer
 
 from pipeline.adaptive import PRIORS as ADAPTIVE_PRIORS
 from pipeline.errors import ConfigError
-from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout
+from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout, check_workers
 from pipeline.sample import GGUF_BACKENDS
 from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
 from pipeline.sample.xllamacpp import XLlamaCppOptions
@@ -210,12 +210,9 @@ Report = Annotated[
 
 def check_grade_options(workers: int, timeout_s: float) -> None:
     """``ConfigError`` naming the flag when ``--grade-workers`` or ``--grade-timeout`` is out of
-    range (checked by ``GradeConfig``, before any work starts)."""
+    range (grading's own checks, before any work starts)."""
+    check_workers(workers, "--grade-workers")
     check_timeout(timeout_s, "--grade-timeout")
-    try:
-        GradeConfig(workers=workers, timeout_s=timeout_s)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--grade-workers {workers!r}: {exc}") from exc
 
 
 # The grading defaults of the commands that grade without profiling (grade, regrade): a profile's.

@@ -13,6 +13,7 @@ import typer
 from pipeline.cli.options import DataDir, Runs, open_store
 from pipeline.cli.output import say
 from pipeline.errors import ConfigError, StoreError
+from pipeline.report import ReportConfig, render_comparison, render_report
 from pipeline.store import Location, Store, is_remote, resolve_data_dir
 
 _HTML = (".html", ".htm")
@@ -87,17 +88,12 @@ def report_cmd(
     plotly_js: Annotated[
         str,
         typer.Option("--plotly-js", help="inline: self-contained files; shared: one plotly.min.js beside the reports."),
-    ] = "inline",
-    G: Annotated[int, typer.Option("--G", help="Group size the report is read at.")] = 8,
+    ] = ReportConfig.plotly_js,
+    G: Annotated[int, typer.Option("--G", help="Group size the report is read at.")] = ReportConfig.G,
     data_dir: DataDir = None,
 ) -> None:
     """Write the HTML report of a run (several runs: one report each plus a comparison)."""
-    from pipeline import report  # plotly and jinja load only when a report is asked for
-
-    if plotly_js not in report.PLOTLY_JS_MODES:
-        raise ConfigError(f"--plotly-js {plotly_js!r}; allowed: {', '.join(report.PLOTLY_JS_MODES)}")
-    if G < 1:
-        raise ConfigError(f"--G {G} must be >= 1")
+    config = ReportConfig(plotly_js=plotly_js, G=G)  # checked before any work
     store = open_store(data_dir)
     run_ids = list(dict.fromkeys(runs or []))
     if not run_ids:
@@ -107,10 +103,10 @@ def report_cmd(
         run_ids = [listed.column("run_id")[0].as_py()]
     per_run, comparison = plan_outputs(run_ids, output, store)
     for run_id, path in per_run.items():
-        written = report.render_report(store, run_id, path, plotly_js=plotly_js, G=G)
+        written = render_report(store, run_id, path, config=config)
         say(f"report of {run_id}: {written}")
     if comparison is not None:  # each run's report as a link relative to the comparison's folder
         folder = posixpath.dirname(str(comparison))
         links = {r: posixpath.relpath(str(p), folder) for r, p in per_run.items()}
-        written = report.render_comparison(store, run_ids, comparison, links=links, plotly_js=plotly_js, G=G)
+        written = render_comparison(store, run_ids, comparison, links=links, config=config)
         say(f"comparison of {len(run_ids)} runs: {written}")

@@ -15,6 +15,7 @@ import logging
 import re
 from typing import Any
 
+from pipeline.checks import check_choice, check_number
 from pipeline.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,30 @@ def default_name(flow: str, dataset: str | None) -> str:
     """A deployment name such as ``profile-arithmetic`` or ``checkpoints-gsm8k``."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", dataset or "local").strip("-") or "local"
     return f"{flow}-{slug}"
+
+
+def check_schedule(cron: str | None, interval: float | None, timezone: str | None, flag: str = "") -> None:
+    """The one check of a schedule: exactly one of a cron expression (in an IANA time zone, default
+    UTC) and an interval in seconds > 0. ``flag`` is put before each setting's name in the
+    ``ConfigError`` (``"--"``: the command line's ``--cron``)."""
+    if (cron is None) == (interval is None):
+        raise ConfigError(f"give exactly one of {flag}cron or {flag}interval")
+    if interval is not None:
+        check_number(f"{flag}interval", interval, 0, lo_open=True, unit="seconds")
+    if timezone is not None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"{flag}timezone={timezone!r} is not an IANA time zone (e.g. Europe/Paris)") from None
+    if cron is not None:
+        from prefect.schedules import Cron
+
+        try:
+            Cron(cron, timezone=timezone or "UTC")
+        except ValueError as exc:  # Prefect's own parse of the expression
+            raise ConfigError(f"{flag}cron={cron!r} is not a cron expression: {exc}") from None
 
 
 def make_deployment(
@@ -48,14 +73,10 @@ def make_deployment(
         timezone: time zone of the cron expression (default UTC).
 
     Raises:
-        ValueError: unknown flow, or not exactly one of cron and interval.
+        ConfigError: unknown flow, or a bad schedule (``check_schedule``).
     """
-    if flow not in FLOWS:
-        raise ConfigError(f"flow={flow!r} is unknown: allowed {', '.join(FLOWS)}")
-    if (cron is None) == (interval is None):
-        raise ConfigError("give exactly one of cron and interval")
-    if interval is not None and interval <= 0:
-        raise ConfigError(f"interval={interval} must be > 0 seconds")
+    check_choice("flow", flow, FLOWS)
+    check_schedule(cron, interval, timezone)
     from prefect.schedules import Cron, Interval
     from prefect.types.entrypoint import EntrypointType
 

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pipeline.errors import ConfigError
 from pipeline.grade.extract import (
     BOX_NOT_PARSED,
     BOXED_SCAN_CHARS,
@@ -50,6 +51,7 @@ from pipeline.grade.extract import (
     MAX_ANSWER_CHARS,
     MAX_PARSE_CHARS,
     MAX_TIMEOUT_S,
+    MAX_WORKERS,
     STATUSES,
     TIMEOUT,
     UNPARSED,
@@ -57,6 +59,7 @@ from pipeline.grade.extract import (
     Number,
     Reading,
     check_timeout,
+    check_workers,
     extract_answer,
     grader_version,
     last_box,
@@ -90,6 +93,7 @@ __all__ = [
     "MAX_ANSWER_CHARS",
     "MAX_PARSE_CHARS",
     "MAX_TIMEOUT_S",
+    "MAX_WORKERS",
     "STATUSES",
     "TIMEOUT",
     "UNPARSED",
@@ -97,6 +101,7 @@ __all__ = [
     "Number",
     "Reading",
     "check_timeout",
+    "check_workers",
     "extract_answer",
     "grader_version",
     "last_box",
@@ -133,7 +138,7 @@ def _column(items: pa.Table, *names: str) -> list[Any]:
     for name in names:
         if name in items.column_names:
             return items.column(name).to_pylist()
-    raise ValueError(f"items table needs a column {names[0]!r}; it has {items.column_names}")
+    raise ConfigError(f"items table needs a column {names[0]!r}; it has {items.column_names}")
 
 
 def grade_table(

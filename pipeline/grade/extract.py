@@ -34,7 +34,7 @@ from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 
-from pipeline.errors import ConfigError
+from pipeline.checks import check_bool, check_int, check_number
 
 # The same values as pipeline.schema.GRADE_STATUSES, spelled here so that worker processes need
 # not import pyarrow (through pipeline.schema) to start.
@@ -60,6 +60,7 @@ LINE_SEARCH_CHARS = 2_048  # how far past the cut the tail window looks for a li
 # The grade timeout (seconds one item may take in math-verify) is in (0, MAX_TIMEOUT_S]: an hour
 # per answer is already far past any useful grading; check_timeout is the one check of it.
 MAX_TIMEOUT_S = 3600
+MAX_WORKERS = 256  # math-verify worker processes; check_workers is the one check of their number
 
 # Hard deadline = timeout_s + max(HARD_GRACE_MIN_S, HARD_GRACE_FRACTION * timeout_s): the soft
 # SIGALRM inside the worker normally fires first; the kill is for code that ignores signals.
@@ -97,10 +98,13 @@ def check_timeout(timeout_s: object, name: str = "timeout_s") -> None:
     ``name`` is how the caller's user spells the setting (``grade_timeout_s`` in a run's config);
     the ``ConfigError`` (a ``ValueError``) names it, the value and the range.
     """
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
-        raise ConfigError(f"{name}={timeout_s!r} must be a number of seconds in (0, {MAX_TIMEOUT_S}]")
-    if not 0 < timeout_s <= MAX_TIMEOUT_S:
-        raise ConfigError(f"{name}={timeout_s!r} is out of range: allowed (0, {MAX_TIMEOUT_S}] seconds")
+    check_number(name, timeout_s, 0, MAX_TIMEOUT_S, lo_open=True, unit="seconds")
+
+
+def check_workers(workers: object, name: str = "workers") -> None:
+    """The one check of a number of grading workers: an integer in ``[1, MAX_WORKERS]``; ``name``
+    as :func:`check_timeout`'s."""
+    check_int(name, workers, 1, MAX_WORKERS)
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class GradeConfig:
     """Settings of the grading stage.
 
     Attributes:
-        workers: Worker processes running math-verify (1 to 256).
+        workers: Worker processes running math-verify (1 to :data:`MAX_WORKERS`, :func:`check_workers`).
         timeout_s: Wall-clock seconds one item may take in math-verify before it is marked
             ``timeout`` (0 < timeout_s <= :data:`MAX_TIMEOUT_S`, :func:`check_timeout`). A worker
             that ignores the soft deadline is killed a grace period later and replaced.
@@ -123,17 +127,10 @@ class GradeConfig:
     use_math_verify: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
-            raise TypeError(f"workers must be an int, got {self.workers!r}")
-        if not 1 <= self.workers <= 256:
-            raise ValueError(f"workers={self.workers} is out of range; allowed 1 to 256")
+        check_workers(self.workers)
         check_timeout(self.timeout_s)
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
-            raise TypeError(f"batch_size must be an int, got {self.batch_size!r}")
-        if not 1 <= self.batch_size <= 10_000:
-            raise ValueError(f"batch_size={self.batch_size} is out of range; allowed 1 to 10000")
-        if not isinstance(self.use_math_verify, bool):
-            raise TypeError(f"use_math_verify must be a bool, got {self.use_math_verify!r}")
+        check_int("batch_size", self.batch_size, 1, 10_000)
+        check_bool("use_math_verify", self.use_math_verify)
 
     @property
     def hard_timeout_s(self) -> float:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, Self
 
+from pipeline.errors import ConfigError
 from pipeline.grade.extract import (
     BOX_NOT_PARSED,
     CORRECT,
@@ -241,9 +242,9 @@ def _worker_entry() -> None:
 def _function_ref(fn: GradeFn) -> str:
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if not module or "<" in qualname:
-        raise ValueError(f"grade_fn must be a module-level function, got {fn!r}")
+        raise ConfigError(f"grade_fn={fn!r} must be a module-level function")
     if module == "__main__":
-        raise ValueError("grade_fn must live in an importable module, not in __main__")
+        raise ConfigError(f"grade_fn={fn!r} must live in an importable module, not in __main__")
     return f"{module}:{qualname}"
 
 

@@ -73,6 +73,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.checks import check_number
 from pipeline.errors import ConfigError, PipelineError, StoreError
 from pipeline.observe import record
 from pipeline.observe.track import dataset_problems
@@ -114,8 +115,8 @@ class RewardRecorder:
             raise ConfigError(f"reward_fn={reward_fn!r} is async: record_rewards wraps synchronous reward functions")
         if not dataset:
             raise ConfigError("dataset must name the dataset the prompt ids belong to, e.g. local-math500-test")
-        if threshold is not None and not math.isfinite(threshold):
-            raise ConfigError(f"threshold={threshold!r} must be a finite number (a reward >= it counts as correct)")
+        if threshold is not None:
+            check_number("threshold", threshold)  # a reward >= it counts as correct
         self.rollouts = _check_rollouts(rollouts)
         self.reward_fn = reward_fn
         self.__name__ = getattr(reward_fn, "__name__", type(reward_fn).__name__)  # TRL logs rewards/<name>

@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
+from pipeline.checks import check_int
 from pipeline.errors import ConfigError
 from pipeline.integrations.trl import RewardRecorder
 
@@ -69,8 +70,8 @@ class CurriculumSampler:
     """
 
     def __init__(self, policy: CurriculumPolicy, ids: list[str], *, k: int, G: int, repeat: int) -> None:
-        if k < 1 or G < 1 or repeat < 1:
-            raise ConfigError(f"k={k}, G={G}, repeat={repeat} must all be >= 1")
+        for name, value in (("k", k), ("G", G), ("repeat", repeat)):
+            check_int(name, value, 1)
         index: dict[str, int] = {}
         for i, pid in enumerate(ids):
             pid = str(pid)

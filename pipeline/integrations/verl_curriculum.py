@@ -57,6 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import datasets
+from pipeline.checks import check_int
 from pipeline.curriculum import DEFAULT_POLICY, make_policy
 from pipeline.errors import ConfigError, DatasetError, StoreError
 
@@ -77,10 +78,9 @@ class VerlCurriculumConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.group_size is not None and (int(self.group_size) != self.group_size or self.group_size < 1):
-            raise ConfigError(f"data.curriculum.group_size={self.group_size!r} must be an integer >= 1")
-        if int(self.seed) != self.seed:
-            raise ConfigError(f"data.curriculum.seed={self.seed!r} must be an integer")
+        if self.group_size is not None:
+            check_int("data.curriculum.group_size", self.group_size, 1)
+        check_int("data.curriculum.seed", self.seed)
 
 
 def curriculum_config(data_config: Mapping) -> VerlCurriculumConfig:

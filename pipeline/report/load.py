@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from pipeline import allocate as alloc
 from pipeline import analyze, schema
 from pipeline import estimators as est
+from pipeline.checks import check_choice, check_int
 from pipeline.errors import ReportError, StoreError
 from pipeline.store import Store
 
@@ -54,14 +55,10 @@ class ReportConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.plotly_js not in PLOTLY_JS_MODES:
-            raise ValueError(f"plotly_js={self.plotly_js!r}; allowed: {', '.join(PLOTLY_JS_MODES)}")
-        if int(self.G) != self.G or self.G < 1:
-            raise ValueError(f"G={self.G!r} must be an integer >= 1")
-        for name in ("top", "max_points", "interval_sample"):
-            value = getattr(self, name)
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        check_choice("plotly_js", self.plotly_js, PLOTLY_JS_MODES)
+        for name in ("G", "top", "max_points", "interval_sample"):
+            check_int(name, getattr(self, name), 1)
+        check_int("seed", self.seed, 0)
         est.get(self.estimator)  # unknown names fail here, listing the registry
 
 

@@ -81,8 +81,8 @@ def render_report(
     run_id: str,
     output: str | os.PathLike,
     *,
-    plotly_js: str = "inline",
-    G: int = 8,
+    plotly_js: str = ReportConfig.plotly_js,
+    G: int = ReportConfig.G,
     config: ReportConfig | None = None,
 ) -> Location:
     """Write the HTML report of one run and return its path (a URL when it is on object storage).
@@ -126,8 +126,8 @@ def render_comparison(
     run_ids: list[str],
     output: str | os.PathLike,
     *,
-    plotly_js: str = "inline",
-    G: int = 8,
+    plotly_js: str = ReportConfig.plotly_js,
+    G: int = ReportConfig.G,
     links: dict[str, str] | None = None,
     config: ReportConfig | None = None,
 ) -> Location:

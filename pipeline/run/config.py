@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pipeline import adaptive, grade
 from pipeline.adaptive import AdaptiveConfig
+from pipeline.checks import check_bool, check_choice, check_int
 from pipeline.errors import ConfigError
 from pipeline.sample import DEFAULT_BACKEND, SamplingParams
 
@@ -55,8 +56,8 @@ class DataConfig:
         for name in ("data_file", "template_file"):
             if isinstance(getattr(self, name), Path):
                 object.__setattr__(self, name, str(getattr(self, name)))
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"limit={self.limit} must be >= 1")
+        if self.limit is not None:
+            check_int("limit", self.limit, 1)
 
     def is_bundled(self) -> bool:
         """True for the bundled arithmetic set (no data file)."""
@@ -123,14 +124,12 @@ class ExecutionConfig:
     allocation_budget_factor: int | None = None
 
     def __post_init__(self) -> None:
-        if self.shard_size < 1:
-            raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
-        if self.allocation_budget_factor is not None and self.allocation_budget_factor < 2:
-            raise ConfigError(f"allocation_budget_factor={self.allocation_budget_factor} must be >= 2")
-        if self.executor not in EXECUTORS:
-            raise ConfigError(f"executor={self.executor!r} is unknown: allowed {', '.join(EXECUTORS)}")
-        if self.replicas < 1:
-            raise ConfigError(f"replicas={self.replicas} must be >= 1")
+        check_int("shard_size", self.shard_size, 1)
+        if self.allocation_budget_factor is not None:
+            check_int("allocation_budget_factor", self.allocation_budget_factor, 2)
+        check_choice("executor", self.executor, EXECUTORS)
+        check_int("replicas", self.replicas, 1)
+        check_bool("report", self.report)
 
 
 def _profile_grading() -> grade.GradeConfig:
@@ -187,16 +186,13 @@ class ProfileConfig:
             if changed:
                 flags = ", ".join("--" + name.replace("_", "-") for name in changed)
                 raise ConfigError(f"{flags}: only with --adaptive (e.g. --adaptive band)")
-        try:
-            built = {
-                "data": DataConfig(**parts.get("data", {})),
-                "engine": EngineConfig(**parts.get("engine", {})),
-                "sampling": SamplingConfig(**parts.get("sampling", {})),
-                "grading": replace(_profile_grading(), **parts.get("grading", {})),
-                "execution": ExecutionConfig(**parts.get("execution", {})),
-            }
-        except (TypeError, ValueError) as exc:  # GradeConfig checks with plain ValueError/TypeError
-            raise ConfigError(str(exc)) from exc
+        built = {
+            "data": DataConfig(**parts.get("data", {})),
+            "engine": EngineConfig(**parts.get("engine", {})),
+            "sampling": SamplingConfig(**parts.get("sampling", {})),
+            "grading": replace(_profile_grading(), **parts.get("grading", {})),
+            "execution": ExecutionConfig(**parts.get("execution", {})),
+        }
         acfg = None
         if spec is not None:
             given = {a: adaptive_given.get(a, known[ADAPTIVE_SETTINGS[a]][2]) for a in ADAPTIVE_SETTINGS}
@@ -234,15 +230,11 @@ class ProfileConfig:
         if "data" not in data:  # flat settings
             return cls.build(**data)
         acfg = data.get("adaptive")
-        try:
-            grading = grade.GradeConfig(**data.get("grading", {}))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc)) from exc
         return cls(
             data=DataConfig(**data.get("data", {})),
             engine=EngineConfig(**data.get("engine", {})),
             sampling=SamplingConfig(**data.get("sampling", {})),
-            grading=grading,
+            grading=grade.GradeConfig(**data.get("grading", {})),
             adaptive=adaptive.AdaptiveConfig.from_dict(acfg) if acfg else None,
             execution=ExecutionConfig(**data.get("execution", {})),
         )

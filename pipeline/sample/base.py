@@ -9,13 +9,13 @@ into shards, on their order or on which other prompts were sampled with it.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from pipeline.checks import check_int, check_number
 from pipeline.datasets import chat_messages_of
 from pipeline.errors import ConfigError
 from pipeline.sample.templates import CHAT_MESSAGES, DEFAULT_TEMPLATE, render_prompt
@@ -63,14 +63,12 @@ class SamplingParams:
     first_idx: int = 0
 
     def __post_init__(self) -> None:
-        _check_int("n", self.n, 1, 100_000)
-        _check_int("max_tokens", self.max_tokens, 1, 1 << 20)
-        _check_int("seed", self.seed, 0, 2**63 - 1)
-        _check_int("first_idx", self.first_idx, 0, _SAMPLE_IDX_MAX - self.n)
-        _check_float("temperature", self.temperature, 0.0, 10.0, "[0, 10]")
-        _check_float("top_p", self.top_p, 0.0, 1.0, "(0, 1]")
-        if self.top_p <= 0.0:
-            raise ConfigError(f"top_p={self.top_p!r} is out of range: allowed (0, 1]")
+        check_int("n", self.n, 1, 100_000)
+        check_int("max_tokens", self.max_tokens, 1, 1 << 20)
+        check_int("seed", self.seed, 0, 2**63 - 1)
+        check_int("first_idx", self.first_idx, 0, _SAMPLE_IDX_MAX - self.n)
+        check_number("temperature", self.temperature, 0, 10)
+        check_number("top_p", self.top_p, 0, 1, lo_open=True)
 
     @property
     def sample_indices(self) -> range:
@@ -87,20 +85,6 @@ class SamplingParams:
             "max_tokens": self.max_tokens,
             "seed": self.seed,
         }
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}={value!r} must be an integer in [{lo}, {hi}]")
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name}={value!r} is out of range: allowed [{lo}, {hi}]")
-
-
-def _check_float(name: str, value: Any, lo: float, hi: float, shown: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name}={value!r} must be a number in {shown}")
-    if not (math.isfinite(value) and lo <= value <= hi):
-        raise ConfigError(f"{name}={value!r} is out of range: allowed {shown}")
 
 
 def derive_seed(seed: int, prompt_id: str, sample_idx: int) -> int:
@@ -170,7 +154,7 @@ def iter_problem_rows(problems: Any) -> Iterable[tuple[str, str]]:
         if not isinstance(pid, str) or not pid:
             raise ConfigError(f"problem row {i}: prompt_id={pid!r} must be a non-empty string")
         if not isinstance(text, str):
-            raise TypeError(f"problem {pid}: problem={text!r} must be a string")
+            raise ConfigError(f"problem {pid}: problem={text!r} must be a string")
         yield pid, text
 
 

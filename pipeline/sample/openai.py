@@ -31,6 +31,7 @@ from typing import Any, Self
 import httpx
 import pyarrow as pa
 
+from pipeline.checks import check_int, check_number
 from pipeline.errors import BackendUnavailableError, ConfigError, SamplingError
 from pipeline.sample.base import (
     Progress,
@@ -98,18 +99,11 @@ class OpenAIOptions:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url={url!r} must start with http:// or https://")
         object.__setattr__(self, "base_url", url.rstrip("/"))
-        if not isinstance(self.concurrency, int) or not 1 <= self.concurrency <= 4096:
-            raise ConfigError(f"concurrency={self.concurrency!r} is out of range: allowed [1, 4096]")
-        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or not self.timeout > 0:
-            raise ConfigError(f"timeout={self.timeout!r} is out of range: allowed > 0 seconds")
-        if (
-            isinstance(self.max_retries, bool)
-            or not isinstance(self.max_retries, int)
-            or not 0 <= self.max_retries <= 100
-        ):
-            raise ConfigError(f"max_retries={self.max_retries!r} is out of range: allowed [0, 100]")
-        if not 0 <= self.backoff <= 60:
-            raise ConfigError(f"backoff={self.backoff!r} is out of range: allowed [0, 60] seconds")
+        check_int("concurrency", self.concurrency, 1, 4096)
+        check_number("timeout", self.timeout, 0, lo_open=True, unit="seconds")
+        check_int("max_retries", self.max_retries, 0, 100)
+        check_number("backoff", self.backoff, 0, 60, unit="seconds")
+        check_number("max_backoff", self.max_backoff, unit="seconds")
         if not self.max_backoff >= self.backoff:
             raise ConfigError(f"max_backoff={self.max_backoff!r} must be >= backoff={self.backoff}")
 

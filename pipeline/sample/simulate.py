@@ -47,7 +47,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -309,10 +309,10 @@ class SimulateSampler:
     backend = BACKEND
 
     def __init__(self, model: str | os.PathLike[str] | None = None, **options: Any) -> None:
-        try:
-            self.options = SimulateOptions(**options)
-        except TypeError as exc:
-            raise ConfigError(f"the simulate backend takes only the options pass_rates and fail_once: {exc}") from exc
+        unknown = sorted(set(options) - {f.name for f in fields(SimulateOptions)})
+        if unknown:
+            raise ConfigError(f"the simulate backend takes only the options pass_rates and fail_once, not {unknown}")
+        self.options = SimulateOptions(**options)
         self._fail_once = set(self.options.fail_once)
         path = self.options.pass_rates
         if model is not None:

@@ -30,7 +30,7 @@ def _bundled(name: str) -> str:
 
 
 def check_template(template: str, source: str = "template") -> str:
-    """Return the template if it has exactly one `{problem}` placeholder, else raise ValueError."""
+    """Return the template if it has exactly one `{problem}` placeholder, else raise ``ConfigError``."""
     count = template.count(PLACEHOLDER)
     if count != 1:
         raise ConfigError(f"{source} must contain the placeholder {PLACEHOLDER} exactly once (found {count})")

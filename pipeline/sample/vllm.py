@@ -42,6 +42,7 @@ from typing import Any, Self
 
 import pyarrow as pa
 
+from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError, MissingDependencyError, MissingFileError, SamplingError
 from pipeline.sample import models
 from pipeline.sample.base import (
@@ -112,19 +113,14 @@ class VllmOptions:
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "data_parallel_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or not 1 <= v <= 64:
-                raise ConfigError(f"{name}={v!r} is out of range: allowed [1, 64]")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError(f"gpu_memory_utilization={self.gpu_memory_utilization!r} is out of range: allowed (0, 1]")
-        if self.max_model_len is not None and self.max_model_len < 16:
-            raise ConfigError(f"max_model_len={self.max_model_len!r} is out of range: allowed >= 16")
-        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 1_000_000:
-            raise ConfigError(f"batch_size={self.batch_size!r} is out of range: allowed [1, 1e6]")
-        if self.device not in DEVICES:
-            raise ConfigError(f"device={self.device!r} is unknown: allowed {', '.join(DEVICES)}")
-        if self.kv_cache_gib is not None and not 0 < self.kv_cache_gib <= 4096:
-            raise ConfigError(f"kv_cache_gib={self.kv_cache_gib!r} is out of range: allowed (0, 4096] GiB")
+            check_int(name, getattr(self, name), 1, 64)
+        check_number("gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, lo_open=True)
+        if self.max_model_len is not None:
+            check_int("max_model_len", self.max_model_len, 16)
+        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        check_choice("device", self.device, DEVICES)
+        if self.kv_cache_gib is not None:
+            check_number("kv_cache_gib", self.kv_cache_gib, 0, 4096, lo_open=True, unit="GiB")
         if self.gpus is not None:
             object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
             need = self.tensor_parallel_size * self.data_parallel_size

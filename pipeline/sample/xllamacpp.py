@@ -26,7 +26,8 @@ from typing import Any, Self
 import httpx
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, MissingDependencyError, SamplingError
+from pipeline.checks import check_int
+from pipeline.errors import MissingDependencyError, SamplingError
 from pipeline.sample.base import (
     Progress,
     SamplingParams,
@@ -54,8 +55,7 @@ class XLlamaCppOptions(LlamaCppOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= 64:
-            raise ConfigError(f"parallel={self.parallel!r} is out of range: allowed [1, 64]")
+        check_int("parallel", self.parallel, 1, 64)
 
 
 class XLlamaCppSampler:
