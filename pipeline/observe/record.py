@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import schema
+from pipeline.checks import check_int
 from pipeline.errors import ConfigError
 from pipeline.store import Store
 
@@ -41,20 +42,9 @@ def check_source(source: str) -> str:
     return source
 
 
-def in_range(value: object, low: int, high: int) -> bool:
-    """Whether ``value`` is an integer (not a bool; a float only when whole) within ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    if isinstance(value, float) and not value.is_integer():
-        return False
-    return low <= value <= high
-
-
 def check_step(step: object, where: str) -> int:
-    """A step number as an int, or a ``ConfigError`` naming ``where`` it came from and the range."""
-    if not in_range(step, 0, MAX_STEP):
-        raise ConfigError(f"{where}: step {step!r} is out of range: a step is an integer from 0 to {MAX_STEP}")
-    return int(step)
+    """A step number as an int (``checks.check_int``: an integer from 0 to ``MAX_STEP``)."""
+    return check_int(f"{where}: step", step, 0, MAX_STEP)
 
 
 def step_part(step: int) -> str:

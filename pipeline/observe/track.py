@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import datasets
+from pipeline.checks import check_bool, check_number
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.observe import record, sources
 from pipeline.observe.match import Matcher
@@ -148,8 +149,7 @@ def track_verl(
     a step whose file has changed since (grown) is read again and replaced, never kept short.
     """
     source = _source(source, "verl", Path(folder).resolve().name)
-    if not (isinstance(settle_s, int | float) and settle_s >= 0):
-        raise ConfigError(f"settle_s={settle_s!r} must be a number of seconds >= 0")
+    settle_s = check_number("settle_s", settle_s, 0, unit="seconds")
     result = TrackResult(source)
     stored = record.stored_steps(store, source)
     matcher = Matcher.from_problems(problems)
@@ -284,6 +284,10 @@ class TrackConfig:
     label_n: int | None = None
     counts: str | None = None
     run: str | None = None
+
+    def __post_init__(self) -> None:
+        check_bool("final", self.final)
+        check_number("settle_s", self.settle_s, 0, unit="seconds")
 
     def resolved_kind(self) -> str:
         if self.run is not None:
