@@ -354,11 +354,9 @@ def track_kills(args, work: Path, base_env: dict) -> None:
         full_imports.append(json.loads(done.stdout)[0]["steps_pending"])
     assert writer.wait() == 0
     t_writer = time.perf_counter() - t
-    last = subprocess.run(track, env=env, cwd=work, capture_output=True, text=True)
+    last = subprocess.run([*track, "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
     assert last.returncode == 0, last.stderr[-2000:]
-    pending = json.loads(
-        subprocess.run([*track, "--format", "json"], env=env, cwd=work, capture_output=True, text=True).stdout
-    )[0]["steps_pending"]
+    pending = json.loads(last.stdout)[0]["steps_pending"]  # the newest, unless it settled meanwhile
     final = subprocess.run([*track, "--final", "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
     assert final.returncode == 0, final.stderr[-2000:]
     again = subprocess.run([*track, "--final", "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
@@ -384,7 +382,7 @@ def track_kills(args, work: Path, base_env: dict) -> None:
     print(f"  imports while it wrote: {killed} killed with SIGKILL, {finished} finished; steps stored of step files")
     print("  at each kill: " + "; ".join(moments))
     print(f"  imports run to the end between kills: {len(full_imports)}, steps they left pending: {full_imports}")
-    print(f"  after the writer: newest step pending without --final: {pending}; a second --final wrote {rerun_written}")
+    print(f"  the writer done: an import left {pending} step pending; then --final, and a second --final wrote {rerun_written}")
     print(
         f"track under kill -9 and a concurrent writer: steps lost {lost}, rollouts duplicated {duplicated}, "
         f"steps partial {partial}, counts mismatched {mismatched} (of {args.steps} steps)"
