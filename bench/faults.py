@@ -382,7 +382,7 @@ def track_kills(args, work: Path, base_env: dict) -> None:
     print(f"  imports while it wrote: {killed} killed with SIGKILL, {finished} finished; steps stored of step files")
     print("  at each kill: " + "; ".join(moments))
     print(f"  imports run to the end between kills: {len(full_imports)}, steps they left pending: {full_imports}")
-    print(f"  the writer done: an import left {pending} step pending; after --final, a second one wrote {rerun_written}")
+    print(f"  writer done: an import left {pending} step pending; after --final, a second one wrote {rerun_written}")
     print(
         f"track under kill -9 and a concurrent writer: steps lost {lost}, rollouts duplicated {duplicated}, "
         f"steps partial {partial}, counts mismatched {mismatched} (of {args.steps} steps)"
