@@ -184,6 +184,7 @@ def test_a_full_disk_under_prefect_prints_no_traceback(tmp_path):
     assert lines[-1].startswith("error: no space left on the device writing ") and len(lines) <= 5, err[-3000:]
 
 
+@pytest.mark.filterwarnings("ignore:Logger 'prefect:UserWarning")  # no flow run: Prefect's API handler says so
 def test_prefect_loggers_keep_a_named_failure_to_one_line():
     """The filter itself, on the loggers Prefect's engines log through: a ``PipelineError`` loses
     its traceback, any other exception keeps it."""
