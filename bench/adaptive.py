@@ -58,6 +58,7 @@ import pyarrow as pa  # noqa: E402
 
 from pipeline import adaptive, analyze, run, stats  # noqa: E402
 from pipeline import estimators as est  # noqa: E402
+from pipeline import prior as priors  # noqa: E402
 from pipeline.flows import executors  # noqa: E402
 from pipeline.run.driver import posterior_settings  # noqa: E402
 from pipeline.store import Store  # noqa: E402
@@ -460,7 +461,7 @@ def main() -> None:
     ap.add_argument("--prefect", action="store_true", help="run the profiles as Prefect flows (slower start)")
     ap.add_argument("--report", action="store_true", help="also render the HTML reports")
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
-    ap.add_argument("--prior", default=adaptive.DEFAULT_PRIOR, choices=adaptive.PRIORS, help="the adaptive prior")
+    ap.add_argument("--prior", default=priors.DEFAULT_PRIOR, choices=priors.PRIORS, help="the adaptive prior")
     ap.add_argument("--bias-prompts", type=int, default=5000, help="prompts per replicate of the bias table")
     ap.add_argument("--bias-replicates", type=int, default=20, help="replicates of the bias table (0: skip it)")
     ap.add_argument("--bias-only", action="store_true", help="only the bias table (no pipeline runs)")

@@ -1,9 +1,8 @@
-"""Adaptive profiling: the prior fit, the posterior decisions, the stopping rule and the round rules.
+"""Adaptive profiling: the posterior decisions, the stopping rule and the round rules.
 
-The math is ``docs/adaptive.md`` (§1-§5). A prompt's pass rate has the posterior
-``Beta(a0 + c, b0 + n - c)``; the prior ``(a0, b0)`` is fitted to the round-0 counts of the whole
-dataset (empirical Bayes: the beta-binomial marginal likelihood, floored at ``PRIOR_FLOOR``) or is
-Jeffreys' ``(1/2, 1/2)``. A prompt is *decided* when
+The math is ``docs/adaptive.md`` (§1-§5). A prompt's pass rate has a posterior under the run's
+prior, fitted to the counts of the whole dataset (``prior.state_prior``: a Beta, the
+zero-one-inflated Beta, the grid prior, or Jeffreys' ``Beta(1/2, 1/2)``). A prompt is *decided* when
 
 - ``band``: one of the bands ``p <= lo`` (silent-hard), ``lo < p < hi`` (informative),
   ``p >= hi`` (silent-easy) has posterior probability ``>= 1 - delta``;
@@ -44,13 +43,11 @@ from pipeline import prior as priors
 from pipeline import stats
 from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError
-from pipeline.prior import Prior
+from pipeline.prior import DEFAULT_PRIOR, PRIORS, Prior
 from pipeline.specs import parse_spec, spec_name
 
 __all__ = [
     "BANDS",
-    "PRIORS",
-    "PRIOR_FLOOR",
     "ROUND_RULES",
     "TARGETS",
     "AdaptiveConfig",
@@ -61,15 +58,11 @@ __all__ = [
     "band_probabilities",
     "credible_interval",
     "decide",
-    "choose_prior",
     "decided_grid",
-    "fit_prior",
-    "jeffreys_prior",
     "next_round",
     "posterior_mean",
     "predictive_stopped",
     "simulate",
-    "state_prior",
     "stop_grid",
     "stopped",
 ]
@@ -81,22 +74,8 @@ TARGETS = ("band", "width")
 DEFAULT_COST = 0.001
 ROUND_RULES = ("double", "greedy", "step")
 DEFAULT_ROUND_RULE = "double"
-# grid: the maximum-likelihood mixing distribution on a grid (pipeline/prior.py), refitted to every
-# round's counts; fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2).
-# auto: whichever of the two fits to all counts so far the likelihood prefers (``choose_prior``).
-PRIORS = ("auto", "grid", "inflated", "fit", "jeffreys")
-DEFAULT_PRIOR = "auto"
-# auto takes the grid prior when its log-likelihood beats the Beta's by more than this times
-# log(prompts): the grid always fits a little better (it has ~200 free masses), by a few nats on
-# counts drawn from a Beta, by hundreds when the dataset has masses at 0 and 1 (bench/adaptive.py).
-AUTO_MARGIN = 2.0
 # Band codes of ``Decision.band``: index into BANDS (-1: no band, for the width target).
 BANDS = ("silent_hard", "informative", "silent_easy")
-# Neither prior parameter goes below this: a prior that piles almost all its mass at 0 or 1 would
-# decide a prompt before its samples have said much (spec: "floored at a small value").
-PRIOR_FLOOR = 0.05
-# Nor above this: counts that look binomial (no spread beyond sampling noise) push a + b to infinity.
-PRIOR_CEIL = 1e4
 
 
 @dataclass(frozen=True)
@@ -276,107 +255,6 @@ class AdaptiveConfig:
         }
 
 
-# --- the prior ----------------------------------------------------------------------------------
-
-
-def state_prior(acfg: AdaptiveConfig, n, c, n0, c0) -> Prior:
-    """The prior an adaptive run decides with, from its counts so far (``n``, ``c``: all samples;
-    ``n0``, ``c0``: round 0's). The grid prior uses every round (the stopping rule depends only on
-    observed outcomes, so the likelihood of the counts is the fixed-n one, docs/adaptive.md §6);
-    the Beta fit uses round 0 only."""
-    if acfg.prior == "auto":
-        return choose_prior(n, c)
-    if acfg.prior == "grid":
-        return priors.fit_grid_prior(n, c)
-    if acfg.prior == "inflated":
-        return priors.fit_inflated_prior(n, c)
-    if acfg.prior == "fit":
-        return fit_prior(n0, c0)
-    return jeffreys_prior()
-
-
-def choose_prior(n, c) -> Prior:
-    """The ``auto`` prior, from three fits to the same counts: a Beta (two parameters), the
-    zero-one-inflated Beta (four) and the grid prior (one mass per grid point). Between the two
-    parametric ones the Bayesian information criterion decides (the inflated one when its
-    log-likelihood leads by more than ``log(prompts)``, the price of two more parameters); the grid
-    prior replaces the winner only when it leads by more than ``AUTO_MARGIN * log(prompts)``: a
-    shape neither parametric family has. Smooth priors first because the grid prior's interior
-    masses vary much more from one draw of a dataset to the next (``bench/adaptive.py``)."""
-    beta = fit_prior(n, c)
-    inflated = priors.fit_inflated_prior(n, c)
-    grid = priors.fit_grid_prior(n, c)
-    log_n = math.log(max(grid.n_prompts, 2))
-    lead = float(inflated.loglik - beta.loglik)
-    best = inflated if lead > log_n else beta
-    gap = float(grid.loglik - best.loglik)
-    chosen = grid if gap > AUTO_MARGIN * log_n else best
-    why = (
-        f"auto: inflated Beta log-likelihood {lead:+.3g} against the Beta's (margin {log_n:.3g}); "
-        f"grid {gap:+.3g} against the better of them (margin {AUTO_MARGIN * log_n:.3g})"
-    )
-    return replace(chosen, selection=why)
-
-
-def jeffreys_prior() -> Prior:
-    return Prior(0.5, 0.5, method="jeffreys")
-
-
-def _moments_start(n: np.ndarray, c: np.ndarray, floor: float) -> tuple[float, float]:
-    """Method of moments with the binomial-variance correction: for ``p ~ Beta(a, b)`` and
-    ``c ~ Bin(n, p)``, ``Var(c/n) = m(1-m) [1/n + (1 - 1/n) rho]`` with ``rho = 1/(a + b + 1)``."""
-    ph = c / n
-    m = float(ph.mean())
-    if m <= 0 or m >= 1:
-        return (floor, 1.0) if m <= 0 else (1.0, floor)
-    inv_n = float((1.0 / n).mean())
-    rho = (float(ph.var()) / (m * (1 - m)) - inv_n) / max(1 - inv_n, 1e-12)
-    rho = min(max(rho, 1.0 / (PRIOR_CEIL + 1)), 0.999)
-    s = 1.0 / rho - 1.0
-    return (min(max(m * s, floor), PRIOR_CEIL), min(max((1 - m) * s, floor), PRIOR_CEIL))
-
-
-def fit_prior(n: np.ndarray, c: np.ndarray, floor: float = PRIOR_FLOOR) -> Prior:
-    """Empirical-Bayes prior: maximise the beta-binomial marginal likelihood of the counts.
-
-    ``sum_i log B(a + c_i, b + n_i - c_i) - log B(a, b)`` over ``floor <= a, b <= PRIOR_CEIL``
-    (L-BFGS-B in log space with the analytic gradient, started at the method of moments).
-    Deterministic for given counts, so a resumed run fits the same prior.
-
-    Raises:
-        ConfigError: no prompt with samples.
-    """
-    from scipy.optimize import minimize
-    from scipy.special import betaln, digamma
-
-    n = np.asarray(n, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    keep = n > 0
-    n, c = n[keep], c[keep]
-    if not len(n):
-        raise ConfigError("the prior fit needs at least one prompt with samples")
-    key = n * (int(n.max()) + 1) + c
-    uniq, mult = np.unique(key, return_counts=True)
-    base = int(n.max()) + 1
-    n_u, c_u = (uniq // base).astype(float), (uniq % base).astype(float)
-    w = mult.astype(float)
-
-    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        a, b = np.exp(theta)
-        ll = float(w @ (betaln(a + c_u, b + n_u - c_u) - betaln(a, b)))
-        dab = digamma(a + b) - digamma(a + b + n_u)
-        ga = float(w @ (digamma(a + c_u) - digamma(a) + dab))
-        gb = float(w @ (digamma(b + n_u - c_u) - digamma(b) + dab))
-        return -ll, -np.array([ga * a, gb * b])
-
-    start = _moments_start(n.astype(float), c.astype(float), floor)
-    bounds = [(math.log(floor), math.log(PRIOR_CEIL))] * 2
-    res = minimize(nll, np.log(start), jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": 500})
-    a, b = (float(v) for v in np.exp(res.x))
-    a, b = min(max(a, floor), PRIOR_CEIL), min(max(b, floor), PRIOR_CEIL)
-    return Prior(a, b, method="fit", n_prompts=int(len(n)), loglik=-float(res.fun), start=start)
-
-
 # --- the posterior ------------------------------------------------------------------------------
 
 
@@ -442,11 +320,9 @@ def _grid_decision_parts(n: np.ndarray, c: np.ndarray, prior: Prior, target: Tar
     """Under a grid prior: the central ``1 - delta`` interval (the posterior's quantiles, grid points)
     and the three band probabilities (sums of posterior masses), per distinct pair, broadcast."""
     shape = n.shape
-    n_i, c_i = n.ravel().astype(np.int64), c.ravel().astype(np.int64)
-    base = int(n_i.max(initial=0)) + 1
-    uniq, inv = np.unique(n_i * base + c_i, return_inverse=True)
+    n_u, c_u, inv = stats.unique_pairs(n, c)
     p, w = prior.grid()
-    W = priors.grid_posterior(p, w, uniq // base, uniq % base)
+    W = priors.grid_posterior(p, w, n_u, c_u)
     cdf = np.cumsum(W, axis=1)
     tail = target.delta / 2.0
     # the smallest point with P(p <= point) >= tail (and >= 1 - tail); a little slack for rounding
@@ -515,10 +391,9 @@ def posterior_mean(n, c, prior: Prior) -> np.ndarray:
     c = np.asarray(c, np.int64)
     if not prior.is_grid:
         return (prior.a + c) / (prior.a + prior.b + n)
-    base = int(n.max(initial=0)) + 1
-    uniq, inv = np.unique(n * base + c, return_inverse=True)
+    n_u, c_u, inv = stats.unique_pairs(n, c)
     pts, w = prior.grid()
-    return (priors.grid_posterior(pts, w, uniq // base, uniq % base) @ pts)[inv].reshape(n.shape)
+    return (priors.grid_posterior(pts, w, n_u, c_u) @ pts)[inv].reshape(n.shape)
 
 
 def stopped(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
@@ -612,12 +487,10 @@ def _greedy(
     k = config.rule.k
     idx = np.flatnonzero(open_)
     # Every distinct (n, c) of the open prompts once.
-    n_o, c_o = n[idx], c[idx]
-    key = n_o * (config.n_max + 1) + c_o
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    n_u, c_u, inv = stats.unique_pairs(n[idx], c[idx])
     max_room = int(room[idx].max())
     steps = np.unique(np.r_[np.arange(k, max_room + 1, k), room[idx]])
-    table = predictive_stopped(n_o[first], c_o[first], prior, grid, steps)
+    table = predictive_stopped(n_u, c_u, prior, grid, steps)
     extra = np.zeros(len(n), np.int64)
     options: list[np.ndarray] = []
     gains: list[np.ndarray] = []
@@ -675,7 +548,7 @@ def _best_jump(opt: np.ndarray, val: np.ndarray, cur: int) -> tuple[int, float] 
 def simulate(outcomes: np.ndarray, acfg: AdaptiveConfig) -> tuple[np.ndarray, np.ndarray, Prior]:
     """The rounds of an adaptive run on known outcomes, without a store (bench, tests):
     ``outcomes[i, s]`` is whether sample ``s`` of prompt ``i`` is correct (``n_max`` columns).
-    Each round refits the prior (``state_prior``) and applies the round rule, exactly as
+    Each round refits the prior (``prior.state_prior``) and applies the round rule, exactly as
     ``run.plan_next_round`` does on stored samples. Returns the final ``n``, ``c`` and prior."""
     outcomes = np.asarray(outcomes, bool)
     csum = np.concatenate([np.zeros((len(outcomes), 1), np.int64), np.cumsum(outcomes, axis=1)], axis=1)
@@ -684,7 +557,7 @@ def simulate(outcomes: np.ndarray, acfg: AdaptiveConfig) -> tuple[np.ndarray, np
     c0 = csum[:, acfg.n_min]
     while True:
         c = csum[rows, n]
-        prior = state_prior(acfg, n, c, np.full_like(n, acfg.n_min), c0)
+        prior = priors.state_prior(acfg.prior, n, c, np.full_like(n, acfg.n_min), c0)
         extra = next_round(n, c, prior, acfg)
         if not extra.any():
             return n, c, prior

@@ -199,13 +199,6 @@ class Allocation:
 # --- value tables -------------------------------------------------------------------------------
 
 
-def _beta_moment(alpha: np.ndarray, beta: np.ndarray, i, j) -> np.ndarray:
-    """``E[p^i q^j]`` under ``Beta(alpha, beta)``."""
-    from scipy.special import betaln
-
-    return np.exp(betaln(alpha + i, beta + j) - betaln(alpha, beta))
-
-
 def value_table(
     objective: str,
     n_grid: np.ndarray,
@@ -237,15 +230,15 @@ def value_table(
     out = np.empty((rows, len(n_grid)))
     if objective == "variance":
         w2 = 1.0 if prompt_weights is None else np.asarray(prompt_weights, float) ** 2
-        pq = _beta_moment(alpha, beta, 1, 1) if posterior else p * q
+        pq = stats.beta_moment(alpha, beta, 1, 1) if posterior else p * q
         return -(w2 * pq)[:, None] / np.asarray(n_grid, float)[None, :]
     if objective == "knapsack":
         for j, n in enumerate(n_grid):
             if posterior:
                 out[:, j] = (
-                    _beta_moment(alpha, beta, 1, 2)
-                    - _beta_moment(alpha, beta, n + 1, 2)
-                    - _beta_moment(alpha, beta, 1, n + 2)
+                    stats.beta_moment(alpha, beta, 1, 2)
+                    - stats.beta_moment(alpha, beta, n + 1, 2)
+                    - stats.beta_moment(alpha, beta, 1, n + 2)
                 )
             else:
                 out[:, j] = (1 - p**n - q**n) * p * q * q
@@ -289,13 +282,10 @@ def _resample_terms(alpha: np.ndarray, beta: np.ndarray, n: int, T: int):
     ``sum w E'[f]`` over the ``(w, alpha', beta')`` yielded here (one term, ``(1, alpha, beta)``, for
     T = 1). Every weight is positive: nothing cancels. docs/estimators.md §5.
     """
-    from scipy.special import betaln
-
-    base = betaln(alpha, beta)
     for t in range(T):
         for m in range(t + 1):
-            a, b = alpha + n * m, beta + n * (t - m)
-            yield math.comb(t, m) * np.exp(betaln(a, b) - base), a, b
+            i, j = n * m, n * (t - m)
+            yield math.comb(t, m) * stats.beta_moment(alpha, beta, i, j), alpha + i, beta + j
 
 
 def cost_table(

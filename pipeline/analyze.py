@@ -359,27 +359,12 @@ ADAPTIVE_COLUMNS = ("stop_round", "decided_band", "band_prob", "post_lo", "post_
 # --- per-pair computations ----------------------------------------------------------------------
 
 
-def _unique_pairs(n: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``stats.unique_pairs`` (the same arrays), by a count over the (n, c) grid when the grid is
-    small next to the number of prompts (65 x 65 cells at 64 samples): no sort of the prompts."""
-    n = np.asarray(n, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    base = int(n.max(initial=0)) + 1
-    if base * base > max(4 * len(n), 2**16):
-        return stats.unique_pairs(n, c)
-    key = n * base + c
-    uniq = np.flatnonzero(np.bincount(key, minlength=base * base))
-    lookup = np.zeros(base * base, np.int64)
-    lookup[uniq] = np.arange(len(uniq))
-    return uniq // base, uniq % base, lookup[key]
-
-
 class _Pairs:
     """Everything that depends on a prompt only through (n, c), on the unique pairs."""
 
     def __init__(self, n: np.ndarray, c: np.ndarray, config: AnalyzeConfig) -> None:
         self.config = config
-        self.n_u, self.c_u, self.inv = _unique_pairs(n, c)
+        self.n_u, self.c_u, self.inv = stats.unique_pairs(n, c)
         self.mult = np.bincount(self.inv, minlength=len(self.n_u))
         self.observed = stats.pass_rate(self.n_u, self.c_u)  # c / n
         a, b = config.prior_a, config.prior_b
@@ -411,7 +396,7 @@ class _Pairs:
         if posterior:
             self.mass = np.full_like(self.weight, np.nan)
             if not self.grid:
-                nodes, W = stats.beta_quadrature(self.n_u, self.c_u, a, b, degree=max(Gs) + 1)
+                nodes, W = posterior_nodes(Prior(a, b), self.n_u, self.c_u, degree=max(Gs) + 1)
             pq = nodes * (1 - nodes)
             for i, e in enumerate(self.estimators):
                 for j, G in enumerate(Gs):

@@ -31,6 +31,8 @@ import pyarrow as pa
 from pipeline import estimators, specs
 from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError, DatasetError
+from pipeline.prior import Prior, posterior_nodes
+from pipeline.stats import beta_moment
 
 __all__ = [
     "ALL_POLICIES",
@@ -57,20 +59,9 @@ DEFAULT_POLICY = "signal"
 ALL_POLICIES = ("uniform", "signal", "signal:explore=optimism", "signal:explore=mean", "oracle")
 #: Coverage is measured over the log's last this many steps.
 COVERAGE_WINDOW = 10
-_QUAD_NODES = 257
 
 
 # --- posterior expectations -------------------------------------------------------------------
-
-
-def _moment(a: np.ndarray, b: np.ndarray, i: int, j: int) -> np.ndarray:
-    """``E[p^i (1-p)^j]`` under ``Beta(a, b)``: ``B(a + i, b + j) / B(a, b)`` as a finite product."""
-    out = np.ones(np.shape(a))
-    for r in range(i):
-        out = out * (a + r) / (a + b + r)
-    for r in range(j):
-        out = out * (b + r) / (a + b + i + r)
-    return out
 
 
 def nonsilent(p: np.ndarray | float, G: int) -> np.ndarray:
@@ -85,9 +76,10 @@ def nonsilent_moments(a: np.ndarray, b: np.ndarray, G: int) -> tuple[np.ndarray,
     ``E[s] = 1 - E[p^G] - E[q^G]``; ``E[s^2] = 1 - 2E[p^G] - 2E[q^G] + E[p^2G] + E[q^2G] + 2E[p^G q^G]``.
     """
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    pg, qg = _moment(a, b, G, 0), _moment(a, b, 0, G)
+    pg, qg = beta_moment(a, b, G, 0), beta_moment(a, b, 0, G)
     mean = 1.0 - pg - qg
-    second = 1.0 - 2 * pg - 2 * qg + _moment(a, b, 2 * G, 0) + _moment(a, b, 0, 2 * G) + 2 * _moment(a, b, G, G)
+    tails = beta_moment(a, b, 2 * G, 0) + beta_moment(a, b, 0, 2 * G) + 2 * beta_moment(a, b, G, G)
+    second = 1.0 - 2 * pg - 2 * qg + tails
     return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
 
 
@@ -103,21 +95,18 @@ def _has_polynomial_mass(estimator: estimators.Estimator) -> bool:
     return type(estimator).weight is estimators.Estimator.weight
 
 
-def _quadrature(a: np.ndarray, b: np.ndarray, f, nodes: int = _QUAD_NODES) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean and sd of ``f(p)`` on a Gauss-Legendre grid in ``p`` weighted by the Beta density.
+def _mean_sd(a: np.ndarray, b: np.ndarray, f, degree: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and sd of ``f(p)`` under each ``Beta(a_i, b_i)``, by the one posterior rule
+    (``prior.posterior_nodes``, accurate for ``f`` smooth or a polynomial of degree ``degree``).
 
-    The fallback for scores with no closed form (DAPO's mass); the density is normalised on the
-    grid, so the prior's singular ends (``a < 1``) cost accuracy only where the posterior sits there.
-    """
-    x, w = np.polynomial.legendre.leggauss(nodes)
-    p = (x + 1) / 2
-    logd = (a[:, None] - 1) * np.log(p)[None, :] + (b[:, None] - 1) * np.log1p(-p)[None, :]
-    logd -= logd.max(axis=1, keepdims=True)
-    dens = np.exp(logd) * w[None, :]
-    dens /= dens.sum(axis=1, keepdims=True)
-    fp = np.asarray(f(p), dtype=float)[None, :]
-    mean = (dens * fp).sum(axis=1)
-    second = (dens * fp**2).sum(axis=1)
+    The fallback for scores with no closed form (DAPO's mass). Each row is ``Beta(a0, b0)`` (the
+    smallest parameters) after ``a_i - a0`` successes and ``b_i - b0`` failures: the singular ends
+    the rows share are in the rule's weight, where a plain grid in ``p`` loses accuracy."""
+    a0, b0 = float(a.min()), float(b.min())
+    nodes, W = posterior_nodes(Prior(a0, b0), (a - a0) + (b - b0), a - a0, degree=degree)
+    fp = np.asarray(f(nodes), dtype=float)
+    mean = W @ fp
+    second = W @ fp**2
     return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
 
 
@@ -133,11 +122,11 @@ def expected_mass(
     est = estimators.get(estimator)
     a, b = np.atleast_1d(np.asarray(a, dtype=float)), np.atleast_1d(np.asarray(b, dtype=float))
     if not _has_polynomial_mass(est):
-        return _quadrature(a, b, lambda p: est.mass(p, G))
+        return _mean_sd(a, b, lambda p: est.mass(p, G), degree=2 * G + 4)
     coef = _mass_coefficients(est, G)
-    mean = sum(coef[s] * _moment(a, b, s + 1, G - s) for s in range(G))
+    mean = sum(coef[s] * beta_moment(a, b, s + 1, G - s) for s in range(G))
     square = np.convolve(coef, coef)  # index u = s + t: p^(u+2) q^(2G-u)
-    second = sum(square[u] * _moment(a, b, u + 2, 2 * G - u) for u in range(2 * G - 1))
+    second = sum(square[u] * beta_moment(a, b, u + 2, 2 * G - u) for u in range(2 * G - 1))
     return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
 
 

@@ -1,9 +1,10 @@
 """Priors over a dataset's pass rates and the posterior sums they give (``docs/adaptive.md`` §2, §3, §7).
 
-Three kinds of prior, one ``Prior`` record:
+Every prior fit and the choice among them (``choose_prior`` for ``auto``, ``state_prior`` by name)
+live here; three kinds of prior, one ``Prior`` record:
 
-- a Beta prior ``Beta(a, b)`` (fitted by the beta-binomial likelihood in ``adaptive.fit_prior``,
-  or Jeffreys');
+- a Beta prior ``Beta(a, b)`` (fitted by the beta-binomial likelihood, ``fit_prior``, within
+  ``PRIOR_FLOOR`` and ``PRIOR_CEIL``; or Jeffreys');
 - a grid prior: the maximum-likelihood mixing distribution on a grid of ``K`` points from 0 to 1
   (``grid_points``: 0 and 1 included, so prompts that are never or always solved get point masses),
   fitted by EM to every prompt's counts (``fit_grid_prior``). It can take any shape the data
@@ -21,26 +22,52 @@ Everything is per distinct ``(n, c)`` pair; callers group prompts by pair.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from pipeline import stats
 from pipeline.errors import ConfigError
 
 __all__ = [
+    "AUTO_MARGIN",
+    "DEFAULT_PRIOR",
     "GRID_SIZE",
+    "PRIORS",
+    "PRIOR_CEIL",
+    "PRIOR_FLOOR",
     "grid_points",
     "Prior",
     "fit_grid_prior",
     "fit_inflated_prior",
     "cell_share",
+    "choose_prior",
+    "fit_prior",
+    "jeffreys_prior",
+    "state_prior",
     "grid_cells",
     "grid_likelihood",
     "grid_posterior",
     "posterior_nodes",
 ]
 
+# Neither parameter of a fitted Beta (the Beta prior's, the inflated prior's Beta part) goes below
+# this: a prior that piles almost all its mass at 0 or 1 would decide a prompt before its samples have
+# said much (spec: "floored at a small value").
+PRIOR_FLOOR = 0.05
+# Nor above this: counts that look binomial (no spread beyond sampling noise) push a + b to infinity.
+PRIOR_CEIL = 1e4
+# The priors an adaptive run may decide with (state_prior). grid: the maximum-likelihood mixing
+# distribution on a grid, refitted to every round's counts; inflated: the zero-one-inflated Beta;
+# fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2); auto: the one the likelihood prefers
+# (``choose_prior``).
+PRIORS = ("auto", "grid", "inflated", "fit", "jeffreys")
+DEFAULT_PRIOR = "auto"
+# auto takes the grid prior when its log-likelihood beats the better parametric fit's by more than
+# this times log(prompts): the grid always fits a little better (it has ~200 free masses), by a few
+# nats on counts drawn from a Beta, by hundreds when the dataset has masses at 0 and 1 (bench/adaptive.py).
+AUTO_MARGIN = 2.0
 # Points of the grid prior (``grid_points``); 201 x (distinct pairs) stays a small matrix.
 GRID_SIZE = 201
 # EM stops when a sweep raises the log-likelihood by less than this per prompt, or after EM_MAX_ITER
@@ -48,6 +75,16 @@ GRID_SIZE = 201
 # and a spike just inside a band edge makes prompts near it look decided (docs/adaptive.md §2).
 EM_TOL = 1e-9
 EM_MAX_ITER = 200
+# The quadrature of a Beta prior (posterior_nodes): nodes per piece past what the likelihood and the
+# integrand's degree need; they take the prior's own factor ``p^(a-1) q^(b-1)`` on a piece, exactly
+# while ``a + b - 2`` is at most twice this (a polynomial of that degree for integer a and b).
+NODE_MARGIN = 12
+# Past that (a concentrated prior, up to PRIOR_CEIL) the rule keeps to where the posteriors have mass
+# (beyond their TAIL quantiles it drops less than rounding) in pieces at most PIECE_SDS of the
+# narrowest posterior's standard deviations wide, and an end's factor past JACOBI_MAX is no weight.
+TAIL = 1e-18
+PIECE_SDS = 2.0
+JACOBI_MAX = 100.0
 
 
 @dataclass(frozen=True)
@@ -123,14 +160,6 @@ class Prior:
         return f"Beta({self.a:.3g}, {self.b:.3g}), {self.method}{auto}"
 
 
-def _pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n = np.asarray(n, np.int64)
-    c = np.asarray(c, np.int64)
-    base = int(n.max(initial=0)) + 1
-    uniq, inv = np.unique(n * base + c, return_inverse=True)
-    return uniq // base, uniq % base, inv.ravel()
-
-
 def _counted_pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct ``(n, c)`` pairs of the prompts with samples and how many prompts have each: what
     a prior fit sums over.
@@ -143,8 +172,67 @@ def _counted_pairs(n, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     keep = n > 0
     if not keep.any():
         raise ConfigError("the prior fit needs at least one prompt with samples")
-    n_u, c_u, inv = _pairs(n[keep], c[keep])
+    n_u, c_u, inv = stats.unique_pairs(n[keep], c[keep])
     return n_u, c_u, np.bincount(inv, minlength=len(n_u)).astype(float)
+
+
+# --- the Beta prior -------------------------------------------------------------------------------
+
+
+def jeffreys_prior() -> Prior:
+    return Prior(0.5, 0.5, method="jeffreys")
+
+
+def _moments_start(n: np.ndarray, c: np.ndarray, floor: float) -> tuple[float, float]:
+    """Method of moments with the binomial-variance correction: for ``p ~ Beta(a, b)`` and
+    ``c ~ Bin(n, p)``, ``Var(c/n) = m(1-m) [1/n + (1 - 1/n) rho]`` with ``rho = 1/(a + b + 1)``."""
+    ph = c / n
+    m = float(ph.mean())
+    if m <= 0 or m >= 1:
+        return (floor, 1.0) if m <= 0 else (1.0, floor)
+    inv_n = float((1.0 / n).mean())
+    rho = (float(ph.var()) / (m * (1 - m)) - inv_n) / max(1 - inv_n, 1e-12)
+    rho = min(max(rho, 1.0 / (PRIOR_CEIL + 1)), 0.999)
+    s = 1.0 / rho - 1.0
+    return (min(max(m * s, floor), PRIOR_CEIL), min(max((1 - m) * s, floor), PRIOR_CEIL))
+
+
+def fit_prior(n: np.ndarray, c: np.ndarray, floor: float = PRIOR_FLOOR) -> Prior:
+    """Empirical-Bayes prior: maximise the beta-binomial marginal likelihood of the counts.
+
+    ``sum_i log B(a + c_i, b + n_i - c_i) - log B(a, b)`` over ``floor <= a, b <= PRIOR_CEIL``
+    (L-BFGS-B in log space with the analytic gradient, started at the method of moments).
+    Deterministic for given counts, so a resumed run fits the same prior.
+
+    Raises:
+        ConfigError: no prompt with samples.
+    """
+    from scipy.optimize import minimize
+    from scipy.special import betaln, digamma
+
+    n_u, c_u, w = _counted_pairs(n, c)
+    n_u, c_u = n_u.astype(float), c_u.astype(float)
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    n, c = n[n > 0], c[n > 0]
+
+    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        a, b = np.exp(theta)
+        ll = float(w @ (betaln(a + c_u, b + n_u - c_u) - betaln(a, b)))
+        dab = digamma(a + b) - digamma(a + b + n_u)
+        ga = float(w @ (digamma(a + c_u) - digamma(a) + dab))
+        gb = float(w @ (digamma(b + n_u - c_u) - digamma(b) + dab))
+        return -ll, -np.array([ga * a, gb * b])
+
+    start = _moments_start(n.astype(float), c.astype(float), floor)
+    bounds = [(math.log(floor), math.log(PRIOR_CEIL))] * 2
+    res = minimize(nll, np.log(start), jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": 500})
+    a, b = (float(v) for v in np.exp(res.x))
+    a, b = min(max(a, floor), PRIOR_CEIL), min(max(b, floor), PRIOR_CEIL)
+    return Prior(a, b, method="fit", n_prompts=int(len(n)), loglik=-float(res.fun), start=start)
+
+
+# --- the grid prior -------------------------------------------------------------------------------
 
 
 def grid_likelihood(points: np.ndarray, n, c) -> np.ndarray:
@@ -259,52 +347,10 @@ def _moment_beta(mean: float, var: float) -> tuple[float, float]:
     return mean * s, (1 - mean) * s
 
 
-def _beta_nodes(a: float, b: float, edges, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and log prior weights of a composite Gauss-Jacobi rule for the density
-    ``p^(a-1) q^(b-1)`` on [0, 1] cut at ``edges``: on each piece the singular factor at an end
-    at 0 or 1 is the Jacobi weight, the rest is smooth; ``m`` nodes per piece."""
-    from scipy.special import roots_jacobi
-
-    cuts = np.unique(np.r_[0.0, [e for e in edges if 0.0 < e < 1.0], 1.0])
-    nodes, logw = [], []
-    for s, e in zip(cuts[:-1], cuts[1:], strict=True):
-        at0, at1 = s == 0.0, e == 1.0
-        alpha_j = (b - 1.0) if at1 else 0.0  # weight (1 - x)^alpha_j (1 + x)^beta_j on [-1, 1]
-        beta_j = (a - 1.0) if at0 else 0.0
-        x, w = roots_jacobi(m, alpha_j, beta_j)
-        p = s + (e - s) * (1.0 + x) / 2.0
-        lw = np.log(w) + math.log((e - s) / 2.0)
-        # the density's factors not in the Jacobi weight, at the node
-        lw += (a - 1.0) * (math.log(e / 2.0) if at0 else np.log(p))
-        lw += (b - 1.0) * (math.log((1.0 - s) / 2.0) if at1 else np.log1p(-p))
-        nodes.append(p)
-        logw.append(lw)
-    return np.concatenate(nodes), np.concatenate(logw)
+# --- the zero-one-inflated Beta -------------------------------------------------------------------
 
 
-def posterior_nodes(prior: Prior, n_u, c_u, edges=(), degree: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes ``p_k`` and weights ``W[u, k]`` with ``E[f(p) | n_u, c_u] = W[u] @ f(p_k)``.
-
-    Grid prior: the grid and the posterior masses (exact for every ``f``). Beta prior: the
-    composite Gauss-Jacobi rule of the prior density cut at ``edges``, each prompt's weights the
-    rule's times its likelihood, normalised; accurate to rounding for ``f`` a polynomial of degree
-    up to ``degree`` times the indicator of a union of pieces (``m`` nodes per piece with
-    ``2m - 1 >= degree + n + margin``).
-    """
-    n_u = np.asarray(n_u, float)
-    c_u = np.asarray(c_u, float)
-    if prior.is_grid:
-        p, w = prior.grid()
-        return p, grid_posterior(p, w, n_u, c_u)
-    m = int(math.ceil((degree + float(n_u.max(initial=0)) + 2) / 2)) + 12
-    p, logw = _beta_nodes(prior.a, prior.b, edges, m)
-    lw = logw[None, :] + grid_likelihood(p, n_u, c_u)
-    lw -= lw.max(axis=1, keepdims=True)
-    W = np.exp(lw)
-    return p, W / W.sum(axis=1, keepdims=True)
-
-
-def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = 0.05, ceil: float = 1e4) -> Prior:
+def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, ceil: float = PRIOR_CEIL) -> Prior:
     """The zero-one-inflated Beta prior, ``w0 at p = 0 + w1 at p = 1 + (1 - w0 - w1) Beta(a, b)``,
     fitted by maximum likelihood and put on the grid of ``grid_points(size)``.
 
@@ -363,3 +409,129 @@ def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = 0.05, ceil: f
         weights=tuple(weights.tolist()),
         iterations=int(best.nit),
     )
+
+
+# --- the choice -----------------------------------------------------------------------------------
+
+
+def choose_prior(n, c) -> Prior:
+    """The ``auto`` prior, from three fits to the same counts: a Beta (two parameters), the
+    zero-one-inflated Beta (four) and the grid prior (one mass per grid point). Between the two
+    parametric ones the Bayesian information criterion decides (the inflated one when its
+    log-likelihood leads by more than ``log(prompts)``, the price of two more parameters); the grid
+    prior replaces the winner only when it leads by more than ``AUTO_MARGIN * log(prompts)``: a
+    shape neither parametric family has. Smooth priors first because the grid prior's interior
+    masses vary much more from one draw of a dataset to the next (``bench/adaptive.py``)."""
+    beta = fit_prior(n, c)
+    inflated = fit_inflated_prior(n, c)
+    grid = fit_grid_prior(n, c)
+    log_n = math.log(max(grid.n_prompts, 2))
+    lead = float(inflated.loglik - beta.loglik)
+    best = inflated if lead > log_n else beta
+    gap = float(grid.loglik - best.loglik)
+    chosen = grid if gap > AUTO_MARGIN * log_n else best
+    why = (
+        f"auto: inflated Beta log-likelihood {lead:+.3g} against the Beta's (margin {log_n:.3g}); "
+        f"grid {gap:+.3g} against the better of them (margin {AUTO_MARGIN * log_n:.3g})"
+    )
+    return replace(chosen, selection=why)
+
+
+def state_prior(method: str, n, c, n0, c0) -> Prior:
+    """The prior of ``method`` (one of ``PRIORS``) an adaptive run decides with, from its counts so
+    far (``n``, ``c``: all samples; ``n0``, ``c0``: round 0's). The grid prior uses every round (the
+    stopping rule depends only on observed outcomes, so the likelihood of the counts is the fixed-n
+    one, docs/adaptive.md §6); the Beta fit uses round 0 only.
+
+    Raises:
+        ConfigError: an unknown method, or no prompt with samples.
+    """
+    if method == "auto":
+        return choose_prior(n, c)
+    if method == "grid":
+        return fit_grid_prior(n, c)
+    if method == "inflated":
+        return fit_inflated_prior(n, c)
+    if method == "fit":
+        return fit_prior(n0, c0)
+    if method == "jeffreys":
+        return jeffreys_prior()
+    raise ConfigError(f"adaptive prior {method!r} is unknown: allowed {', '.join(PRIORS)}")
+
+
+# --- the quadrature over a posterior --------------------------------------------------------------
+
+
+def _beta_cuts(a: float, b: float, n_u: np.ndarray, c_u: np.ndarray, edges) -> np.ndarray:
+    """Where the rule of ``posterior_nodes`` is cut: at 0, 1 and ``edges``; for a concentrated prior
+    (``a + b - 2`` past what ``NODE_MARGIN`` absorbs) only over where the prior or some posterior
+    has mass (its ``TAIL`` quantiles; an end is kept when the mass comes within a piece of it), in
+    pieces even in ``arcsin(sqrt(p))``, at most ``PIECE_SDS`` of the narrowest posterior's standard
+    deviations wide. On that scale every posterior is about as wide (``1 / (2 sqrt(a + b + n + 1))``), near an
+    end as in the middle, and the prior's factor, steep at the scale of [0, 1] (``Beta(5000, 5000)``
+    lives in 0.5 +- 0.05), is smooth on each piece."""
+    inner = [e for e in edges if 0.0 < e < 1.0]
+    if a + b - 2.0 <= 2 * NODE_MARGIN:
+        return np.unique(np.r_[0.0, inner, 1.0])
+    from scipy.special import betaincinv
+
+    alpha, beta = np.r_[a, a + c_u], np.r_[b, b + n_u - c_u]  # the prior too: no pairs, no empty min
+    step = PIECE_SDS / (2.0 * math.sqrt(float((alpha + beta).max()) + 1.0))
+    lo = math.asin(math.sqrt(float(betaincinv(alpha, beta, TAIL).min())))
+    # the upper quantile as the mirror's lower one: no 1 - (1 - x) rounding near 1
+    hi = math.acos(math.sqrt(float(betaincinv(beta, alpha, TAIL).min())))
+    lo = 0.0 if lo < step else lo
+    hi = math.pi / 2.0 if hi > math.pi / 2.0 - step else hi
+    cuts = np.sin(np.linspace(lo, hi, max(1, math.ceil((hi - lo) / step)) + 1)) ** 2
+    cuts[0], cuts[-1] = (0.0 if lo == 0.0 else cuts[0]), (1.0 if hi == math.pi / 2.0 else cuts[-1])
+    return np.unique(np.r_[cuts, [e for e in inner if cuts[0] < e < cuts[-1]]])
+
+
+def _beta_nodes(a: float, b: float, cuts: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and log prior weights of a composite Gauss-Jacobi rule for the density
+    ``p^(a-1) q^(b-1)`` on the pieces between ``cuts``: on a piece at 0 or 1 the factor singular
+    there is the Jacobi weight while its exponent is below ``JACOBI_MAX`` (``roots_jacobi``'s
+    constant ``2^(a + b + 1) B(a, b)`` overflows past ``a + b`` near 1,024: NaN weights), the rest is
+    smooth; ``m`` nodes per piece."""
+    from scipy.special import roots_jacobi
+
+    nodes, logw = [], []
+    for s, e in zip(cuts[:-1], cuts[1:], strict=True):
+        # an end's factor is the weight while it may be singular (a steep one is smooth on its piece)
+        at0, at1 = s == 0.0 and a - 1.0 < JACOBI_MAX, e == 1.0 and b - 1.0 < JACOBI_MAX
+        alpha_j = (b - 1.0) if at1 else 0.0  # weight (1 - x)^alpha_j (1 + x)^beta_j on [-1, 1]
+        beta_j = (a - 1.0) if at0 else 0.0
+        x, w = roots_jacobi(m, alpha_j, beta_j)
+        p = s + (e - s) * (1.0 + x) / 2.0
+        with np.errstate(divide="ignore"):  # a weight too small for a double: a node with no mass
+            lw = np.log(w) + math.log((e - s) / 2.0)
+            # the density's factors not in the Jacobi weight, at the node
+            lw += (a - 1.0) * (math.log(e / 2.0) if at0 else np.log(p))
+            lw += (b - 1.0) * (math.log((1.0 - s) / 2.0) if at1 else np.log1p(-p))
+        nodes.append(p)
+        logw.append(lw)
+    return np.concatenate(nodes), np.concatenate(logw)
+
+
+def posterior_nodes(prior: Prior, n_u, c_u, edges=(), degree: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``p_k`` and weights ``W[u, k]`` with ``E[f(p) | n_u, c_u] = W[u] @ f(p_k)``: the one
+    quadrature over a posterior (the analysis, the band masses, the curriculum's fallback).
+
+    Grid prior: the grid and the posterior masses (exact for every ``f``). Beta prior: the
+    composite Gauss-Jacobi rule of the prior density cut at ``edges`` (``_beta_cuts``), each
+    prompt's weights the rule's times its likelihood, normalised; accurate to rounding for ``f`` a
+    polynomial of degree up to ``degree`` times the indicator of a union of pieces (``m`` nodes per
+    piece with ``2m - 1 >= degree + n + 2 NODE_MARGIN``), for every ``a`` and ``b`` the fits allow.
+    Counts may be fractional (the curriculum's discounted ones).
+    """
+    n_u = np.asarray(n_u, float)
+    c_u = np.asarray(c_u, float)
+    if prior.is_grid:
+        p, w = prior.grid()
+        return p, grid_posterior(p, w, n_u, c_u)
+    m = int(math.ceil((degree + float(n_u.max(initial=0)) + 2) / 2)) + NODE_MARGIN
+    p, logw = _beta_nodes(prior.a, prior.b, _beta_cuts(prior.a, prior.b, n_u, c_u, edges), m)
+    lw = logw[None, :] + grid_likelihood(p, n_u, c_u)
+    lw -= lw.max(axis=1, keepdims=True)
+    W = np.exp(lw)
+    return p, W / W.sum(axis=1, keepdims=True)

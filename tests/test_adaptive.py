@@ -1,12 +1,12 @@
 """Adaptive profiling (docs/adaptive.md §2-§9).
 
-The math, exactly and by Monte Carlo: the prior fit recovers known Beta parameters, band
-probabilities and intervals are scipy's, the stopping rule never stops a prompt the spec calls
-undecided, the predictive and the posterior estimates match brute force and simulation. Then the
-rounds as shards of the real pipeline (simulate backend): every sample keeps its own seed, a run
-killed between rounds resumes to the same tables, Prefect and Ray give the same tables, a fixed-n
-run is unchanged; every backend numbers its samples from ``first_idx``; bad input is a
-``ConfigError``; the report shows the rounds.
+The math, exactly and by Monte Carlo: band probabilities and intervals are scipy's, the stopping
+rule never stops a prompt the spec calls undecided, the predictive and the posterior estimates
+match brute force and simulation (the prior fits are tests/test_prior.py's). Then the rounds as
+shards of the real pipeline (simulate backend): every sample keeps its own seed, a run killed
+between rounds resumes to the same tables, Prefect and Ray give the same tables, a fixed-n run is
+unchanged; every backend numbers its samples from ``first_idx``; bad input is a ``ConfigError``;
+the report shows the rounds.
 """
 
 from __future__ import annotations
@@ -50,44 +50,6 @@ def scipy_band_probs(alpha, beta, lo, hi):
     )
 
 
-# --- the prior fit ---------------------------------------------------------------------------------
-
-
-def _expected_information(a: float, b: float, n: int) -> np.ndarray:
-    """Fisher information of one beta-binomial(n, a, b) observation in (a, b), exactly."""
-    from scipy.special import digamma
-
-    c = np.arange(n + 1)
-    pmf = sst.betabinom.pmf(c, n, a, b)
-    dab = digamma(a + b) - digamma(a + b + n)
-    score = np.stack([digamma(a + c) - digamma(a) + dab, digamma(b + n - c) - digamma(b) + dab])
-    return (score * pmf) @ score.T
-
-
-@pytest.mark.parametrize(("a", "b"), [(0.3, 0.4), (1.0, 1.0), (4.0, 1.0), (2.0, 5.0)])
-def test_prior_fit_recovers_known_beta_parameters(a, b):
-    """From n_min = 4 counts of 20,000 prompts, within 4 standard errors (from the exact Fisher
-    information of the beta-binomial), and the method of moments start is in the right place."""
-    N, n = 20_000, 4
-    rng = np.random.default_rng(7)
-    c = rng.binomial(n, rng.beta(a, b, N))
-    prior = adaptive.fit_prior(np.full(N, n), c)
-    se = np.sqrt(np.diag(np.linalg.inv(_expected_information(a, b, n) * N)))
-    assert abs(prior.a - a) < 4 * se[0], (prior, se)
-    assert abs(prior.b - b) < 4 * se[1], (prior, se)
-    assert prior.method == "fit" and prior.n_prompts == N
-    assert abs(prior.start[0] / sum(prior.start) - a / (a + b)) < 0.02  # the moments' mean
-
-
-def test_prior_fit_is_floored_and_deterministic():
-    none_right = adaptive.fit_prior(np.full(500, 4), np.zeros(500, int))
-    assert none_right.a == pytest.approx(adaptive.PRIOR_FLOOR)
-    c = np.random.default_rng(1).binomial(4, 0.5, 300)
-    assert adaptive.fit_prior(np.full(300, 4), c) == adaptive.fit_prior(np.full(300, 4), c)
-    with pytest.raises(ConfigError, match="at least one prompt"):
-        adaptive.fit_prior(np.zeros(3, int), np.zeros(3, int))
-
-
 # --- the posterior decisions ---------------------------------------------------------------------
 
 
@@ -108,7 +70,7 @@ def test_band_probabilities_and_intervals_match_scipy():
 @pytest.mark.parametrize(
     "target", ["band", "band:lo=0.2,hi=0.6,delta=0.1", "band:delta=0.01", "width", "width:h=0.05,delta=0.1"]
 )
-@pytest.mark.parametrize("prior", [adaptive.Prior(0.3, 0.4), adaptive.Prior(4.0, 1.0), adaptive.jeffreys_prior()])
+@pytest.mark.parametrize("prior", [adaptive.Prior(0.3, 0.4), adaptive.Prior(4.0, 1.0), priors.jeffreys_prior()])
 def test_decided_is_the_spec_definition(target, prior):
     """Over every (n, c) up to 64: decided exactly when the spec says so, computed with scipy."""
     t = adaptive.Target.parse(target)
@@ -142,7 +104,7 @@ def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
     outcomes = rng.random((N, acfg.n_max)) < rng.beta(0.4, 0.5, N)[:, None]
     n = np.full(N, acfg.n_min)
     c = outcomes[:, : acfg.n_min].sum(axis=1)
-    prior = adaptive.fit_prior(n, c)
+    prior = priors.fit_prior(n, c)
     for _ in range(200):
         extra = adaptive.next_round(n, c, prior, acfg)
         open_ = ~adaptive.stopped(n, c, prior, acfg) & (n < acfg.n_max)
@@ -716,6 +678,38 @@ def test_report_shows_the_rounds(store, close_engines):
     assert "posterior expectations under the fitted prior, grid prior (" in html
     fixed = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
     assert 'id="adaptive"' not in Path(fixed["report"]).read_text()
+
+
+@pytest.mark.slow  # 24 runs of the default profile, each fitting three priors: about a minute on 2 cores
+def test_the_default_profile_finishes_on_datasets_with_no_spread(tmp_path, close_engines):
+    """Issue 32: counts that look binomial (a few prompts at one pass rate, every prompt at 0 or 1, many
+    prompts at 0.5) fit a Beta at the ceiling of the fit, whose quadrature gave NaN weights: the run
+    sampled everything and then stopped at its finish. The default adaptive profile (simulate
+    backend, the driver without Prefect) on 5 prompts at 0.5, at 0 and at 1, and on 2,000 at 0.5,
+    seeds 1-6: every run finishes with every prompt's decision and a summary of numbers."""
+    for count, rate in ((5, 0.5), (5, 0.0), (5, 1.0), (2000, 0.5)):
+        folder = tmp_path / f"{count}-at-{rate}"
+        folder.mkdir()
+        rows = [{"problem": f"What is {k} plus 1?", "answer": str(k + 1)} for k in range(count)]
+        (folder / "problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "rates.csv").write_text("problem,pass_rate\n" + "".join(f"{r['problem']},{rate}\n" for r in rows))
+        store = Store.open(folder / "data")
+        for seed in range(1, 7):
+            cfg = run.ProfileConfig.build(
+                backend="simulate",
+                data_file=str(folder / "problems.jsonl"),
+                backend_options={"pass_rates": str(folder / "rates.csv")},
+                adaptive="band",
+                seed=seed,
+                grade_workers=1,
+                report=False,
+            )
+            rid = executors.profile_direct(cfg, store)["run_id"]
+            assert store.get_run(rid)["status"] == "done", (count, rate, seed)
+            stats_ = store.read_table("prompt_stats", {"run_id": rid})
+            assert stats_.num_rows == count and None not in stats_.column("decided_band").to_pylist()
+            values = store.read_table("summary", {"run_id": rid}).column("value").to_numpy(zero_copy_only=False)
+            assert np.isfinite(values.astype(float)).all(), (count, rate, seed)
 
 
 # --- every backend numbers its samples from first_idx ------------------------------------------------

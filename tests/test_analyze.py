@@ -214,15 +214,6 @@ def test_histogram_rows_with_huge_counts_take_the_unpacked_sort():
     assert got["b"]["answer_values"] == ["w", "x"] and (got["b"]["n"], got["b"]["c"]) == (big + 8, big + 3)
 
 
-@pytest.mark.parametrize("n_max,prompts", [(0, 5), (8, 3), (64, 2000), (3000, 50)])
-def test_unique_pairs_fast_path_matches_stats(n_max, prompts):
-    rng = np.random.default_rng(n_max)
-    n = rng.integers(0, n_max + 1, prompts)
-    c = (rng.random(prompts) * (n + 1)).astype(np.int64)
-    for got, want in zip(an._unique_pairs(n, c), stats.unique_pairs(n, c), strict=True):
-        np.testing.assert_array_equal(got, want)
-
-
 def _counts():
     return pa.table(
         {

@@ -62,7 +62,7 @@ def test_closed_form_mass_agrees_with_the_quadrature_fallback():
     a, b = np.array([3.0, 0.5 + 40, 12.0]), np.array([4.0, 0.5 + 2, 12.0])
     mean, sd = curriculum.expected_mass(a, b, 8, "grpo")
     est = estimators.get("grpo")
-    q_mean, q_sd = curriculum._quadrature(a, b, lambda p: est.mass(p, 8))
+    q_mean, q_sd = curriculum._mean_sd(a, b, lambda p: est.mass(p, 8))
     np.testing.assert_allclose(mean, q_mean, rtol=1e-6)
     np.testing.assert_allclose(sd, q_sd, rtol=1e-4)
 

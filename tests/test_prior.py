@@ -1,5 +1,6 @@
-"""The grid prior and posterior expectations of summaries (docs/adaptive.md §2, §3, §7).
+"""The priors, their choice and posterior expectations of summaries (docs/adaptive.md §2, §3, §7).
 
+The Beta fit recovers known parameters (within the exact Fisher information's standard errors).
 Exact: the grid posterior, its decisions, predictive and estimates against brute-force sums in
 Python floats; the Beta composite quadrature against the closed form of a truncated Beta moment.
 Monte Carlo: EM recovers a known mixture; an adaptive run's band shares and D(G) are unbiased
@@ -13,7 +14,8 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
-from scipy.special import betainc, betaln
+from scipy import stats as sst
+from scipy.special import betainc, betaincinv, betaln
 
 from pipeline import adaptive, analyze
 from pipeline import estimators as est
@@ -21,6 +23,44 @@ from pipeline import prior as priors
 from pipeline.errors import ConfigError
 
 PAIRS = [(4, 0), (4, 2), (4, 4), (9, 3), (17, 16), (40, 1), (64, 30), (0, 0)]
+
+
+# --- the Beta fit -----------------------------------------------------------------------------------
+
+
+def _expected_information(a: float, b: float, n: int) -> np.ndarray:
+    """Fisher information of one beta-binomial(n, a, b) observation in (a, b), exactly."""
+    from scipy.special import digamma
+
+    c = np.arange(n + 1)
+    pmf = sst.betabinom.pmf(c, n, a, b)
+    dab = digamma(a + b) - digamma(a + b + n)
+    score = np.stack([digamma(a + c) - digamma(a) + dab, digamma(b + n - c) - digamma(b) + dab])
+    return (score * pmf) @ score.T
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.3, 0.4), (1.0, 1.0), (4.0, 1.0), (2.0, 5.0)])
+def test_prior_fit_recovers_known_beta_parameters(a, b):
+    """From n_min = 4 counts of 20,000 prompts, within 4 standard errors (from the exact Fisher
+    information of the beta-binomial), and the method of moments start is in the right place."""
+    N, n = 20_000, 4
+    rng = np.random.default_rng(7)
+    c = rng.binomial(n, rng.beta(a, b, N))
+    prior = priors.fit_prior(np.full(N, n), c)
+    se = np.sqrt(np.diag(np.linalg.inv(_expected_information(a, b, n) * N)))
+    assert abs(prior.a - a) < 4 * se[0], (prior, se)
+    assert abs(prior.b - b) < 4 * se[1], (prior, se)
+    assert prior.method == "fit" and prior.n_prompts == N
+    assert abs(prior.start[0] / sum(prior.start) - a / (a + b)) < 0.02  # the moments' mean
+
+
+def test_prior_fit_is_floored_and_deterministic():
+    none_right = priors.fit_prior(np.full(500, 4), np.zeros(500, int))
+    assert none_right.a == pytest.approx(priors.PRIOR_FLOOR)
+    c = np.random.default_rng(1).binomial(4, 0.5, 300)
+    assert priors.fit_prior(np.full(300, 4), c) == priors.fit_prior(np.full(300, 4), c)
+    with pytest.raises(ConfigError, match="at least one prompt"):
+        priors.fit_prior(np.zeros(3, int), np.zeros(3, int))
 
 
 def _toy_grid() -> adaptive.Prior:
@@ -165,7 +205,14 @@ def test_grid_analysis_is_the_grid_sums():
         assert w["mass"] == pytest.approx(float(post @ (wp * p * (1 - p))), rel=1e-10, abs=1e-12)
 
 
-@pytest.mark.parametrize(("a", "b"), [(0.3, 0.4), (2.0, 2.0), (0.05, 3.0)])
+# The small priors of real datasets, then concentrated ones up to the fit's ceiling, where the Jacobi
+# rule's constant overflowed (issue 32: NaN weights past a or b of about 1,034), symmetric or skewed.
+QUADRATURE_PRIORS = [(0.3, 0.4), (2.0, 2.0), (0.05, 3.0), (14.0, 14.0), (30.0, 2.0), (0.3, 5000.0), (1100.0, 900.0)]
+QUADRATURE_PRIORS += [(5000.0, 5000.0), (priors.PRIOR_CEIL, priors.PRIOR_CEIL), (priors.PRIOR_CEIL, priors.PRIOR_FLOOR)]
+QUADRATURE_PRIORS += [(600.0, priors.PRIOR_CEIL)]
+
+
+@pytest.mark.parametrize(("a", "b"), QUADRATURE_PRIORS)
 def test_beta_band_quadrature_is_the_truncated_moment(a, b):
     """E[1{p <= 0.1} p^j] etc. under Beta(a + c, b + n - c) by the composite Gauss-Jacobi rule cut at
     the band edges, against B(alpha + j, beta) / B(alpha, beta) times incomplete Beta differences."""
@@ -181,6 +228,50 @@ def test_beta_band_quadrature_is_the_truncated_moment(a, b):
                 want = scale * (betainc(al + j, be, hi) - betainc(al + j, be, lo))
                 inside = (nodes >= lo) & (nodes <= hi)
                 assert float(W[i] @ (inside * nodes**j)) == pytest.approx(want, rel=1e-9, abs=1e-14)
+
+
+@pytest.mark.parametrize(("a", "b"), [(1100.0, 900.0), (priors.PRIOR_CEIL, priors.PRIOR_CEIL), (0.3, 5000.0)])
+def test_beta_quadrature_of_a_smooth_function_matches_brute_force_integration(a, b):
+    """Past the Jacobi rule's overflow, a function that is no polynomial (DAPO's update mass at
+    G = 8, and p^G + q^G at G = 64) has the posterior mean scipy's adaptive integration of the
+    density gives (issue 32: these priors crashed the finish of a run)."""
+    from scipy.integrate import quad
+
+    n = np.array([4, 4, 4, 64, 64])
+    c = np.array([0, 2, 4, 0, 64])
+    dapo = est.get("dapo")
+    fs = (lambda p: dapo.mass(p, 8), lambda p: p**64 + (1 - p) ** 64)
+    nodes, W = priors.posterior_nodes(priors.Prior(a, b), n, c, edges=(0.1, 0.9), degree=65)
+    assert np.isfinite(W).all() and np.allclose(W.sum(axis=1), 1.0)
+    for i in range(len(n)):
+        al, be = a + c[i], b + n[i] - c[i]
+        # breakpoints at the posterior's quantiles, out to where it has no mass left
+        points = sorted({float(betaincinv(al, be, q)) for q in (1e-15, 1e-9, 1e-4, 0.05, 0.5, 0.95)})
+        points += sorted({1.0 - float(betaincinv(be, al, q)) for q in (1e-4, 1e-9, 1e-15)})
+
+        # a singular end (alpha < 1) as quad's algebraic weight, the rest of the density as the integrand
+        singular = al < 1
+
+        def density(p, al=al, be=be, singular=singular):
+            left = 0.0 if singular else (al - 1) * math.log(p)
+            return math.exp(left + (be - 1) * math.log1p(-p) - betaln(al, be))
+
+        for f in fs:
+            def g(p, f=f, d=density):
+                return float(f(np.array([p]))[0]) * d(p)
+
+            if singular:
+                cut = float(betaincinv(al, be, 0.5))  # the rest of the density is smooth below the median
+
+                def h(p, g=g, al=al):
+                    return g(p) * p ** (al - 1)
+
+                rest = [x for x in points if x > cut]
+                head = quad(g, 0, cut, weight="alg", wvar=(al - 1, 0), limit=500)[0]
+                want = head + quad(h, cut, 1, points=rest, limit=500)[0]
+            else:
+                want = quad(g, 0, 1, points=points, limit=500)[0]
+            assert float(W[i] @ f(nodes)) == pytest.approx(want, rel=1e-9, abs=1e-13)
 
 
 def test_em_recovers_a_known_mixture(monkeypatch):
@@ -211,7 +302,7 @@ def test_em_recovers_a_known_mixture(monkeypatch):
         monkeypatch.setattr(priors, "EM_MAX_ITER", most)
         sweeps.append(priors.fit_grid_prior(np.full(N, n), c).loglik)
     assert sweeps[0] < sweeps[1] < sweeps[2] <= fit.loglik + 1e-9 * N  # every sweep raises the likelihood
-    beta = adaptive.fit_prior(np.full(N, n), c)
+    beta = priors.fit_prior(np.full(N, n), c)
     assert fit.loglik > beta.loglik  # a Beta cannot take this shape
 
 
@@ -238,13 +329,13 @@ def test_auto_takes_the_beta_the_inflated_beta_or_the_grid_by_likelihood():
     rng = np.random.default_rng(9)
     n = np.full(3000, 16)
     beta_counts = rng.binomial(16, rng.beta(0.3, 0.4, 3000))
-    chosen = adaptive.choose_prior(n, beta_counts)
+    chosen = priors.choose_prior(n, beta_counts)
     assert chosen.method == "fit" and chosen.selection.startswith("auto: inflated Beta log-likelihood")
-    assert (chosen.a, chosen.b) == (adaptive.fit_prior(n, beta_counts).a, adaptive.fit_prior(n, beta_counts).b)
-    mixed = adaptive.choose_prior(n, rng.binomial(16, _mixture(rng, 3000)))
+    assert (chosen.a, chosen.b) == (priors.fit_prior(n, beta_counts).a, priors.fit_prior(n, beta_counts).b)
+    mixed = priors.choose_prior(n, rng.binomial(16, _mixture(rng, 3000)))
     assert mixed.method == "inflated" and "chosen by auto" in mixed.label and "at p = 0" in mixed.label
     spikes = np.where(rng.random(3000) < 0.5, 0.2, 0.75)
-    assert adaptive.choose_prior(n, rng.binomial(16, spikes)).method == "grid"
+    assert priors.choose_prior(n, rng.binomial(16, spikes)).method == "grid"
 
 
 def test_inflated_fit_recovers_a_known_mixture():
@@ -261,7 +352,7 @@ def test_inflated_fit_recovers_a_known_mixture():
     assert fit.a == pytest.approx(2.0, rel=0.15) and fit.b == pytest.approx(2.0, rel=0.15)
     grid = priors.fit_grid_prior(n, c)
     assert abs(fit.loglik - grid.loglik) < 10
-    assert fit.loglik > adaptive.fit_prior(n, c).loglik + 100
+    assert fit.loglik > priors.fit_prior(n, c).loglik + 100
     assert fit == priors.fit_inflated_prior(n, c)  # deterministic: a rerun re-derives its rounds
     assert adaptive.Prior.from_dict(fit.to_dict()) == fit
 
@@ -311,6 +402,39 @@ def _summary(n, c, cfg: analyze.AnalyzeConfig) -> dict:
     for r in analyze.summary(counts, "r", cfg).to_pylist():
         out[(r["section"], r["metric"], r["estimator"], r["G"], r["band"])] = r["value"]
     return out
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "c"),
+    [
+        (priors.PRIOR_CEIL, priors.PRIOR_CEIL, [2, 2, 2, 2, 2]),
+        (priors.PRIOR_FLOOR, priors.PRIOR_CEIL, [0, 0, 0, 0, 0]),
+        (priors.PRIOR_CEIL, priors.PRIOR_FLOOR, [4, 4, 4, 4, 4]),
+        (7000.7, 3000.7, [1, 2, 3, 2, 4]),
+    ],
+)
+def test_posterior_analysis_under_a_prior_at_the_fits_ceiling(a, b, c):
+    """Issue 32: counts with no spread beyond binomial noise (a few prompts at 2 of 4, every prompt
+    0/4 or 4/4) fit a Beta at the ceiling, and a run's finish crashed on the quadrature's NaN
+    weights. Under such priors every summary value is a number, and GRPO's mean update mass is the
+    closed form of its Beta moments (``curriculum.expected_mass``), the shares of three bands that
+    cover [0, 1] summing to 1."""
+    from pipeline import curriculum
+
+    n = np.full(5, 4)
+    bands = (
+        analyze.Band("hard", ((0.0, 0.1, True, False),)),
+        analyze.Band("mid", ((0.1, 0.9, True, True),)),
+        analyze.Band("easy", ((0.9, 1.0, False, True),)),
+    )
+    cfg = analyze.AnalyzeConfig(group_sizes=(4, 8, 16), prior_a=a, prior_b=b, posterior=True, bands=bands)
+    got = _summary(n, np.array(c), cfg)
+    assert all(np.isfinite(v) for v in got.values())
+    for G in (4, 8, 16):
+        exact, _ = curriculum.expected_mass(a + np.array(c), b + n - np.array(c), G, "grpo")
+        assert got[("gradient_share", "mean_mass", "grpo", G, "all")] == pytest.approx(exact.mean(), rel=1e-9)
+        shares = [got[("gradient_share", "share", "grpo", G, band.name)] for band in bands]
+        assert sum(shares) == pytest.approx(1.0, abs=1e-9)
 
 
 def test_adaptive_band_shares_are_posterior_expectations():

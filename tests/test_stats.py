@@ -174,6 +174,18 @@ def test_unique_pairs_round_trip():
     assert len(set(zip(n_u, c_u, strict=False))) == len(n_u)
 
 
+@pytest.mark.parametrize("n_max,prompts", [(0, 5), (8, 3), (64, 2000), (3000, 50)])
+def test_unique_pairs_fast_path_matches_the_sort(n_max, prompts):
+    """The count over the (n, c) grid (small grids) gives the arrays the sort gives (large ones)."""
+    rng = np.random.default_rng(n_max)
+    n = rng.integers(0, n_max + 1, prompts)
+    c = (rng.random(prompts) * (n + 1)).astype(np.int64)
+    base = int(n.max(initial=0)) + 1
+    uniq, inverse = np.unique(n * base + c, return_inverse=True)
+    for got, want in zip(stats.unique_pairs(n, c), (uniq // base, uniq % base, inverse.reshape(-1)), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_errors_print_plain_numbers():
     """Issue 16: messages name values as a user typed them, not as numpy reprs (np.float64(...))."""
     for call, shown in (

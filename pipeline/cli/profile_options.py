@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pipeline.adaptive import PRIORS as ADAPTIVE_PRIORS
 from pipeline.errors import ConfigError
 from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout, check_workers
+from pipeline.prior import PRIORS as ADAPTIVE_PRIORS
 from pipeline.sample import GGUF_BACKENDS
 from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
 from pipeline.sample.xllamacpp import XLlamaCppOptions

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import adaptive
+from pipeline import prior as priors
 from pipeline.errors import PipelineError
 from pipeline.run.plan import RunPlan, ShardEntries, check_counts, require_finished, save_plan
 from pipeline.store import Store
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class AdaptiveState:
     """Where an adaptive run stands after its complete rounds: per prompt (in prompt-id order)
-    its samples ``n`` and correct ``c``, and the prior of ``adaptive.state_prior`` (the grid prior
+    its samples ``n`` and correct ``c``, and the prior of ``prior.state_prior`` (the grid prior
     fitted to every round so far, the Beta fitted to round 0, or Jeffreys')."""
 
     prompt_ids: list[str]
@@ -59,7 +60,7 @@ def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -
     n0, c0 = counts.column("n0").to_numpy(), counts.column("c0").to_numpy()
     n = counts.column("n").to_numpy().astype(np.int64)
     c = counts.column("c").to_numpy().astype(np.int64)
-    return AdaptiveState(counts.column("prompt_id").to_pylist(), n, c, adaptive.state_prior(acfg, n, c, n0, c0))
+    return AdaptiveState(counts.column("prompt_id").to_pylist(), n, c, priors.state_prior(acfg.prior, n, c, n0, c0))
 
 
 def _rounds_summary(plan: RunPlan, open_now: set[str]) -> list[dict[str, int]]:
