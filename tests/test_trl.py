@@ -275,6 +275,7 @@ def test_overhead_is_small_against_one_step_write(store):
 
 
 def test_s3_data_directory(s3_data):
+    tf.store_prompts(Store.open(s3_data), DATASET, tf.UNIT_IDS)
     recorder = _run(Store.open(s3_data), STEPS)
     assert recorder.steps_written == 3
     assert _table(Store.open(s3_data))[0] == _expected(STEPS)
