@@ -1,12 +1,13 @@
 """HTML reports: plotly figures from a run's stored tables, rendered through ``report/templates/*.j2``.
 
-One report per run answers where the learning signal of a dataset is for a model (the ten
-sections of ``sections``); a comparison report puts several runs side by side (``compare``).
+One report per run answers where the learning signal of a dataset is for a model (one module per
+section in ``sections/``); a comparison report puts several runs side by side (``compare``).
 Every entry point takes a ``pipeline.store.Store``.
 
 Modules, each importing only those before it: ``load`` (``RunData``, ``ReportConfig``, reading a
-run through the Store) <- ``charts`` (figures, tables, sections, formatting) <- ``sections`` <-
-``compare`` <- ``render`` (templates, plotly.js, atomic writes).
+run through the Store) <- ``charts`` (figures, tables, sections, formatting) <- ``sections/``
+(``build_sections``, one module per section) <- ``compare`` <- ``render`` (templates, plotly.js,
+atomic writes). The order is ``ROOMS`` in ``tests/layout.py``.
 
 A run whose analysis tables are missing is analysed in memory with the default settings
 (``analyze.analysis_of_run``) and one with no stored allocation gets the default allocation

@@ -9,8 +9,8 @@ import typer
 from pipeline.cli import profile_options as opt
 from pipeline.cli.options import DataDir, Run, open_store
 from pipeline.cli.output import say
-from pipeline.cli.pipeline_cmds import print_run_summary
 from pipeline.cli.profile_options import GRADE_DEFAULTS
+from pipeline.cli.run_summary import print_run_summary
 
 
 def regrade_cmd(
