@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.options import DataDir, open_store
+from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import check_format, emit, say
 from pipeline.errors import ConfigError
 
@@ -54,6 +54,7 @@ def current_cmd(
     fmt = check_format(fmt, SQL_FORMATS)
     kinds = ("profile", "training", "label") if with_labels else ("profile", "training")
     config = current.CurrentConfig(forgetting=forgetting, group_size=group_size, kinds=kinds)
+    output = output_file(output)
     store = open_store(data_dir)
     if save:
         from pipeline.observe import snapshot

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 
 from pipeline.cli.errors import print_error
-from pipeline.cli.options import DataDir, open_store
+from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import SQL_FORMATS, check_format, emit, fetch
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.store.query import split_statements
@@ -67,6 +67,7 @@ def sql_cmd(
     """
     fmt = check_format(fmt, SQL_FORMATS)
     if query is not None:
+        output = output_file(output)
         store = open_store(data_dir)
         if fmt == "parquet":  # an Arrow table to write
             result = store.user_query(query, write=write)

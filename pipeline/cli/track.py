@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from pipeline.cli.options import DataDir, Format, RunId, open_store
-from pipeline.cli.output import check_format, emit, say
+from pipeline.cli.output import check_format, emit, plural, say
 
 SourceName = Annotated[
     str | None,
@@ -50,6 +50,17 @@ def track_cmd(
         float | None,
         typer.Option("--score-threshold", help="verl: count score >= this as correct (only when no binary field)."),
     ] = None,
+    final: Annotated[
+        bool, typer.Option("--final", help="verl: training is over, the newest step is complete (import it now).")
+    ] = False,
+    settle: Annotated[
+        float,
+        typer.Option(
+            "--settle",
+            help="verl: the newest step is complete once unchanged this many seconds with as many rollouts as "
+            "the step before.",
+        ),
+    ] = 60.0,
     label: Annotated[
         str | None, typer.Option("--label", help="A pass-rate column of the dataset (llama8b_solve_rate, ...).")
     ] = None,
@@ -86,6 +97,8 @@ def track_cmd(
         model=model,
         correct_field=correct_field,
         score_threshold=score_threshold,
+        final=final,
+        settle_s=settle,
         label=label,
         label_n=label_n,
         counts=counts,
@@ -112,9 +125,9 @@ def track_cmd(
         emit(pa.Table.from_pylist([{**info, "unmatched_reasons": json.dumps(info["unmatched_reasons"])}]), fmt)
         return
     say(
-        f"source {info['source']}: {info['steps_written']} steps written "
+        f"source {info['source']}: {plural(info['steps_written'], 'step')} written "
         f"({info['steps_already_recorded']} recorded before, {info['steps_pending']} still being written), "
-        f"{info['observations']:,} prompt observations of {info['rollouts']:,} rollouts"
+        f"{plural(info['observations'], 'prompt observation')} of {plural(info['rollouts'], 'rollout')}"
     )
     if result.notes:
         for note in result.notes:

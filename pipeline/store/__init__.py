@@ -234,13 +234,19 @@ class Store:
         """
         return files.check_file(self, table, path)
 
+    def footer_value(self, path: Location, key: str) -> str | None:
+        """One key of a file's footer metadata (from its check's cache when it was checked)."""
+        return fs.footer_value(self, path, key)
+
     def quarantine(self, path: Location, reason: str) -> FileProblem:
         """Move one file of this store aside (see ``doctor``), saying why."""
         return files.quarantine_file(self, self.relative(path).split("/")[0], path, reason)
 
     def doctor(self, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
-        """Check every table's files: bad ones are quarantined, and so is every shard file its
-        run's plan does not own (``shard_files``, as a rerun checks them); temporary leftovers
+        """Check every table's files, each footer and plan read again whatever the saved verdicts
+        say (``files.forget``: a file's stamp misses a rewrite that keeps size, time and inode):
+        bad ones are quarantined, and so is every shard file its run's plan does not own
+        (``shard_files``, as a rerun checks them); the saved verdicts are replaced by these; temporary leftovers
         older than ``tmp_max_age_s`` (``files.TEMPORARY``: a writer that died before its rename,
         another tool's half-written upload, an interrupted write probe) are removed, on a disk and
         on an object store. What was found; empty when the data directory is clean, so a second
