@@ -60,7 +60,6 @@ from pipeline import adaptive, analyze, run, stats  # noqa: E402
 from pipeline import estimators as est  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 from pipeline.flows import executors  # noqa: E402
-from pipeline.run.driver import posterior_settings  # noqa: E402
 from pipeline.store import Store  # noqa: E402
 
 GRID = (4, 8, 16, 32, 64)
@@ -165,20 +164,20 @@ def one_distribution(name: str, args, work: Path) -> dict:
 
     ps = store.read_table("prompt_stats", {"run_id": rid_a})
     ids = ps.column("prompt_id").to_pylist()
-    dataset = store.get_run(rid_a)["dataset"]
+    run_record = store.get_run(rid_a)
+    dataset = run_record.dataset
     truth = truth_by_prompt(store, dataset, rates)
     p = np.array([truth[pid] for pid in ids])
     tgt = acfg.target
     true_band = band_of(p, tgt.lo, tgt.hi)
-    run_row = store.get_run(rid_a)
-    prior = adaptive.Prior.from_dict(json.loads(run_row["prior"]))
+    prior = run_record.prior
     n_a = ps.column("n").to_numpy()
     band_a = np.array([adaptive.BANDS.index(b) for b in ps.column("decided_band").to_pylist()])
     G = 8
     z_true = p**G + (1 - p) ** G
     j = list(ps.column("group_sizes")[0].as_py()).index(G)
     z_a = np.array([z[j] for z in ps.column("zero_signal").to_pylist()])
-    rounds = json.loads(run_row["rounds"])
+    rounds = run_record.rounds or ()
     out = {
         "distribution": name,
         "truth": DISTRIBUTIONS[name],
@@ -301,7 +300,7 @@ def bias_replicate(name: str, N: int, seed: int, acfg: adaptive.AdaptiveConfig) 
     n_fixed = max(1, int(round(cost)))
     c_fixed = outcomes[:, :n_fixed].sum(axis=1)
     plain = analyze.AnalyzeConfig(group_sizes=BIAS_G, pass_at_k=False)
-    adapt = _summary_values(n, c, posterior_settings(plain, prior))
+    adapt = _summary_values(n, c, analyze.posterior_config(plain, prior))
     fixed = _summary_values(np.full(N, n_fixed), c_fixed, plain)
     truth = _true_values(p)
     t = acfg.target

@@ -22,9 +22,18 @@ Two more cases share one data directory between runs (``--cases``):
 - ``copy``: a finished shard copied under an unplanned shard's name and under another planned
   shard's name; ``samples`` counted through the view, then ``doctor`` run (it must report both and
   exit 1, a second ``doctor`` 0), then the run resumed; each time compared with the clean run.
-
+- ``track``: ``difficulty track`` importing a verl rollout folder of ``--steps`` steps (300: 8
+  prompts of the bundled arithmetic set x 4 rollouts a step, lines of ``--line-bytes``, over 8 KB
+  so each write ends on a line boundary) while a writer process is still writing it, as verl
+  does (mode "w", one line per rollout, flushed; every tenth step paused 2 s halfway, on a line
+  boundary). ``--track-kills`` imports (10), spread over the writer's run, are each killed with
+  SIGKILL at a random moment, every second one followed by an import run to its end (as
+  ``track --interval`` would); imports go on until the writer is done, then the last one runs
+  with ``--final``. Counted against what the writer wrote: steps lost, rollouts duplicated,
+  steps stored partial (fewer rollouts than written), counts mismatched.
     python bench/faults.py [--kills 20] [--prompts 2000] [--n 8] [--shard-size 50] [--seed 0]
-                           [--cases kills,datasets,copy]
+                           [--steps 300] [--track-kills 10] [--line-bytes 9000]
+                           [--cases kills,datasets,copy,track]
 """
 
 from __future__ import annotations
@@ -101,7 +110,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--shard-size", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cases", default="kills,datasets,copy", help="which cases, comma-separated")
+    ap.add_argument("--steps", type=int, default=300, help="track: verl steps the writer writes")
+    ap.add_argument("--track-kills", type=int, default=10, help="track: imports killed while the writer writes")
+    ap.add_argument("--line-bytes", type=int, default=9000, help="track: bytes of each rollout's line")
+    ap.add_argument("--cases", default="kills,datasets,copy,track", help="which cases, comma-separated")
     args = ap.parse_args()
     cases = set(args.cases.split(","))
     work = Path(tempfile.mkdtemp(prefix="faults-"))
@@ -111,6 +123,8 @@ def main() -> None:
         shared_dataset(args, work, base_env)
     if "copy" in cases:
         copied_shard(args, work, base_env)
+    if "track" in cases:
+        track_kills(args, work, base_env)
     if "kills" in cases:
         kills(args, work, base_env)
 
@@ -236,6 +250,142 @@ def copied_shard(args, work: Path, base_env: dict) -> None:
     print(
         f"copied shard: lost {totals[0]}, duplicated {totals[1]}, mismatched {totals[2]} "
         "(before doctor and after the resume)"
+    )
+
+
+TRACK_PROMPTS, TRACK_G = 8, 4
+
+# The writer: verl's ``_write_generations`` per step (mode "w", one JSON line per rollout), each line
+# flushed, a pause halfway through every tenth step so that imports find steps half written. Its argument: a JSON
+# object with the folder, steps, problems, answers, line length and pause.
+WRITER = r"""
+import json, sys, time
+spec = json.loads(sys.argv[1])
+pad = "x" * spec["line_bytes"]
+for step in range(1, spec["steps"] + 1):
+    with open(f"{spec['folder']}/{step}.jsonl", "w") as out:
+        for i, (text, gold) in enumerate(zip(spec["problems"], spec["answers"])):
+            for r in range(spec["G"]):
+                ok = (i * 7 + r + step) % 3 == 0
+                row = {"input": f"user\n{text}\nassistant\n", "output": pad, "gts": gold, "score": float(ok),
+                       "step": step, "acc": ok}
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                if step % spec["pause_every"] == 0 and i == len(spec["problems"]) // 2 and r == 0:
+                    time.sleep(spec["pause_s"])  # half a step on disk, ending on a line boundary
+"""
+
+
+def expected_counts(steps: int, ids: list[str]) -> dict[tuple[int, str], tuple[int, int]]:
+    """What the writer writes: per (step, prompt) the rollouts and the correct ones (its rule)."""
+    out = {}
+    for step in range(1, steps + 1):
+        for i, pid in enumerate(ids):
+            c = sum((i * 7 + r + step) % 3 == 0 for r in range(TRACK_G))
+            out[step, pid] = (TRACK_G, c)
+    return out
+
+
+def track_kills(args, work: Path, base_env: dict) -> None:
+    """The ``track`` case (see the module's docstring)."""
+    rng = random.Random(args.seed)
+    data, folder = work / "track-data", work / "track-rollouts"
+    folder.mkdir()
+    env = {**base_env, "DIFFICULTY_DATA": str(data)}
+    load = subprocess.run([DIFFICULTY, "load", "arithmetic", "--limit", str(TRACK_PROMPTS)], env=env, cwd=work,
+                          capture_output=True, text=True)  # fmt: skip
+    assert load.returncode == 0, load.stderr[-2000:]
+    problems = Store(data).read_table("problems")
+    ids = problems.column("prompt_id").to_pylist()
+    spec = {
+        "folder": str(folder),
+        "steps": args.steps,
+        "problems": problems.column("problem").to_pylist(),
+        "answers": problems.column("answer").to_pylist(),
+        "G": TRACK_G,
+        "line_bytes": args.line_bytes,
+        "pause_s": 2.0,
+        "pause_every": 10,
+    }
+    track = [DIFFICULTY, "track", str(folder), "--dataset", "arithmetic", "--source", "verl:bench"]
+    t = time.perf_counter()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, json.dumps(spec)])
+    killed = finished = 0
+    moments: list[str] = []
+    full_imports: list[int] = []  # steps left pending by each import that ran to its end
+
+    def stored() -> int:
+        return len(list((data / "observations").rglob("step-*.parquet"))) if (data / "observations").exists() else 0
+
+    k = 0
+    while k < args.track_kills or writer.poll() is None:  # the kills, then imports until the writer is done
+        k += 1
+        if k > args.track_kills:
+            done = subprocess.run([*track, "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr[-2000:]
+            full_imports.append(json.loads(done.stdout)[0]["steps_pending"])
+            continue
+        # The kills spread over the writer's run: kill k once k / (kills + 1) of the steps are on disk.
+        while writer.poll() is None and len(list(folder.glob("*.jsonl"))) < k * args.steps // (args.track_kills + 1):
+            time.sleep(0.05)
+        backlog = len(list(folder.glob("*.jsonl"))) - stored()
+        proc = subprocess.Popen(track, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        t0 = time.perf_counter()
+        if k % 3:  # two kills in three right after a random number of the waiting steps were stored
+            target = stored() + rng.randrange(1, max(2, backlog))
+            while proc.poll() is None and stored() < target:
+                time.sleep(0.002)
+        else:  # the rest at any moment (start-up, reading, writing)
+            time.sleep(rng.uniform(0.2, 4.0))
+        if proc.poll() is None:
+            proc.kill()  # SIGKILL
+            killed += 1
+        else:
+            finished += 1
+        proc.wait()
+        err = proc.stderr.read().decode()
+        assert proc.returncode in (0, -signal.SIGKILL), err[-2000:]
+        moments.append(f"{time.perf_counter() - t0:.1f} s: {stored()} of {len(list(folder.glob('*.jsonl')))}")
+        if k % 2:
+            continue
+        # after every second kill, one import left to finish, as `track --interval` runs
+        done = subprocess.run([*track, "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        full_imports.append(json.loads(done.stdout)[0]["steps_pending"])
+    assert writer.wait() == 0
+    t_writer = time.perf_counter() - t
+    last = subprocess.run([*track, "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
+    assert last.returncode == 0, last.stderr[-2000:]
+    pending = json.loads(last.stdout)[0]["steps_pending"]  # the newest, unless it settled meanwhile
+    final = subprocess.run([*track, "--final", "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr[-2000:]
+    again = subprocess.run([*track, "--final", "--format", "json"], env=env, cwd=work, capture_output=True, text=True)
+    rerun_written = json.loads(again.stdout)[0]["steps_written"]
+
+    want = expected_counts(args.steps, ids)
+    rows = Store(data).query("select step, prompt_id, n, c from observations where source = 'verl:bench'").to_pylist()
+    got: dict[tuple[int, str], tuple[int, int]] = {}
+    duplicated = 0
+    for r in rows:
+        key = (r["step"], r["prompt_id"])
+        duplicated += r["n"] if key in got else 0
+        got[key] = (r["n"], r["c"])
+    per_step: dict[int, int] = {}
+    for (step, _), (n, _) in got.items():
+        per_step[step] = per_step.get(step, 0) + n
+    full = TRACK_PROMPTS * TRACK_G
+    lost = sum(1 for step in range(1, args.steps + 1) if step not in per_step)
+    partial = sum(1 for n in per_step.values() if n < full)
+    duplicated += sum(max(0, n - full) for n in per_step.values())
+    mismatched = sum(1 for key, value in want.items() if key in got and got[key] != value)
+    print(f"track: {args.steps} steps of {full} rollouts ({args.line_bytes} B lines) written in {t_writer:.1f} s")
+    print(f"  imports while it wrote: {killed} killed with SIGKILL, {finished} finished; steps stored of step files")
+    print("  at each kill: " + "; ".join(moments))
+    print(f"  imports run to the end between kills: {len(full_imports)}, steps they left pending: {full_imports}")
+    print(f"  writer done: an import left {pending} step pending; after --final, a second one wrote {rerun_written}")
+    print(
+        f"track under kill -9 and a concurrent writer: steps lost {lost}, rollouts duplicated {duplicated}, "
+        f"steps partial {partial}, counts mismatched {mismatched} (of {args.steps} steps)"
     )
 
 

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pyarrow as pa
+
 from pipeline.integrations.trl import record_rewards
 from pipeline.observe import record
 from pipeline.store import Store
@@ -74,7 +76,7 @@ def micro(store: Store, calls: int, repeat: int) -> float:
     )
     t0 = time.perf_counter()
     for _ in range(20):
-        record.write_step(store, rows)  # the same step, replaced each time
+        record.write_step(store, "bench:sync", 0, rows)  # the same step, replaced each time
     sync_s = (time.perf_counter() - t0) / 20
     print(
         f"one synchronous write_step of a 16-prompt step: {sync_s * 1e3:.2f} ms ({sync_s / bare_s:.0f}x the bare call)"
@@ -176,6 +178,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-trl-recorder-"))
     try:
         store = Store.open(tmp / "data")
+        ids = sorted({*IDS, *(f"q{a}" for a in range(2 * args.steps))})  # the bench's prompts, as a stored dataset
+        rows = [{"dataset": "bench", "prompt_id": pid, "problem": pid, "status": "ok"} for pid in ids]
+        store.add_problems(pa.Table.from_pylist(rows), "bench")
         micro(store, args.calls, args.repeat)
         if args.trl:
             real(store, args.steps, tmp)

@@ -19,25 +19,27 @@ with the run's prior gives them: ``E[p^G + q^G]`` from the Beta moments (§3), `
 as ``1 - E[q^k]``, and the posterior mean as ``p`` (summary, bands, the ``weights`` table's ``p``).
 The ``pass_rate`` column stays the observed share ``c/n``; ``post_mean`` holds the posterior mean.
 The adaptive decision columns of ``prompt_stats`` (``stop_round``, ``decided_band``, ...) come in
-with the counts table (``run.finish_run`` computes them) and are copied through.
+with the counts table (``with_decisions``) and are copied through. ``posterior_inputs`` is the one
+place an adaptive run's counts and settings are made so, for the run's finish and for
+``analyze_run`` alike: a run's analysis is the same whoever computes it.
 """
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline import adaptive, schema, stats
 from pipeline import estimators as est
-from pipeline import schema, stats
 from pipeline.checks import check_int
-from pipeline.errors import ConfigError
-from pipeline.prior import Prior, cell_share, posterior_nodes
-from pipeline.store import Store, conform
+from pipeline.errors import ConfigError, PipelineError, StoreError
+from pipeline.prior import Prior, cell_share, posterior_nodes, state_prior
+from pipeline.store import RunRecord, Store, conform
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +49,23 @@ __all__ = [
     "Analysis",
     "AnalyzeConfig",
     "Band",
+    "OBSERVATIONS_BACKEND",
+    "adaptive_counts",
+    "analysis_of_run",
     "analyze",
+    "analyze_run",
     "answer_counts",
     "counts_from_priors",
     "counts_from_samples",
+    "posterior_config",
+    "posterior_inputs",
     "prompt_stats",
+    "run_counts",
+    "run_prior",
     "summary",
     "validate_counts",
     "weights",
+    "with_decisions",
 ]
 
 
@@ -808,6 +819,118 @@ def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
         return Analysis(prompt_stats=stats_table, weights=weights, summary=summary_table)
 
 
+# --- adaptive runs: decisions and posterior estimates (docs/adaptive.md §7, §8) ---------------------
+
+
+def with_decisions(counts: pa.Table, prior: Prior, target: adaptive.Target, plans: pa.Table) -> pa.Table:
+    """The counts with the adaptive columns of ``prompt_stats`` (``ADAPTIVE_COLUMNS``): the round
+    each prompt stopped in (its last shard's round in ``plans``, the run's ``plans`` rows; null for
+    a plan without rounds, a regrade's), its reported band and that band's posterior probability,
+    its central ``1 - delta`` credible interval, and whether it stopped undecided under ``prior``."""
+    ids, n, c = validate_counts(counts, check_distinct=False)
+    d = adaptive.decide(n, c, prior, target)
+    rounds = plans.filter(pc.is_valid(plans.column("round")))
+    last = rounds.group_by("prompt_id", use_threads=False).aggregate([("round", "max")])
+    stop = dict(zip(last.column("prompt_id").to_pylist(), last.column("round_max").to_pylist(), strict=True))
+    band = (
+        pa.array([adaptive.BANDS[b] for b in d.band.tolist()], pa.string())
+        if target.kind == "band"
+        else pa.nulls(len(ids), pa.string())
+    )
+    extra = {
+        "stop_round": pa.array([stop.get(pid) for pid in ids.to_pylist()], pa.int32()),
+        "decided_band": band,
+        "band_prob": pa.array(d.prob, pa.float64(), from_pandas=True),
+        "post_lo": pa.array(d.lo, pa.float64()),
+        "post_hi": pa.array(d.hi, pa.float64()),
+        "undecided": pa.array(~d.decided, pa.bool_()),
+    }
+    for name, column in extra.items():
+        counts = counts.append_column(name, column)
+    return counts
+
+
+def posterior_config(settings: AnalyzeConfig, prior: Prior) -> AnalyzeConfig:
+    """An adaptive run's analysis settings: every estimate a posterior expectation under its prior
+    (a grid prior's sums, or the Beta's moments and quadrature)."""
+    return replace(settings, prior_a=prior.a, prior_b=prior.b, posterior=True, prior=prior if prior.is_grid else None)
+
+
+def posterior_inputs(
+    counts: pa.Table, settings: AnalyzeConfig | None, acfg: adaptive.AdaptiveConfig, prior: Prior, plans: pa.Table
+) -> tuple[pa.Table, AnalyzeConfig]:
+    """What ``analyze`` takes for an adaptive run: its counts with each prompt's decision
+    (``with_decisions``) and ``settings`` (default: ``AnalyzeConfig()``) made posterior ones."""
+    return with_decisions(counts, prior, acfg.target, plans), posterior_config(settings or AnalyzeConfig(), prior)
+
+
+def adaptive_counts(store: Store, run_id: str, n_min: int) -> pa.Table:
+    """Per prompt of an adaptive run (prompt-id order), ``n`` and ``c`` over all its samples and
+    ``n0``, ``c0`` over round 0's (``sql/adaptive_counts.sql``, over its finished shard files):
+    what its prior is fitted to.
+
+    Raises:
+        PipelineError: the run has no finished shards.
+    """
+    files = [f for _, f in sorted(store.shard_files(run_id).items())]
+    if not files:
+        raise PipelineError(f"run {run_id} has no finished shards")
+    return store.files_query("adaptive_counts", files, {"n_min": n_min})
+
+
+def run_prior(acfg: adaptive.AdaptiveConfig, counts: pa.Table) -> Prior:
+    """The prior an adaptive run decides with, from ``adaptive_counts`` (``prior.state_prior``):
+    a function of the samples alone, so each round, the finish and a later analysis fit the same."""
+    n, c, n0, c0 = (counts.column(name).to_numpy().astype(np.int64) for name in ("n", "c", "n0", "c0"))
+    return state_prior(acfg.prior, n, c, n0, c0)
+
+
+# --- a run's analysis ----------------------------------------------------------------------------
+
+# A run saved from observations (``observe.snapshot``) has no samples: its counts are its prompt_stats.
+OBSERVATIONS_BACKEND = "observations"
+
+
+def _registered(store: Store, run_id: str) -> RunRecord:
+    """The run's registry record; a run whose samples were written without one (tables made by
+    hand, by an older version) is read as a fixed-n run."""
+    return store.get_run(run_id, missing_ok=True) or RunRecord(run_id)
+
+
+def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
+    if run.backend != OBSERVATIONS_BACKEND:
+        return counts_from_samples(store, run.run_id, answers=answers)
+    stats_table = store.read_table("prompt_stats", {"run_id": run.run_id})
+    if stats_table.num_rows == 0:
+        raise StoreError(f"run {run.run_id} was saved from observations and has no prompt_stats: save it again")
+    return stats_table.select(["prompt_id", "n", "c"])
+
+
+def run_counts(store: Store, run_id: str, answers: bool = True) -> pa.Table:
+    """A run's per-prompt counts: from its samples (``counts_from_samples``), or, for a run saved
+    from observations, its stored ``prompt_stats``' ``n`` and ``c``.
+
+    Raises:
+        StoreError: the run has no samples (or, saved from observations, no prompt_stats).
+    """
+    return _run_counts(store, _registered(store, run_id), answers)
+
+
+def analyze_run(store: Store, run_id: str, config: AnalyzeConfig | None = None) -> Analysis:
+    """A run analysed from its counts with ``config``, nothing written. An adaptive run keeps what
+    makes its analysis valid, exactly as its finish made it: each prompt's decision and every
+    estimate a posterior expectation under its prior, fitted to its samples (``run_prior``)."""
+    run = _registered(store, run_id)
+    counts = _run_counts(store, run, answers=True)
+    acfg = run.adaptive
+    if acfg is None:
+        return analyze(counts, run_id, config)
+    prior = run_prior(acfg, adaptive_counts(store, run_id, acfg.n_min))
+    plans = store.read_table("plans", {"run_id": run_id})
+    counts, settings = posterior_inputs(counts, config, acfg, prior, plans)
+    return analyze(counts, run_id, settings)
+
+
 ANALYSIS_TABLES = ("prompt_stats", "weights", "summary")
 
 
@@ -835,7 +958,7 @@ def write_analysis(store: Store, run_id: str, result: Analysis) -> None:
 def analysis_of_run(
     store: Store, run_id: str, config: AnalyzeConfig | None = None, *, weights: bool = True
 ) -> tuple[Analysis, bool]:
-    """The analysis of a run: the stored tables, else computed from its samples (not written).
+    """The analysis of a run: the stored tables, else ``analyze_run`` (computed, not written).
 
     Returns ``(analysis, computed)``; ``computed`` is True when it was not stored. ``weights=False``:
     a stored analysis comes without its ``weights`` rows (see ``read_analysis``); a computed one
@@ -844,4 +967,4 @@ def analysis_of_run(
     stored = read_analysis(store, run_id, weights=weights)
     if stored is not None:
         return stored, False
-    return analyze(counts_from_samples(store, run_id), run_id, config), True
+    return analyze_run(store, run_id, config), True

@@ -51,8 +51,9 @@ class Tables:
     def root(self) -> Location:
         return self._store.root
 
-    def sql(self, sql: str, params: list | dict | None = None) -> duckdb.DuckDBPyRelation:
-        """One SELECT (or EXPLAIN) over the views, parameters bound (``$name`` or ``?``).
+    def sql(self, sql: str, params: list | dict | None = None) -> query.UserRelation:
+        """One SELECT (or EXPLAIN) over the views, parameters bound (``$name`` or ``?``): a DuckDB
+        relation whose errors are ``StoreError`` when it is made and when it is read.
 
         Raises:
             StoreError: not one read statement, a file outside the data directory, or DuckDB's error.

@@ -377,7 +377,7 @@ def calibrate_run(store: Store, run_id: str, config: CalibrationConfig | None = 
     """
     config = config or CalibrationConfig()
     run = store.get_run(run_id)
-    dataset = run.get("dataset")
+    dataset = run.dataset
     problems = store.read_table("problems", {"dataset": dataset}) if dataset else schema.PROBLEMS.empty_table()
     if not problems.num_rows:
         raise StoreError(f"run {run_id}: dataset {dataset!r} has no stored problems (their labels); load it again")

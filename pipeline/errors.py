@@ -33,6 +33,13 @@ class StoreError(PipelineError):
     """A storage problem (bad data directory, unknown run, unsafe partition value, bad SQL)."""
 
 
+class RunRecordError(StoreError):
+    """A run's registry row holds a field the pipeline cannot read back (JSON that does not parse,
+    adaptive settings or a prior that are not valid). Raised where the row is decoded, so every
+    reader of the run (report, CLI, the next round) stops with this one error, naming the run and
+    the field."""
+
+
 class DiskFullError(StoreError):
     """A write found no room on a local disk (or a used-up quota); the message says what was being
     written, the space it needs and the space left. Distinct so that the run's status write can

@@ -402,7 +402,7 @@ def export_run(
     config = config or ExportConfig()
     output = Path(output)
     run = store.get_run(run_id)
-    dataset = run.get("dataset")
+    dataset = run.dataset
     problems = store.read_table("problems", {"dataset": dataset}) if dataset else schema.PROBLEMS.empty_table()
     if not problems.num_rows:
         raise StoreError(f"run {run_id}: dataset {dataset!r} has no stored problems to write back; load it again")
@@ -469,13 +469,13 @@ def export_run(
         "key": key,
         "run_id": run_id,
         "dataset": dataset,
-        "model": run.get("model"),
-        "backend": run.get("backend"),
-        "params": json.loads(run["params"]) if run.get("params") else None,
-        "seed": run.get("seed"),
-        "prompt_template": run.get("prompt_template"),
-        "grader": run.get("grader"),
-        "run_status": run.get("status"),
+        "model": run.model,
+        "backend": run.backend,
+        "params": run.params,
+        "seed": run.seed,
+        "prompt_template": run.prompt_template,
+        "grader": run.grader,
+        "run_status": run.status,
         "format": fmt,
         "keep": keep,
         "band": [lo, hi],
@@ -528,7 +528,7 @@ def _write_outputs(run, rows, originals, chosen, measures, left, missing, metada
             tmp.write_text(json.dumps(metadata, indent=1, default=str) + "\n", encoding="utf-8")
     else:
         if fmt == "verl":
-            template = run.get("prompt_template")
+            template = run.prompt_template
             picked_rows = [
                 r if _is_verl(r) else _to_verl(r, p, i, template)
                 for i, (p, r) in enumerate(zip(picked, picked_rows, strict=True))

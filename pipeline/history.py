@@ -157,8 +157,8 @@ def history_rows(store: Store, checkpoint: Checkpoint, run_id: str) -> pa.Table:
         "checkpoint_path": checkpoint.path,
         "step": checkpoint.step,
         "run_id": run_id,
-        "dataset": run["dataset"],
-        "model": run["model"],
+        "dataset": run.dataset,
+        "model": run.model,
     }
     data = {k: pa.array([v] * rows, schema.HISTORY.field(k).type) for k, v in const.items()}
     for name in (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,7 +28,7 @@ from pipeline.run import (
     save_plan,
     working_on,
 )
-from pipeline.store import Store
+from pipeline.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,9 @@ def _check_same_prompt(
 
 
 def import_rollouts(config: ImportConfig, store: Store) -> dict:
-    """Grade and store a file of rollouts as a run with backend ``import``; returns run info.
+    """Grade and store a file of rollouts as a run with backend ``import``; returns run info
+    (``run_id``, ``finished``: what its finish computed, ``report``, ``grade_status``, ``samples``,
+    ``prompts``).
 
     Raises:
         DatasetError: the file cannot be read, a column is missing, a cell is not text, or two rows
@@ -170,19 +173,18 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
     run_id = "import-" + digest.hexdigest()[:12]
     grade_config = config.grading()
     store.register_run(
-        {
-            "run_id": run_id,
-            "dataset": dataset,
-            "model": config.model,
-            "backend": "import",
-            "params": {"input": str(config.input), "rows": n},
-            "seed": 0,
-            "prompt_template": None,
-            "grader": grade.grader_version(grade_config),
-            "versions": {},
-            "n_prompts": len(rows),
-            "status": "sampling",
-        },
+        RunRecord(
+            run_id,
+            dataset=dataset,
+            model=config.model,
+            backend="import",
+            params={"input": str(config.input), "rows": n},
+            seed=0,
+            grader=grade.grader_version(grade_config),
+            versions={},
+            n_prompts=len(rows),
+            status="sampling",
+        )
     )
     samples = pa.table(
         {
@@ -211,8 +213,9 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
 
     with working_on(store, run_id), InlineExecutor(config.model, file_rows, grade_config) as executor:
         run_pending_shards(store, plan, executor)
-        info = finish_stored_run(store, plan)
-    info["report"] = write_run_report(store, run_id) if config.report else None
+        finished = finish_stored_run(store, plan)
+    info: dict[str, Any] = {"run_id": run_id, "finished": finished}
+    info["report"] = write_run_report(store, run_id, finished.analysis) if config.report else None
     statuses = store.named_query("grade_statuses", {"run_id": run_id})
     info["grade_status"] = dict(
         sorted(zip(statuses.column("status").to_pylist(), statuses.column("n").to_pylist(), strict=True))

@@ -10,8 +10,8 @@ profile: a shard is done when its file holds what the regrade's plan says.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -67,7 +67,8 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
 
     Returns:
         ``run_id`` (the regrade's), ``source``, ``grader``, ``samples``, ``changed`` (verdicts that
-        differ from the source's, by ``old -> new`` status) and ``report``.
+        differ from the source's, by ``old -> new`` status), ``report`` and ``finished`` (what its
+        finish computed, ``finish.FinishedRun``).
 
     Raises:
         StoreError: unknown run, or a run whose shards are not all there.
@@ -75,46 +76,47 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
     """
     source = store.get_run(run_id)
     grader = grade.grader_version(config)
-    if source.get("grader") == grader:
+    if source.grader == grader:
         raise ConfigError(f"run {run_id} was graded by {grader} already: nothing to regrade")
     entries = _source_plan(store, run_id)
     missing = set(range(len(entries))) - store.finished_shards(run_id)
     if missing:
         raise StoreError(f"run {run_id} is missing shards {sorted(missing)}: finish it (rerun its profile) first")
     new_id = regrade_id(run_id, grader)
-    problems = store.read_table("problems", {"dataset": source["dataset"]})
+    problems = store.read_table("problems", {"dataset": source.dataset})
     known = set(problems.column("prompt_id").to_pylist())
     unknown = sorted({pid for shard in entries for pid, _, _ in shard if pid not in known})
     if unknown:
-        raise StoreError(f"run {run_id}: prompts {unknown[:3]} have no problem in dataset {source['dataset']!r}")
+        raise StoreError(f"run {run_id}: prompts {unknown[:3]} have no problem in dataset {source.dataset!r}")
     plan = RunPlan.build(
         new_id,
         entries,
         problems,
-        dataset=source["dataset"],
-        model=source["model"],
-        template=source.get("prompt_template") or "",
+        dataset=source.dataset,
+        model=source.model,
+        template=source.prompt_template or "",
         skipped={},
     )
-    params = json.loads(source.get("params") or "{}")
     store.register_run(
-        {
-            **{k: v for k, v in source.items() if k not in ("created_at", "updated_at")},
-            "run_id": new_id,
-            "params": {**params, "regraded_from": run_id},
-            "grader": grader,
-            "status": "sampling",
-        }
+        replace(
+            source,
+            run_id=new_id,
+            params={**(source.params or {}), "regraded_from": run_id},
+            grader=grader,
+            status="sampling",
+            created_at=None,
+            updated_at=None,
+        )
     )
     save_plan(store, plan)
 
     def stored_samples(job: ShardJob) -> pa.Table:  # the source run's shard of the same number
         return store.read_shard(run_id, job.shard, SOURCE_COLUMNS)
 
-    with working_on(store, new_id), InlineExecutor(source["model"], stored_samples, config) as executor:
+    with working_on(store, new_id), InlineExecutor(source.model, stored_samples, config) as executor:
         run_pending_shards(store, plan, executor)
-        finish_stored_run(store, plan)
-    report_path = write_run_report(store, new_id) if report else None
+        finished = finish_stored_run(store, plan)
+    report_path = write_run_report(store, new_id, finished.analysis) if report else None
     changes = store.named_query("regrade_changes", {"old": run_id, "new": new_id})
     changed = {f"{r['old']} -> {r['new']}": r["n"] for r in changes.to_pylist()}
     total = store.named_query("grade_statuses", {"run_id": new_id}).column("n")
@@ -125,4 +127,5 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
         "samples": int(pc.sum(total).as_py() or 0),
         "changed": changed,
         "report": report_path,
+        "finished": finished,
     }

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import allocate, analyze, datasets, schema
-from pipeline.store import Store
+from pipeline.store import RunRecord, Store
 
 CHROMIUM = os.environ.get("DIFFICULTY_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -100,26 +100,26 @@ def build_run(
 
     created = created_at or datetime.now(UTC)
     store.register_run(
-        {
-            "run_id": run_id,
-            "dataset": "arithmetic",
-            "model": model,
-            "backend": "synthetic",
-            "params": {
+        RunRecord(
+            run_id,
+            dataset="arithmetic",
+            model=model,
+            backend="synthetic",
+            params={
                 "n": n_samples,
                 "temperature": 0.8,
                 "top_p": 0.95,
                 "max_tokens": 256,
                 "limit": n_prompts,
             },
-            "seed": seed,
-            "prompt_template": "arithmetic",
-            "grader": "math-verify",
-            "versions": {"pipeline": "test"},
-            "n_prompts": n_prompts,
-            "created_at": created,
-            "status": status,
-        },
+            seed=seed,
+            prompt_template="arithmetic",
+            grader="math-verify",
+            versions={"pipeline": "test"},
+            n_prompts=n_prompts,
+            created_at=created,
+            status=status,
+        )
     )
 
     ids = problems.column("prompt_id").to_pylist()

@@ -439,8 +439,8 @@ def _tables(store: Store, run_id: str) -> dict[str, pa.Table]:
         "summary": store.read_table("summary", {"run_id": run_id}),
         "allocation": store.read_table("allocation", {"run_id": run_id}).sort_by("prompt_id"),
     }
-    row = store.get_run(run_id)
-    out["runs"] = pa.table({k: [row[k]] for k in ("adaptive", "prior_a", "prior_b", "prior", "rounds", "status")})
+    columns = ["adaptive", "prior_a", "prior_b", "prior", "rounds", "status"]  # as stored (encoded)
+    out["runs"] = store.read_table("runs", {"run_id": run_id}).select(columns)
     return out
 
 
@@ -477,11 +477,11 @@ def test_adaptive_run_end_to_end(store, close_engines):
     result = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="fit"), store)
     rid = result["run_id"]
     row = store.get_run(rid)
-    acfg = adaptive.AdaptiveConfig.from_dict(json.loads(row["adaptive"]))
-    assert row["status"] == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05,cost=0.001"
-    stop = adaptive.stop_grid(adaptive.Prior(row["prior_a"], row["prior_b"]), acfg.target, acfg.n_max)
-    prior = adaptive.Prior(row["prior_a"], row["prior_b"])
-    assert json.loads(row["prior"])["method"] == "fit"
+    acfg = row.adaptive
+    assert row.status == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05,cost=0.001"
+    stop = adaptive.stop_grid(adaptive.Prior(row.prior.a, row.prior.b), acfg.target, acfg.n_max)
+    prior = adaptive.Prior(row.prior.a, row.prior.b)
+    assert row.prior.method == "fit"
     samples = store.read_table("samples", {"run_id": rid})
     per = {}
     for pid, idx in zip(samples.column("prompt_id").to_pylist(), samples.column("sample_idx").to_pylist(), strict=True):
@@ -493,10 +493,10 @@ def test_adaptive_run_end_to_end(store, close_engines):
     last_round = {}
     for pid, r in zip(plans.column("prompt_id").to_pylist(), plans.column("round").to_pylist(), strict=True):
         last_round[pid] = max(last_round.get(pid, 0), r)
-    rounds = json.loads(row["rounds"])
+    rounds = row.rounds
     assert len(rounds) == max(last_round.values()) + 1 >= 3
-    assert sum(r["rollouts"] for r in rounds) == samples.num_rows
-    assert rounds[0]["prompts"] == 120 and rounds[-1]["open_after"] == 0
+    assert sum(r.rollouts for r in rounds) == samples.num_rows
+    assert rounds[0].prompts == 120 and rounds[-1].open_after == 0
     for r in ps:
         n, c = r["n"], r["c"]
         alpha, beta = prior.a + c, prior.b + n - c
@@ -554,7 +554,7 @@ def test_killed_between_rounds_resumes_to_the_same_tables(
     cfg = run.ProfileConfig.build(**ADAPTIVE)
     with pytest.raises(SamplingError, match="killed"):
         run.profile(cfg, store, dies_after(cfg, shards_before_kill))
-    assert store.get_run(rid)["status"] == "failed"
+    assert store.get_run(rid).status == "failed"
     assert len(store.finished_shards(rid)) == shards_before_kill
     executors.profile_direct(cfg, store)
     _assert_same_tables(ref, store, rid)
@@ -581,7 +581,7 @@ def test_prefect_flow_runs_rounds_as_shard_tasks(uninterrupted, prefect_api, sto
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
     shards = len(store.read_table("plans", {"run_id": rid}).column("shard").unique())
-    rounds = len(json.loads(store.get_run(rid)["rounds"]))
+    rounds = len(store.get_run(rid).rounds)
     want = sorted(f"shard-{s}" for s in range(shards))
     with get_client(sync_client=True) as client:
         [fr] = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=rid)))
@@ -646,7 +646,7 @@ def test_kill_9_of_an_adaptive_profile_then_rerun(prefect_api, tmp_path, close_e
     store = Store(data_dir)
     [run_dir] = (data_dir / "samples").iterdir()
     rid = run_dir.name.split("=", 1)[1]
-    assert store.get_run(rid)["status"] == "sampling"
+    assert store.get_run(rid).status == "sampling"
     rerun = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "adaptive band" in rerun.stdout
@@ -705,7 +705,7 @@ def test_the_default_profile_finishes_on_datasets_with_no_spread(tmp_path, close
                 report=False,
             )
             rid = executors.profile_direct(cfg, store)["run_id"]
-            assert store.get_run(rid)["status"] == "done", (count, rate, seed)
+            assert store.get_run(rid).status == "done", (count, rate, seed)
             stats_ = store.read_table("prompt_stats", {"run_id": rid})
             assert stats_.num_rows == count and None not in stats_.column("decided_band").to_pylist()
             values = store.read_table("summary", {"run_id": rid}).column("value").to_numpy(zero_copy_only=False)
@@ -837,12 +837,11 @@ def test_grid_prior_run_end_to_end(store, close_engines):
     leaves no prompt open (decided under the final prior, or at n_max)."""
     rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="grid"), store)["run_id"]
     row = store.get_run(rid)
-    acfg = adaptive.AdaptiveConfig.from_dict(json.loads(row["adaptive"]))
+    acfg = row.adaptive
     assert acfg.prior == "grid"
-    stored = json.loads(row["prior"])
-    prior = adaptive.Prior.from_dict(stored)
-    assert prior.is_grid and stored["method"] == "grid" and len(stored["points"]) == len(stored["weights"])
-    p, w = np.array(stored["points"]), np.array(stored["weights"])
+    prior = row.prior
+    assert prior.is_grid and prior.method == "grid" and len(prior.points) == len(prior.weights)
+    p, w = np.array(prior.points), np.array(prior.weights)
     assert p[0] == 0.0 and p[-1] == 1.0 and w.sum() == pytest.approx(1.0)
     ps = store.read_table("prompt_stats", {"run_id": rid}).to_pylist()
     stop = adaptive.stop_grid(prior, acfg.target, acfg.n_max)  # the last round was planned under it
@@ -889,3 +888,101 @@ def test_reanalysing_an_adaptive_run_keeps_its_decisions_and_estimates(store, cl
     assert new == old
     weights = store.query("select count(*) n from weights where run_id = $r and estimator = 'reco_answers'", {"r": rid})
     assert weights.to_pylist()[0]["n"] == before.num_rows
+
+
+def _copy_store(ref: Store, folder: Path) -> Store:
+    import shutil
+
+    shutil.copytree(ref.root, folder)
+    return Store(folder)
+
+
+def _corrupt(store: Store, run_id: str, **columns) -> None:
+    """Overwrite columns of a run's stored registry row as they are, past the encoder."""
+    row = store.read_table("runs", {"run_id": run_id}).to_pylist()[0] | columns
+    store.write_table("runs", pa.Table.from_pylist([row], schema=schema.RUNS), {"run_id": run_id}, part="run")
+
+
+CORRUPT = "run r1: its registry field adaptive = '{\"target\": ' cannot be read"
+
+
+def test_every_reader_stops_at_a_corrupt_adaptive_field(store):
+    """A run whose ``adaptive`` field does not parse is one named error for the report, the
+    command line and the rounds, never a fixed-n run."""
+    from pipeline import report
+    from pipeline.errors import RunRecordError
+    from pipeline.run.rounds import record_rounds
+    from pipeline.store import RunRecord
+
+    store.register_run(RunRecord("r1", dataset="arithmetic", adaptive=adaptive.AdaptiveConfig(), status="done"))
+    _corrupt(store, "r1", adaptive='{"target": ')
+    with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
+        report.load_run(store, "r1")
+    plan = run.RunPlan.build(
+        "r1",
+        [[("p", 0, 4)]],
+        pa.table({"prompt_id": ["p"]}),
+        dataset="arithmetic",
+        model="m",
+        template="",
+        skipped={},
+        rounds=[0],
+        adaptive=adaptive.AdaptiveConfig(),
+    )
+    with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
+        record_rounds(store, plan, adaptive.Prior(1.0, 1.0), set())
+    with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
+        analyze.analysis_of_run(store, "r1")
+    for command in ("analyze", "allocate", "report", "export"):
+        args = [command, "--run", "r1", "--data-dir", str(store.root)]
+        out = CliRunner().invoke(app, args + (["--output", str(store.root / "x.jsonl")] if command == "export" else []))
+        said = " ".join(out.output.split())
+        assert out.exit_code == 1 and "its registry field adaptive" in said, (command, out.output)
+
+
+@pytest.mark.slow  # an adaptive run of 120 prompts
+def test_a_corrupt_adaptive_field_stops_the_next_round(store, close_engines):
+    """Between two rounds, the row's ``adaptive`` field is broken: the round's planning stops with
+    the registry's named error (and the run stays unreadable, not silently fixed-n)."""
+    from pipeline.errors import RunRecordError
+
+    cfg = run.ProfileConfig.build(**ADAPTIVE)
+
+    def corrupt_then_plan(config, data, plan):
+        _corrupt(data, plan.run_id, adaptive='{"target": ')
+        return run.next_round_step(config, data, plan)
+
+    with run.local_executor(cfg) as executor, pytest.raises(RunRecordError, match="its registry field adaptive"):
+        run.profile(cfg, store, executor, run.Steps(next_round=corrupt_then_plan))
+    rid = store.list_runs().column("run_id")[0].as_py()
+    with pytest.raises(RunRecordError, match=f"run {rid}: its registry field adaptive"):
+        store.get_run(rid)
+
+
+@pytest.mark.slow  # an adaptive run of 120 prompts
+def test_analysis_is_the_finishs_whoever_computes_it(uninterrupted, tmp_path):
+    """`difficulty analyze --run` on an adaptive run leaves its registry row byte for byte as it
+    was; with its analysis tables deleted, ``analysis_of_run`` (what the report, export and
+    calibrate read) computes the finish's posterior analysis again, not a c/n one."""
+    import shutil
+
+    ref, rid = uninterrupted
+    store = _copy_store(ref, tmp_path / "copy")
+    [row_file] = store.files("runs", {"run_id": rid})
+    before = (row_file.read_bytes(), row_file.stat().st_mtime_ns)
+    out = CliRunner().invoke(app, ["analyze", "--run", rid, "--data-dir", str(store.root)])
+    assert out.exit_code == 0, out.output
+    assert (row_file.read_bytes(), row_file.stat().st_mtime_ns) == before
+    finished = analyze.read_analysis(ref, rid)
+    for name in analyze.ANALYSIS_TABLES:
+        shutil.rmtree(store.root / name / f"run_id={rid}")
+    got, computed = analyze.analysis_of_run(store, rid)
+    assert computed
+    want, have = finished.prompt_stats.sort_by("prompt_id"), got.prompt_stats.sort_by("prompt_id")
+    assert have.column("post_mean").null_count == 0 and have.column("decided_band").null_count == 0
+    for column in (*analyze.ADAPTIVE_COLUMNS, "n", "c", "post_mean", "zero_signal", "pass_at_k"):
+        assert _same_values(have.column(column).to_pylist(), want.column(column).to_pylist()), column
+    key = ["section", "metric", "estimator", "G", "band", "k"]
+    rows = {tuple(r[k] for k in key): r["value"] for r in got.summary.to_pylist()}
+    assert rows == {tuple(r[k] for k in key): r["value"] for r in finished.summary.to_pylist()}
+    assert (row_file.read_bytes(), row_file.stat().st_mtime_ns) == before

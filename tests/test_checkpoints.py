@@ -159,8 +159,8 @@ def test_checkpoint_flow_profiles_each_checkpoint_once(prefect_api, tmp_path, da
     assert [d["checkpoint"] for d in done] == ["step-100", "step-200"]
     for d in done:
         run = Store(data_dir).get_run(d["run_id"])
-        assert run["status"] == "done"
-        assert run["model"].endswith(d["checkpoint"] + ".gguf")
+        assert run.status == "done"
+        assert run.model.endswith(d["checkpoint"] + ".gguf")
     check_history(data_dir, 4)
     # The next scheduled pass finds nothing new and profiles nothing.
     runs_before = Store(data_dir).list_runs().num_rows

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from layout import LAYERS
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -77,3 +79,67 @@ def test_readme_links_resolve() -> None:
         if not (README.parent / path).exists():
             broken.append(target)
     assert not broken, f"README.md links to missing files: {broken}"
+
+
+ARCHITECTURE = DOCS / "architecture.md"
+PACKAGE = ROOT / "pipeline"
+
+
+def _modules_section(text: str) -> str:
+    return text.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
+
+
+def architecture_layers(text: str) -> tuple[list[str], list[str]]:
+    """The layers ``docs/architecture.md`` names under "Modules": the chain drawn in its code block
+    (``errors → paths → ...``), and the first path of each table row (``pipeline/grade/`` -> ``grade``)."""
+    section = _modules_section(text)
+    drawn = "".join(line for line in section.splitlines() if line.startswith("    "))
+    chain = [name.strip() for name in drawn.split("→")]
+    rows = re.findall(r"^\| `pipeline/(\w+)(?:\.py|/)`", section, flags=re.M)
+    return chain, rows
+
+
+def missing_modules(text: str) -> list[str]:
+    """Every file the page names (``pipeline/x/``, ``tests/x.py``, ``x.py``) that does not exist. A bare
+    ``x.py`` in a table row is looked for in that row's package, elsewhere anywhere in ``pipeline/``."""
+    everywhere = {p.name for p in PACKAGE.rglob("*.py")}
+    missing = []
+    for line in text.splitlines():
+        row = re.match(r"\| `pipeline/([\w]+)/` ", line)
+        for name in re.findall(r"`((?:pipeline|tests)/[\w/.]*|[\w/]+\.py)`", line):
+            if name.startswith(("pipeline/", "tests/")):
+                found = (ROOT / name).exists()
+            elif row:
+                found = (PACKAGE / row.group(1) / name).exists()
+            else:
+                found = name in everywhere or (PACKAGE / name).exists()
+            if not found:
+                missing.append(name)
+    return missing
+
+
+def test_architecture_lists_every_layer_in_the_tested_order() -> None:
+    """The page a new reader starts from draws the order ``tests/test_layers.py`` enforces and has
+    one row per layer, in that order; every module it names exists."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    chain, rows = architecture_layers(text)
+    assert chain == list(LAYERS), f"the drawn order differs from LAYERS in tests/layout.py: {chain}"
+    assert rows == list(LAYERS), f"the table's rows differ from LAYERS in tests/layout.py: {rows}"
+    assert missing_modules(text) == []
+
+
+def test_the_architecture_check_sees_a_wrong_order_and_a_gone_module() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    swapped = text.replace("grade → datasets → sample", "datasets → sample → grade")
+    assert architecture_layers(swapped)[0] != list(LAYERS)
+    dropped = "\n".join(line for line in text.splitlines() if not line.startswith("| `pipeline/prior.py`"))
+    assert "prior" not in architecture_layers(dropped)[1]
+    assert missing_modules(text.replace("`shards.py`", "`jobs.py`")) == ["jobs.py"]
+    assert missing_modules("The library (`run.py`) sits apart.") == ["run.py"]
+    assert missing_modules("| `pipeline/store/` | `fs.py`, `extract.py` |") == ["extract.py"]
+
+
+def test_contributing_draws_the_tested_order() -> None:
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    drawn = text.split("## Layers", 1)[1].split("```", 2)[1]
+    assert [name.strip().rstrip("/") for name in drawn.split("→")] == list(LAYERS)

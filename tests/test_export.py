@@ -166,7 +166,7 @@ def test_math_run_exported_in_verl_format(math_run, tmp_path):
     _cli("export", "--run", run_id, "--format", "verl", "--output", str(out), "--data-dir", str(store.root))
     rows = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
     assert rows.num_rows == 20
-    template = store.get_run(run_id)["prompt_template"]
+    template = store.get_run(run_id).prompt_template
     problems = store.read_table("problems", {"dataset": "local-math500-test"}).to_pylist()
     for row, problem in zip(rows, problems, strict=True):
         measure = check_verl_row(row, key)
@@ -185,7 +185,7 @@ def test_math_run_exported_in_verl_format(math_run, tmp_path):
 def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, tmp_path):
     store, run_id = verl_run
     run = store.get_run(run_id)
-    assert run["dataset"] == "verl-deepscaler-verl_train_sub" and run["prompt_template"] == "{messages}"
+    assert run.dataset == "verl-deepscaler-verl_train_sub" and run.prompt_template == "{messages}"
     key = measurement_key(run_id)
     stats = _stats(store, run_id)
     out = tmp_path / "out" / "deepscaler" / "verl_train_sub.parquet"

@@ -19,7 +19,7 @@ import pytest
 from pipeline import analyze, run
 from pipeline.errors import BackendUnavailableError, SamplingError, StoreError
 from pipeline.flows import executors, prefect_flows, watchdog
-from pipeline.store import Store
+from pipeline.store import RunRecord, Store
 
 pytestmark = pytest.mark.faults
 
@@ -38,7 +38,7 @@ def test_resume_with_a_larger_shard_size_loses_nothing(store, check_complete, cl
     """Was: `--shard-size 2`, killed after shard 0, rerun without it: done with 8 of 24 samples."""
     run_id = _interrupted_then_resumed(store, {"shard_size": 2}, {}, dies_after)
     check_complete(store, run_id, 4, 6)
-    assert store.get_run(run_id)["status"] == "done"
+    assert store.get_run(run_id).status == "done"
 
 
 def test_resume_with_a_smaller_shard_size_duplicates_nothing(store, check_complete, close_engines):
@@ -76,7 +76,7 @@ def test_a_copied_shard_is_quarantined_not_counted(store, check_complete, close_
 
 
 def test_a_run_is_locked_while_worked_on(store):
-    store.register_run({"run_id": "r1", "status": "sampling"})
+    store.register_run(RunRecord("r1", status="sampling"))
     assert store.list_runs().column("status").to_pylist() == ["interrupted"]
     with store.lock_run("r1"):
         assert store.list_runs().column("status").to_pylist() == ["sampling"]

@@ -29,7 +29,7 @@ def test_profile_flow_end_to_end_with_llama_cpp(prefect_api, store, tiny, check_
     result = prefect_flows.profile_flow(cfg, store)
     run_id = result["run_id"]
     check_complete(store, run_id, cfg.sampling.n, 4)
-    assert store.get_run(run_id)["status"] == "done"
+    assert store.get_run(run_id).status == "done"
     assert store.finished_shards(run_id) == {0, 1}
     for table in ("prompt_stats", "weights", "summary", "allocation"):
         assert store.read_table(table, {"run_id": run_id}).num_rows > 0, table
@@ -68,7 +68,7 @@ def test_shard_task_is_retried(prefect_api, store, check_complete, close_engines
     cfg = run.ProfileConfig.build(**SIM, backend_options={"fail_once": [ids[3]]})  # shard 1 fails once
     result = prefect_flows.profile_flow(cfg, store)
     check_complete(store, result["run_id"], 3, 6)
-    assert store.get_run(result["run_id"])["status"] == "done"
+    assert store.get_run(result["run_id"]).status == "done"
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
@@ -101,12 +101,12 @@ def test_failed_run_is_marked_and_rerun_completes(store, check_complete, close_e
     plan = run.prepare_run(cfg, store, local.model_name)
     with pytest.raises(SamplingError, match="engine lost"):
         run.profile(cfg, store, FlakyExecutor(local, plan.problems.column("prompt_id")[4].as_py()))  # shard 2
-    assert store.get_run(plan.run_id)["status"] == "failed"
+    assert store.get_run(plan.run_id).status == "failed"
     assert store.finished_shards(plan.run_id) == {0, 1}
     first = (store.root / "samples" / f"run_id={plan.run_id}" / "shard-00000.parquet").stat().st_mtime_ns
     executors.profile_direct(cfg, store)
     check_complete(store, plan.run_id, 3, 6)
-    assert store.get_run(plan.run_id)["status"] == "done"
+    assert store.get_run(plan.run_id).status == "done"
     again = (store.root / "samples" / f"run_id={plan.run_id}" / "shard-00000.parquet").stat().st_mtime_ns
     assert again == first, "a finished shard was redone"
 
@@ -135,7 +135,7 @@ def test_report_run_card_shows_done(store, close_engines):
     """Bug of the old flows: the report was rendered before the run was marked done."""
     result = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
     html = Path(result["report"]).read_text()
-    assert store.get_run(result["run_id"])["status"] == "done"
+    assert store.get_run(result["run_id"]).status == "done"
     assert re.search(r"<dt>Status</dt><dd>(.*?)</dd>", html).group(1) == "done"
 
 
@@ -220,7 +220,7 @@ def test_kill_9_then_rerun_completes_without_gaps_or_duplicates(prefect_api, tmp
     run_id = run_dir.name.split("=", 1)[1]
     written = store.finished_shards(run_id)
     assert 1 <= len(written) < 3, f"kill came too late to test anything: shards {written}"
-    assert store.get_run(run_id)["status"] == "sampling"
+    assert store.get_run(run_id).status == "sampling"
     first = {p.name: p.stat().st_mtime_ns for p in run_dir.glob("*.parquet")}
 
     rerun = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False)
@@ -228,6 +228,6 @@ def test_kill_9_then_rerun_completes_without_gaps_or_duplicates(prefect_api, tmp
     assert run_id in rerun.stdout
     check_complete(store, run_id, 2, 6)
     assert store.finished_shards(run_id) == {0, 1, 2}
-    assert store.get_run(run_id)["status"] == "done"
+    assert store.get_run(run_id).status == "done"
     for name, mtime in first.items():  # shards finished before the kill were not redone
         assert (run_dir / name).stat().st_mtime_ns == mtime

@@ -7,45 +7,13 @@ function-level import fails here just as a module-level one does.
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 import pytest
+from layout import CLI_SHARED, LAYERS, ROOMS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
-
-# Left to right: a module may import its own layer's package and anything to its left.
-LAYERS = (
-    "errors",
-    "checks",
-    "paths",
-    "specs",
-    "schema",
-    "grade",
-    "datasets",
-    "sample",
-    "store",
-    "sql",
-    "api",
-    "stats",
-    "estimators",
-    "prior",
-    "analyze",
-    "allocate",
-    "adaptive",
-    "calibrate",
-    "export",
-    "observe",
-    "curriculum",
-    "report",
-    "run",
-    "history",
-    "ingest",
-    "regrade",
-    "integrations",
-    "flows",
-    "cli",
-    "__main__",
-)
 
 
 def module_name(path: Path) -> str:
@@ -135,24 +103,80 @@ def test_cycle_finder_finds_a_function_level_circle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-# Inside a package that holds a stage's rooms, the rooms form their own order, left to right: a room
-# imports only rooms to its left (and never its package's facade, which imports the rooms).
-ROOMS = {
-    "run": ("progress", "config", "plan", "shards", "rounds", "driver"),
-    "store": ("fs", "files", "registry", "query"),
-    "observe": ("record", "match", "sources", "track", "current", "snapshot"),
-}
-
-
 @pytest.mark.parametrize("package", sorted(ROOMS))
 def test_rooms_import_only_to_the_left(package):
+    """A room that is itself a package (``report.sections``) is checked as one room here, with its
+    own order in its own ``ROOMS`` entry."""
     order = ROOMS[package]
     prefix = f"pipeline.{package}."
-    rooms = sorted(m[len(prefix) :] for m in MODULES if m.startswith(prefix))
-    assert rooms == sorted(order), f"pipeline/{package}/: list every module in ROOMS (found {rooms})"
-    for room in order:
-        for target in sorted(imported_modules(prefix + room)):
-            assert target != f"pipeline.{package}", f"{prefix}{room} imports its package's facade"
+    inside = sorted(m for m in MODULES if m.startswith(prefix))
+    rooms = sorted({m[len(prefix) :].split(".")[0] for m in inside})
+    assert rooms == sorted(order), f"pipeline/{package.replace('.', '/')}/: list every module in ROOMS (found {rooms})"
+    for module in inside:
+        room = module[len(prefix) :].split(".")[0]
+        for target in sorted(imported_modules(module)):
+            assert target != f"pipeline.{package}", f"{module} imports its package's facade"
             if target.startswith(prefix):
                 other = target[len(prefix) :].split(".")[0]
-                assert order.index(other) < order.index(room), f"{prefix}{room} imports {target}, to its right"
+                if other != room:
+                    assert order.index(other) < order.index(room), f"{module} imports {target}, to its right"
+
+
+# The longest function each package allows, in lines from ``def`` to its last line: a longer one is
+# split into its parts (a report section into its charts and tables).
+MAX_FUNCTION_LINES = {"report": 80}
+
+
+def long_functions(source: str, limit: int) -> list[tuple[str, int]]:
+    """Every function (methods and nested ones included) longer than ``limit`` lines, with its length."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > limit:
+                found.append((node.name, lines))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(MAX_FUNCTION_LINES))
+def test_functions_are_short(package):
+    limit = MAX_FUNCTION_LINES[package]
+    inside = {m: p for m, p in MODULES.items() if m == f"pipeline.{package}" or m.startswith(f"pipeline.{package}.")}
+    long = [
+        f"{m}.{name}: {n} lines" for m, path in inside.items() for name, n in long_functions(path.read_text(), limit)
+    ]
+    assert not long, f"functions over {limit} lines in pipeline/{package}/: {long}"
+
+
+def test_long_functions_counts_from_def_to_the_last_line():
+    body = "".join(f"x{i} = {i}\n" for i in range(78))
+    f = "def f():\n" + textwrap.indent(body + "return 0\n", " " * 4)
+    g = "class C:\n    async def g(self):\n" + textwrap.indent(body + "return 1\n", " " * 8)
+    assert long_functions(f + g, 80) == []  # each: def, 78 lines, return: 80 lines
+    assert long_functions(f + g, 79) == [("f", 80), ("g", 80)]
+    assert long_functions(f + g.replace("g(self):\n", "g(self):\n        pass\n"), 80) == [("g", 81)]
+
+
+def cli_commands() -> dict[str, str]:
+    """``COMMANDS`` of ``pipeline/cli/__init__.py``, read from its source: command name -> ``module:function``."""
+    tree = ast.parse((PACKAGE / "cli" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "COMMANDS":
+            return {elt.elts[0].value: elt.elts[1].value for elt in node.value.elts}
+    raise AssertionError("pipeline/cli/__init__.py has no COMMANDS")
+
+
+def test_each_command_lives_in_the_module_of_its_name():
+    commands = cli_commands()
+    assert {name: target for name, target in commands.items() if target != f"{name}:{name}_cmd"} == {}
+    modules = {m.removeprefix("pipeline.cli.") for m in MODULES if m.startswith("pipeline.cli.")}
+    assert modules == set(commands) | set(CLI_SHARED), "a module of cli/ is a command's own or listed in CLI_SHARED"
+    assert not set(commands) & set(CLI_SHARED)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("pipeline.cli.")))
+def test_cli_modules_import_no_command_module(module):
+    """Commands are peers: a command module imports shared modules only, and so does a shared module."""
+    commands = {f"pipeline.cli.{name}" for name in cli_commands()}
+    sideways = sorted(imported_modules(module) & commands)
+    assert sideways == [], f"{module} imports another command's module: {sideways}; move what they share"

@@ -257,6 +257,7 @@ def test_beta_quadrature_of_a_smooth_function_matches_brute_force_integration(a,
             return math.exp(left + (be - 1) * math.log1p(-p) - betaln(al, be))
 
         for f in fs:
+
             def g(p, f=f, d=density):
                 return float(f(np.array([p]))[0]) * d(p)
 

@@ -63,7 +63,7 @@ def test_ray_run_equals_single_process_run(local_ray, prefect_api, tmp_path, che
     a = sorted_samples(tmp_path / "single", ref["run_id"])
     b = sorted_samples(tmp_path / "ray", got["run_id"])
     assert a.equals(b), "the Ray run differs from the single-process run"
-    assert ray_store.get_run(got["run_id"])["status"] == "done"
+    assert ray_store.get_run(got["run_id"]).status == "done"
 
 
 def test_ray_executor_without_prefect_on_simulate(local_ray, tmp_path, check_complete):

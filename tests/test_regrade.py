@@ -66,7 +66,7 @@ def test_regrade_changes_verdicts_and_keeps_the_source(tmp_path):
     stats = store.query("select run_id, sum(c) c from prompt_stats group by 1 order by 1").to_pylist()
     assert stats == [{"run_id": source, "c": 3}, {"run_id": new, "c": 1}]
     assert store.read_table("allocation", {"run_id": new}).num_rows == 2
-    assert json.loads(store.get_run(new)["params"])["regraded_from"] == source
+    assert store.get_run(new).params["regraded_from"] == source
     with pytest.raises(ConfigError, match=re.escape(f"graded by {grade.grader_version(config)} already")):
         regrade(store, new, config)
 
@@ -115,5 +115,5 @@ def test_a_killed_regrade_resumes_without_mixing_gradings(tmp_path):
     keys = set(zip(samples.column("prompt_id").to_pylist(), samples.column("sample_idx").to_pylist(), strict=True))
     assert samples.num_rows == len(keys) == 3000 * 8
     assert set(samples.column("grader").to_pylist()) == {grader}
-    assert store.get_run(new)["status"] == "done"
+    assert store.get_run(new).status == "done"
     assert store.read_table("samples", {"run_id": source}).num_rows == 3000 * 8

@@ -49,7 +49,7 @@ PINNED = [
 def test_run_ids_are_pinned(settings, model, run_id, store):
     plan = run.prepare_run(run.ProfileConfig.build(**settings), store, model)
     assert plan.run_id == run_id
-    assert store.get_run(run_id)["status"] == "sampling"
+    assert store.get_run(run_id).status == "sampling"
 
 
 def test_a_gsm8k_file_keeps_its_run_id(shared, store):

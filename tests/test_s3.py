@@ -50,7 +50,7 @@ def test_profile_sql_and_report_on_s3_keep_no_secret(s3_data, s3_env, prefect_ap
     assert out.exit_code == 0, out.output
     store = Store(s3_data)
     [run_id] = store.list_runs().column("run_id").to_pylist()
-    assert store.get_run(run_id)["status"] == "done"
+    assert store.get_run(run_id).status == "done"
     samples = check_complete(store, run_id, 4, 12)
 
     sql = runner.invoke(app, ["sql", "select count(*) as n from samples", "--format", "json"])

@@ -1,13 +1,16 @@
+import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
 
-from pipeline import datasets, schema
-from pipeline.errors import StoreError
-from pipeline.store import Store, load_sql
+from pipeline import adaptive, datasets, schema
+from pipeline.errors import RunRecordError, StoreError
+from pipeline.prior import Prior
+from pipeline.store import RoundCount, RunRecord, Store, load_sql
 
 
 def _problems(n=5):
@@ -80,17 +83,66 @@ def test_interrupted_write_leaves_previous_table(data_dir):
 
 def test_run_registry_and_shards(data_dir):
     Store.open(data_dir)
-    Store(data_dir).register_run({"run_id": "r1", "dataset": "arithmetic", "params": {"n": 4}, "n_prompts": 3})
+    Store(data_dir).register_run(RunRecord("r1", dataset="arithmetic", params={"n": 4}, n_prompts=3))
     run = Store(data_dir).get_run("r1")
-    assert run["status"] == "created" and run["params"] == '{"n": 4}'
+    assert run.status == "created" and run.params == {"n": 4}
+    assert Store(data_dir).list_runs().column("params").to_pylist() == ['{"n": 4}']  # stored as JSON
     Store(data_dir).set_run_status("r1", "done")
-    assert Store(data_dir).get_run("r1")["created_at"] == run["created_at"]
+    assert Store(data_dir).get_run("r1").created_at == run.created_at
     assert Store(data_dir).list_runs().column("status").to_pylist() == ["done"]
     with pytest.raises(StoreError, match="unknown run 'nope'.*r1"):
         Store(data_dir).get_run("nope")
     assert Store(data_dir).finished_shards("r1") == set()
     Store(data_dir).write_shard("r1", 3, pa.table({"run_id": ["r1"], "prompt_id": ["p"], "sample_idx": [0]}))
     assert Store(data_dir).finished_shards("r1") == {3}
+
+
+def _raw_row(store: Store, run_id: str, **columns) -> None:
+    """Overwrite columns of a run's stored row as they are, past the encoder."""
+    row = store.read_table("runs", {"run_id": run_id}).to_pylist()[0] | columns
+    store.write_table("runs", pa.Table.from_pylist([row], schema=schema.RUNS), {"run_id": run_id}, part="run")
+
+
+def test_run_record_round_trip(store):
+    """Adaptive settings, prior and rounds go in typed and come back equal; the columns hold the
+    JSON the pipeline has always written (so rows already stored read the same)."""
+    acfg = adaptive.AdaptiveConfig.from_specs("band:cost=0", n_min=4, n_max=32, prior="grid")
+    prior = Prior(0.4, 0.7, method="grid", n_prompts=3, points=(0.0, 0.5, 1.0), weights=(0.25, 0.5, 0.25))
+    rounds = (RoundCount(0, 3, 12, 1, 2), RoundCount(1, 2, 8, 1, 0))
+    store.register_run(RunRecord("r1", dataset="d", params={"b": 1, "a": [2]}, adaptive=acfg, status="sampling"))
+    store.update_run("r1", prior=prior, rounds=rounds)
+    run = store.get_run("r1")
+    assert (run.adaptive, run.prior, run.rounds, run.params) == (acfg, prior, rounds, {"b": 1, "a": [2]})
+    [row] = store.read_table("runs", {"run_id": "r1"}).to_pylist()
+    assert row["adaptive"] == json.dumps(acfg.to_dict(), sort_keys=True)
+    assert row["prior"] == json.dumps(prior.to_dict(), sort_keys=True)
+    assert (row["prior_a"], row["prior_b"]) == (0.4, 0.7)
+    assert json.loads(row["rounds"])[0] == {"round": 0, "prompts": 3, "rollouts": 12, "shards": 1, "open_after": 2}
+    assert store.set_run_status("r1", "done") == replace(run, status="done", updated_at=store.get_run("r1").updated_at)
+    # a later registration of the same run keeps what it does not give (the rounds so far)
+    store.register_run(RunRecord("r1", status="sampling"))
+    assert store.get_run("r1").rounds == rounds and store.get_run("r1").created_at == run.created_at
+
+
+@pytest.mark.parametrize(
+    ("column", "text"),
+    [
+        ("adaptive", "{not json"),
+        ("adaptive", '{"target": "band", "n_min": 9, "n_max": 4}'),  # valid JSON, invalid settings
+        ("prior", "[1, 2]"),
+        ("prior", '{"a": "x", "b": 1.0}'),
+        ("rounds", '[{"round": 0, "prompts": "many"}]'),
+        ("params", "null-ish"),
+    ],
+)
+def test_a_corrupt_run_row_is_one_named_error(store, column, text):
+    store.register_run(RunRecord("r1", dataset="d", status="done"))
+    _raw_row(store, "r1", **{column: text})
+    with pytest.raises(RunRecordError, match=f"run r1: its registry field {column} = .* cannot be read"):
+        store.get_run("r1")
+    with pytest.raises(RunRecordError):  # the writers read the row first: nothing is written over it
+        store.set_run_status("r1", "failed")
+    assert store.read_table("runs", {"run_id": "r1"}).column(column).to_pylist() == [text]
 
 
 def test_conform_rejects_unknown_and_missing_required(data_dir):
@@ -157,10 +209,10 @@ def test_replace_partition_keeps_one_file(store):
 
 
 def test_run_status_is_checked(store):
-    store.register_run({"run_id": "r1"})
+    store.register_run(RunRecord("r1"))
     with pytest.raises(StoreError, match="run status 'finished' is unknown"):
         store.set_run_status("r1", "finished")
-    assert store.get_run("r1")["status"] == "created"
+    assert store.get_run("r1").status == "created"
 
 
 def test_derived_views_exist_and_errors_are_named(store):

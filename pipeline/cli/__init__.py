@@ -1,24 +1,17 @@
-"""The ``difficulty`` command line: one typer app; the commands live in modules by area.
+"""The ``difficulty`` command line: one typer app. Command ``x`` lives in module ``x`` (its function
+``x_cmd``), as in pip; ``COMMANDS`` lists them in the order of ``difficulty --help``. A command module
+never imports another: what several commands share is in a shared module, named for what it holds.
 
 ======================  ========================================================================
 ``options``             the cheap shared options, once each, as ``Annotated`` aliases (data dir, format, runs)
 ``analysis_options``    the estimator option (its default is the estimator registry's)
 ``profile_options``     options whose defaults live in the run's modules: grading, the profile set
+``schedule_options``    the checkpoint options and the schedule check (schedule, checkpoints, track)
+``calculator_options``  the pass-rate list and its range check (weights, groupsize, tries)
+``counts``              a run's or a dataset's counts (analyze, allocate)
+``run_summary``         what a command that makes a run prints after it (profile, grade, regrade)
 ``output``              tables (rich or plain, never wrapped), CSV, JSON, Parquet; status lines
 ``errors``              ``PipelineError`` -> ``error: <message>`` and exit status 1, in one place
-``pipeline_cmds``       datasets, load, profile, grade
-``sql_cmds``            runs, sql (one query, or a shell on one connection)
-``report_cmd``          report
-``regrade_cmd``         regrade
-``doctor_cmd``          doctor
-``models_cmd``          models (the converted-model cache of vLLM on the CPU)
-``analysis_cmds``       analyze, allocate
-``export_cmd``          export (a run's dataset in its own format, with its measurements)
-``calibrate_cmd``       calibrate (difficulty labels against pass rates)
-``curriculum_cmd``      replay
-``orchestration``       schedule, checkpoints, drift
-``observe_cmds``        track, current
-``calculators``         weights, groupsize, tries
 ======================  ========================================================================
 
 A command's module is imported only when that command runs (``LazyGroup``, the one lazy
@@ -54,29 +47,29 @@ CALCULATORS = "Calculators"
 
 # (name, "module:function" in pipeline.cli, help panel), in the order of `difficulty --help`.
 COMMANDS = [
-    ("datasets", "pipeline_cmds:datasets_cmd", PIPELINE),
-    ("load", "pipeline_cmds:load_cmd", PIPELINE),
-    ("profile", "pipeline_cmds:profile_cmd", PIPELINE),
-    ("grade", "pipeline_cmds:grade_cmd", PIPELINE),
-    ("runs", "sql_cmds:runs_cmd", PIPELINE),
-    ("sql", "sql_cmds:sql_cmd", PIPELINE),
-    ("report", "report_cmd:report_cmd", PIPELINE),
-    ("regrade", "regrade_cmd:regrade_cmd", PIPELINE),
-    ("doctor", "doctor_cmd:doctor_cmd", PIPELINE),
-    ("models", "models_cmd:models_cmd", PIPELINE),
-    ("export", "export_cmd:export_cmd", PIPELINE),
-    ("analyze", "analysis_cmds:analyze_cmd", ANALYSIS),
-    ("allocate", "analysis_cmds:allocate_cmd", ANALYSIS),
-    ("calibrate", "calibrate_cmd:calibrate_cmd", ANALYSIS),
-    ("replay", "curriculum_cmd:replay_cmd", ANALYSIS),
-    ("schedule", "orchestration:schedule_cmd", ORCHESTRATION),
-    ("checkpoints", "orchestration:checkpoints_cmd", ORCHESTRATION),
-    ("drift", "orchestration:drift_cmd", ORCHESTRATION),
-    ("track", "observe_cmds:track_cmd", ORCHESTRATION),
-    ("current", "observe_cmds:current_cmd", ORCHESTRATION),
-    ("weights", "calculators:weights_cmd", CALCULATORS),
-    ("groupsize", "calculators:groupsize_cmd", CALCULATORS),
-    ("tries", "calculators:tries_cmd", CALCULATORS),
+    ("datasets", "datasets:datasets_cmd", PIPELINE),
+    ("load", "load:load_cmd", PIPELINE),
+    ("profile", "profile:profile_cmd", PIPELINE),
+    ("grade", "grade:grade_cmd", PIPELINE),
+    ("runs", "runs:runs_cmd", PIPELINE),
+    ("sql", "sql:sql_cmd", PIPELINE),
+    ("report", "report:report_cmd", PIPELINE),
+    ("regrade", "regrade:regrade_cmd", PIPELINE),
+    ("doctor", "doctor:doctor_cmd", PIPELINE),
+    ("models", "models:models_cmd", PIPELINE),
+    ("export", "export:export_cmd", PIPELINE),
+    ("analyze", "analyze:analyze_cmd", ANALYSIS),
+    ("allocate", "allocate:allocate_cmd", ANALYSIS),
+    ("calibrate", "calibrate:calibrate_cmd", ANALYSIS),
+    ("replay", "replay:replay_cmd", ANALYSIS),
+    ("schedule", "schedule:schedule_cmd", ORCHESTRATION),
+    ("checkpoints", "checkpoints:checkpoints_cmd", ORCHESTRATION),
+    ("drift", "drift:drift_cmd", ORCHESTRATION),
+    ("track", "track:track_cmd", ORCHESTRATION),
+    ("current", "current:current_cmd", ORCHESTRATION),
+    ("weights", "weights:weights_cmd", CALCULATORS),
+    ("groupsize", "groupsize:groupsize_cmd", CALCULATORS),
+    ("tries", "tries:tries_cmd", CALCULATORS),
 ]
 # Commands run past typer's parsing when given their one argument alone (``LazyGroup.invoke``).
 QUICK = frozenset({"sql"})

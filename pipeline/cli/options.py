@@ -9,12 +9,13 @@ profile set) are in ``profile_options``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pipeline.errors import ConfigError
-from pipeline.store import DATA_DIR_ENV, Store
+from pipeline.errors import ConfigError, StoreError
+from pipeline.store import DATA_DIR_ENV, Store, writable_output
 
 # --- data directory and output ----------------------------------------------------------------
 
@@ -48,6 +49,20 @@ DatasetName = Annotated[
 def open_store(data_dir: str | None) -> Store:
     """The ``Store`` of ``--data-dir`` (created and checked writable; ``StoreError`` says why not)."""
     return Store.open(data_dir)
+
+
+def output_file(path: Path | None) -> Path | None:
+    """``--output``, checked before the command computes anything (``writable_output``: not a
+    folder, not under a file, a folder where a file can be made) and its missing folders made, as
+    ``export`` makes them; ``StoreError`` names the option and the path."""
+    if path is None:
+        return None
+    out = writable_output(path, "--output")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"--output {str(path)!r} cannot be written: {exc.strerror or exc}") from exc
+    return out
 
 
 def floats(text: str, flag: str) -> list[float]:

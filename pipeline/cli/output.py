@@ -41,7 +41,11 @@ def consoles() -> dict[str, Console]:
     """The rich consoles of standard output (``console``) and standard error (``err_console``)."""
     from rich.console import Console
 
-    return {"console": Console(soft_wrap=True), "err_console": Console(stderr=True, soft_wrap=True)}
+    # No emoji codes: a source or prompt named ``zero`` must not print as an emoji (``:zero:``).
+    return {
+        "console": Console(soft_wrap=True, emoji=False),
+        "err_console": Console(stderr=True, soft_wrap=True, emoji=False),
+    }
 
 
 def __getattr__(name: str) -> Console:
@@ -69,6 +73,11 @@ def say(message: str, fmt: str = "table") -> None:
     """A status line, as is (no markup, never wrapped): on standard output beside tables, on
     standard error when the output is CSV or JSON, so that standard output stays machine-readable."""
     consoles()["console" if fmt == "table" else "err_console"].print(message, markup=False, highlight=False)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 step``, ``2 steps``, ``1,000 steps``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def cell(value: object) -> str:
@@ -143,13 +152,16 @@ def plain_table(table: pa.Table | Rows, title: str | None = None) -> str:
 
 
 def _rich_table(table: Rows, title: str | None):
+    """A rich table whose cells, headers and title are text, never console markup (a ``[b]`` in a
+    problem, a source named ``zero`` beside a colon)."""
     from rich.table import Table
+    from rich.text import Text
 
-    view = Table(title=title)
+    view = Table(title=None if title is None else Text(title))
     for name, right in zip(table.names, table.numeric, strict=True):
-        view.add_column(name, no_wrap=True, overflow="ignore", justify="right" if right else "left")
+        view.add_column(Text(name), no_wrap=True, overflow="ignore", justify="right" if right else "left")
     for row in table.rows:
-        view.add_row(*(cell(v) for v in row))
+        view.add_row(*(Text(cell(v)) for v in row))
     return view
 
 
@@ -171,7 +183,7 @@ def print_table(
     else:
         out.print(plain_table(shown, title), end="", markup=False, highlight=False, soft_wrap=True)
     if total > max_rows:
-        out.print(more, highlight=False)
+        out.print(more, markup=False, highlight=False)
 
 
 def _csv_text(table: Rows) -> str:

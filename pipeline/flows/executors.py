@@ -10,6 +10,7 @@ from typing import Any
 
 from pipeline import history, report, run
 from pipeline.errors import ReportError, StoreError
+from pipeline.finish import FinishedRun
 from pipeline.observe import track
 from pipeline.store import Store
 
@@ -23,25 +24,27 @@ def open_executor(config: run.ProfileConfig):
     return run.local_executor(config)
 
 
-def after_run(config: run.ProfileConfig, store: Store, result: dict[str, Any]) -> dict[str, Any]:
-    """What follows a finished run: its outcomes recorded as the observations source
-    ``profile:<run id>``, then its report rendered (``report``: its path, or None when not asked for)."""
-    track.track_run(store, result["run_id"])
+def after_run(config: run.ProfileConfig, store: Store, finished: FinishedRun) -> dict[str, Any]:
+    """What follows a finished run, from what its finish computed (nothing read back): its outcomes
+    recorded as the observations source ``profile:<run id>``, then its report rendered. Returns
+    ``run_id``, ``report`` (its path, or None when not asked for) and ``finished``."""
+    run_id = finished.run_id
+    track.track_run(store, run_id, finished.analysis.prompt_stats)
     try:
-        path = report.write_run_report(store, result["run_id"]) if config.execution.report else None
+        path = report.write_run_report(store, run_id, finished.analysis) if config.execution.report else None
     except StoreError as exc:  # a full disk: the run itself is stored and done, say so
         raise ReportError(
-            f"run {result['run_id']} is done and stored, but its report was not written: {exc}; write it later "
-            f"with `difficulty report --run {result['run_id']}`"
+            f"run {run_id} is done and stored, but its report was not written: {exc}; write it later "
+            f"with `difficulty report --run {run_id}`"
         ) from exc
-    return {**result, "report": path}
+    return {"run_id": run_id, "report": path, "finished": finished}
 
 
 def profile_direct(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
     """The whole profile without Prefect (same driver, same store, same executor choice)."""
     with open_executor(config) as executor:
-        result = run.profile(config, store, executor)
-    return after_run(config, store, result)
+        finished = run.profile(config, store, executor)
+    return after_run(config, store, finished)
 
 
 def checkpoints_direct(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:

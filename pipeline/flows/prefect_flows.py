@@ -30,13 +30,32 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from pipeline import history, run
-from pipeline.errors import BackendUnavailableError
+from pipeline.errors import BackendUnavailableError, PipelineError
 from pipeline.flows import watchdog
 from pipeline.flows.executors import after_run, open_executor
 from pipeline.observe.track import TrackConfig, run_track
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class NamedFailure(logging.Filter):
+    """Prefect logs a failed task's and flow's exception with its traceback (four of them for one
+    full disk, some 120 lines). A ``PipelineError`` is a failure the command names in one line
+    (and the run's state keeps it), so its record stays, one line, without the traceback; any
+    other exception is a bug and keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], PipelineError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+# The loggers of Prefect's task and flow engines (``prefect.task_engine``, ``prefect.flow_engine``).
+for _name in ("prefect.task_runs", "prefect.flow_runs"):
+    if not any(isinstance(f, NamedFailure) for f in logging.getLogger(_name).filters):
+        logging.getLogger(_name).addFilter(NamedFailure())
 
 SHARD_RETRIES = 2
 SHARD_RETRY_DELAY_S = 2
@@ -140,13 +159,13 @@ def profile(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
         store: the data directory (a served deployment passes ``asdict(Store)``).
 
     Returns:
-        ``{"run_id": ..., "report": path or None}``.
+        ``{"run_id": ..., "report": path or None, "finished": what the finish computed}``.
     """
     cfg = run.ProfileConfig.from_dict(config)
     data = _store(store)
     with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
-        result = run.profile(cfg, data, executor, _flow_steps(cfg))
-    return after_task(cfg, data, result)
+        finished = run.profile(cfg, data, executor, _flow_steps(cfg))
+    return after_task(cfg, data, quote(finished))  # quoted: Prefect would walk its tables for futures
 
 
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)

@@ -76,6 +76,7 @@ import pyarrow.parquet as pq
 from pipeline.checks import check_number
 from pipeline.errors import ConfigError, PipelineError, StoreError
 from pipeline.observe import record
+from pipeline.observe.track import dataset_problems
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ class RewardRecorder:
         self.__name__ = getattr(reward_fn, "__name__", type(reward_fn).__name__)  # TRL logs rewards/<name>
         self.store = store
         self.source = record.check_source(_source_for_rank(source))
+        # The dataset's prompts, stored in the data directory (``DatasetError`` names a dataset that
+        # is not, and the stored ones): counts keyed by ids of no stored prompt would never be read.
+        self.prompts = frozenset(dataset_problems(store, dataset).column("prompt_id").to_pylist())
         self.dataset = dataset
         self.model = model
         self.threshold = threshold
@@ -154,6 +158,13 @@ class RewardRecorder:
                 f"the training dataset has no {self.column!r} column, which record_rewards needs to key each "
                 f"completion's reward (columns passed: {sorted(k for k in kwargs if k not in _TRL_KWARGS)}); "
                 f"`difficulty export` writes datasets with it, or add the ids of pipeline.datasets.load"
+            )
+        if not any(str(pid) in self.prompts for pid in ids):
+            seen = sorted(set(map(str, ids)))
+            raise ConfigError(
+                f"none of the {len(seen)} prompt ids of this batch (e.g. {seen[:3]}) "
+                f"is a prompt of dataset {self.dataset!r} under {self.store.root}: pass the dataset the training "
+                f'set\'s {self.column!r} column comes from (`difficulty sql "select distinct dataset from problems"`)'
             )
         rewards = self.reward_fn(*args, **kwargs)
         if len(rewards) != len(ids):
@@ -351,6 +362,8 @@ def record_rewards(
     ``threshold``: a reward ``>= threshold`` is a correct completion; default 1.0 and only 0/1
     rewards allowed (see the module docstring). ``column``: the dataset column of prompt ids.
     ``rollouts``: completions kept per prompt's group, the rest masked with NaN (module docstring).
+    ``dataset`` must be stored in ``data_dir`` (``difficulty load``): one that is not, or a batch
+    none of whose prompt ids is one of its prompts, is an error naming it (counts nobody reads).
     """
     store = data_dir if isinstance(data_dir, Store) else Store.open(data_dir)
     return RewardRecorder(

@@ -46,6 +46,7 @@ observed (its prior only).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -58,7 +59,9 @@ import pyarrow.compute as pc
 from pipeline import datasets
 from pipeline.checks import check_int
 from pipeline.curriculum import DEFAULT_POLICY, make_policy
-from pipeline.errors import ConfigError, DatasetError
+from pipeline.errors import ConfigError, DatasetError, StoreError
+
+log = logging.getLogger(__name__)
 
 CLASS_NAME = "CurriculumRLHFDataset"
 CONFIG_KEY = "curriculum"  # data.curriculum.* in verl's config
@@ -247,11 +250,19 @@ def build_schedule(frame, data_files: Any, data_config: Mapping, prompt_key: str
     matched to the stored dataset's prompts, the policy's counts read from the data directory."""
     from pipeline.observe.match import Matcher
     from pipeline.observe.track import dataset_problems
-    from pipeline.store import Store
+    from pipeline.store import Store, resolve_data_dir
 
     settings = curriculum_config(data_config)
     check_loader(data_config)
-    store = Store.open(settings.data_dir)
+    root = resolve_data_dir(settings.data_dir)
+    store = Store(root)
+    # Never made here: a mistyped data_dir would be a new empty folder that `difficulty track`
+    # never writes to, and the policy would never see an outcome.
+    if not store.exists(store.root):
+        raise StoreError(
+            f"data.curriculum.data_dir: no data directory at {str(root)!r}; give the folder `difficulty track` "
+            "imports into (made by `difficulty load --data-file <train file> --data-dir ...`)"
+        )
     files = _files(data_files)
     if settings.dataset is None and len(files) != 1:
         raise ConfigError(f"{len(files)} train files: name their stored dataset with +data.curriculum.dataset=NAME")
@@ -267,6 +278,17 @@ def build_schedule(frame, data_files: Any, data_config: Mapping, prompt_key: str
         raise DatasetError(f"the train file has no {prompt_key!r} column (data.prompt_key); columns: {names}")
     extra = frame["extra_info"] if "extra_info" in names else [None] * len(frame)
     ids = row_prompt_ids(frame[prompt_key], extra, Matcher.from_problems(problems))
+    known = set(problems.column("prompt_id").to_pylist())
+    matched = sum(pid in known for pid in ids)
+    if not matched:
+        raise DatasetError(
+            f"none of the {len(ids)} rows of the train file {files} is a prompt of dataset {dataset!r} (by problem "
+            "text or extra_info.index): the policy would never see an outcome; name the dataset the file was loaded "
+            "as (+data.curriculum.dataset=...), or leave it out to load the train file itself"
+        )
+    if matched < len(ids):
+        log.warning("%d of %d rows of %s are no prompt of dataset %r: never observed", len(ids) - matched, len(ids),
+                    files, dataset)  # fmt: skip
     schedule = CurriculumSchedule(
         ids,
         batch_size(data_config),

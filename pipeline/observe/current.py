@@ -2,8 +2,9 @@
 
 Training moves the policy, so an outcome drawn many steps ago says less about the prompt now than
 one drawn at the last step. With a forgetting factor ``lambda`` in (0, 1], an observation of step
-``s`` counts with weight ``w = lambda ** (T - s)``, ``T`` the latest step seen for the dataset, and
-the prompt's pass rate has the posterior
+``s`` counts with weight ``w = lambda ** (T - s)``, ``T`` the latest step of the observation's own
+source (``latest_steps``: one source's step numbers never discount another's; a profile or label,
+measured before training, ages on the training clock), and the prompt's pass rate has the posterior
 
     Beta(a + sum w c, b + sum w (n - c)),
 
@@ -85,19 +86,42 @@ def _weights(step: np.ndarray, latest: np.ndarray, forgetting: float) -> np.ndar
     return np.exp((latest - step) * math.log(forgetting))
 
 
+SNAPSHOT_KINDS = ("profile", "label")  # step 0: measured before training, aged on the training clock
+
+
+def _codes(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return pc.dictionary_encode(values).combine_chunks().indices.to_numpy(zero_copy_only=False)
+
+
+def latest_steps(obs: pa.Table) -> np.ndarray:
+    """Each row's ``T``, the step its age is counted from (``docs/observations.md`` §2): the latest
+    step of its own source in its dataset, so a source with other step numbers (or one wild step)
+    never discounts another's outcomes. A profile or a label (step 0) was measured before training:
+    it ages on the training clock, the latest step of the dataset's ``training`` sources (0 when
+    there are none)."""
+    step = obs.column("step").to_numpy().astype(float)
+    pair = _codes(pc.binary_join_element_wise(obs.column("dataset"), obs.column("source"), "\x1f"))
+    latest = np.full(int(pair.max()) + 1 if len(pair) else 0, -np.inf)
+    np.maximum.at(latest, pair, step)
+    out = latest[pair]
+    dataset = _codes(obs.column("dataset"))
+    kind = obs.column("kind")
+    training = pc.equal(kind, "training").to_numpy(zero_copy_only=False)
+    clock = np.zeros(int(dataset.max()) + 1 if len(dataset) else 0)
+    np.maximum.at(clock, dataset[training], step[training])
+    snapshot = pc.is_in(kind, pa.array(SNAPSHOT_KINDS)).to_numpy(zero_copy_only=False)
+    out[snapshot] = np.maximum(out[snapshot], clock[dataset[snapshot]])
+    return out
+
+
 def current_difficulty(observations: pa.Table, config: CurrentConfig | None = None) -> pa.Table:
     """Per (dataset, prompt) the discounted counts and the posterior summaries (``CURRENT``)."""
     config = config or CurrentConfig()
     obs = observations.filter(pc.is_in(observations.column("kind"), pa.array(list(config.kinds))))
     if obs.num_rows == 0:
         return CURRENT.empty_table()
-    dataset = obs.column("dataset").to_numpy(zero_copy_only=False).astype(str)
     step = obs.column("step").to_numpy().astype(float)
-    latest_of = {d: -np.inf for d in set(dataset.tolist())}
-    for d, s in zip(dataset.tolist(), step.tolist(), strict=True):
-        latest_of[d] = max(latest_of[d], s)
-    latest = np.array([latest_of[d] for d in dataset.tolist()])
-    w = _weights(step, latest, config.forgetting)
+    w = _weights(step, latest_steps(obs), config.forgetting)
     n = obs.column("n").to_numpy().astype(float)
     c = obs.column("c").to_numpy().astype(float)
     grouped = (

@@ -15,12 +15,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import schema
+from pipeline.checks import check_int
 from pipeline.errors import ConfigError
 from pipeline.store import Store
 
 TABLE = "observations"
 _SOURCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")  # safe as a partition value
 _STEP_PART = re.compile(r"^step-(\d+)$")
+# The range of a step and of a count: the table stores counts as int32 and a step of 10^18 would
+# make every other step of its source weigh nothing in ``current``; such a value is a bad cell.
+MAX_STEP = 2**31 - 1
+MAX_COUNT = 2**31 - 1
+# Footer keys of a step read from a file that grows while its trainer writes it (a verl dump): the
+# bytes and rows read, so a later import sees the file has changed and reads the step again.
+SOURCE_BYTES_KEY = "difficulty.source_bytes"
+SOURCE_ROWS_KEY = "difficulty.source_rows"
 
 
 def check_source(source: str) -> str:
@@ -31,6 +40,11 @@ def check_source(source: str) -> str:
             "starting with a letter or digit), e.g. verl:grpo-run-3"
         )
     return source
+
+
+def check_step(step: object, where: str) -> int:
+    """A step number as an int (``checks.check_int``: an integer from 0 to ``MAX_STEP``)."""
+    return check_int(f"{where}: step", step, 0, MAX_STEP)
 
 
 def step_part(step: int) -> str:
@@ -51,12 +65,12 @@ def observation_rows(
     """One source step as ``observations`` rows, checked: ``0 <= c <= n``, ``n >= 1``, one row per prompt."""
     if kind not in schema.OBSERVATION_KINDS:
         raise ConfigError(f"observation kind {kind!r} is unknown: allowed {', '.join(schema.OBSERVATION_KINDS)}")
-    if step < 0:
-        raise ConfigError(f"step={step} must be >= 0 (source {source})")
+    check_step(step, f"source {source}")
     for pid, k, ok in zip(prompt_ids, n, c, strict=True):
-        if not 0 <= ok <= k or k < 1:
+        if not 0 <= ok <= k or k < 1 or k > MAX_COUNT:
             raise ConfigError(
-                f"source {source} step {step}: prompt {pid} has c={ok} of n={k}: need 0 <= c <= n, n >= 1"
+                f"source {source} step {step}: prompt {pid} has c={ok} of n={k}: need 0 <= c <= n, "
+                f"1 <= n <= {MAX_COUNT}"
             )
     if len(set(prompt_ids)) != len(prompt_ids):
         raise ConfigError(f"source {source} step {step}: a prompt appears twice; merge its counts first")
@@ -78,27 +92,48 @@ def observation_rows(
     )
 
 
-def write_step(store: Store, source: str, step: int, rows: pa.Table, unmatched: pa.Table | None = None) -> int:
+def write_step(
+    store: Store,
+    source: str,
+    step: int,
+    rows: pa.Table,
+    unmatched: pa.Table | None = None,
+    read: tuple[int, int] | None = None,
+) -> int:
     """Store one source step's observations (replacing that step if it was there; a step whose rows
     all matched nothing is stored empty, so it counts as read) and its unmatched rows; returns the
-    observations written."""
+    observations written. ``read``: the (bytes, rows) of the source file the step was read from,
+    kept in the footer (``stored_steps``)."""
     check_source(source)
     other = pc.unique(rows.column("source")).to_pylist() + pc.unique(rows.column("step")).to_pylist()
     if any(v not in (source, step) for v in other):
         raise ConfigError(f"write_step({source!r}, {step}): the rows hold sources and steps {other}")
-    if unmatched is not None and unmatched.num_rows:
-        store.write_table("unmatched", unmatched, {"source": source}, step_part(step))
-    store.write_table(TABLE, rows, {"source": source}, step_part(step))
+    if unmatched is not None:
+        where = {"source": source}
+        # An earlier read's unmatched rows of this step are replaced, by none when none are left.
+        earlier = store.location("unmatched", f"source={source}", f"{step_part(step)}.parquet")
+        if unmatched.num_rows or store.exists(earlier):
+            store.write_table("unmatched", unmatched, where, step_part(step))
+    meta = {SOURCE_BYTES_KEY: str(read[0]), SOURCE_ROWS_KEY: str(read[1])} if read is not None else None
+    store.write_table(TABLE, rows, {"source": source}, step_part(step), metadata=meta)
     return rows.num_rows
 
 
 def recorded_steps(store: Store, source: str) -> set[int]:
     """The steps of ``source`` already in the table."""
-    out = set()
+    return set(stored_steps(store, source))
+
+
+def stored_steps(store: Store, source: str) -> dict[int, tuple[int, int] | None]:
+    """The steps of ``source`` in the table, each with the (bytes, rows) of the source file it was
+    read from (None: a step of a source that does not grow, or stored before this was kept). The
+    footers were read by the files' check: this costs no read."""
+    out = {}
     for file in store.files(TABLE, {"source": check_source(source)}):
         match = _STEP_PART.match(str(file).rsplit("/", 1)[-1].removesuffix(".parquet"))
         if match:
-            out.add(int(match.group(1)))
+            size, rows = store.footer_value(file, SOURCE_BYTES_KEY), store.footer_value(file, SOURCE_ROWS_KEY)
+            out[int(match.group(1))] = (int(size), int(rows)) if size and rows else None
     return out
 
 

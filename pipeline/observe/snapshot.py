@@ -18,13 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import allocate, analyze
+from pipeline.analyze import OBSERVATIONS_BACKEND as BACKEND
 from pipeline.errors import ConfigError
+from pipeline.finish import finish_from_counts
 from pipeline.observe import record
 from pipeline.observe.current import CurrentConfig, current_difficulty
-from pipeline.store import Store
-
-BACKEND = "observations"
+from pipeline.store import RunRecord, Store
 
 
 def snapshot_counts(observations: pa.Table, dataset: str, config: CurrentConfig) -> pa.Table:
@@ -61,22 +60,16 @@ def save_current(store: Store, dataset: str, config: CurrentConfig | None = None
         digest.update(json.dumps(counts.column(column).to_pylist()).encode())
     run_id = "current-" + digest.hexdigest()[:12]
     store.register_run(
-        {
-            "run_id": run_id,
-            "dataset": dataset,
-            "model": ", ".join(sorted({m for m in used.column("model").to_pylist() if m})) or None,
-            "backend": BACKEND,
-            "params": {**settings, "sources": sources, "latest_step": pc.max(used.column("step")).as_py()},
-            "seed": 0,
-            "prompt_template": None,
-            "grader": None,
-            "versions": {},
-            "n_prompts": counts.num_rows,
-            "status": "sampling",
-        }
+        RunRecord(
+            run_id,
+            dataset=dataset,
+            model=", ".join(sorted({m for m in used.column("model").to_pylist() if m})) or None,
+            backend=BACKEND,
+            params={**settings, "sources": sources, "latest_step": pc.max(used.column("step")).as_py()},
+            seed=0,
+            versions={},
+            n_prompts=counts.num_rows,
+            status="sampling",
+        )
     )
-    analyze.write_analysis(store, run_id, analyze.analyze(counts, run_id))
-    table, alloc_config = allocate.default_allocation(run_id, counts)
-    allocate.write_allocation(store, run_id, table, alloc_config)
-    store.set_run_status(run_id, "done")
-    return run_id
+    return finish_from_counts(store, run_id, counts).run_id

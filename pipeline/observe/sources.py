@@ -29,6 +29,7 @@ import logging
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -114,6 +115,11 @@ def verl_steps(folder: str | Path) -> list[tuple[int, Path]]:
             log.info("%s: not a verl step file (<global_step>.jsonl), left alone", path)
             continue
         step = int(match.group(1))
+        if step > record.MAX_STEP:
+            raise DatasetError(
+                f"{str(path)!r}: step {step} is out of range (a step is an integer from 0 to {record.MAX_STEP}); "
+                "not a verl step file: move it out of the rollout folder"
+            )
         if step in steps:
             raise DatasetError(
                 f"duplicate step {step} in {str(folder)!r}: {steps[step].name} and {path.name}; keep one file per step"
@@ -216,6 +222,23 @@ def _gold(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
+def count_rows(path: str | Path) -> int:
+    """The rollouts of a verl step file: its non-empty lines (a cut last line counts)."""
+    return sum(1 for line in Path(path).read_bytes().split(b"\n") if line.strip())
+
+
+@dataclass(frozen=True)
+class VerlFile:
+    """One verl step file as read: its step, and what was read (the bytes up to the last whole line,
+    the rollouts, the file's modification time, seconds since the epoch)."""
+
+    observations: pa.Table
+    unmatched: pa.Table
+    size: int
+    rows: int
+    modified: float
+
+
 def read_verl_step(
     path: str | Path,
     step: int,
@@ -226,15 +249,34 @@ def read_verl_step(
     correct_field: str | None = None,
     score_threshold: float | None = None,
 ) -> Step | None:
-    """One verl step file as ``(observations, unmatched)``; None when the step is still being written.
+    """One verl step file as ``(observations, unmatched)``; None when its last line is cut
+    (``read_verl_file``)."""
+    got = read_verl_file(
+        path, step, matcher, source=source, model=model, correct_field=correct_field, score_threshold=score_threshold
+    )
+    return None if got is None else (got.observations, got.unmatched)
+
+
+def read_verl_file(
+    path: str | Path,
+    step: int,
+    matcher: Matcher,
+    *,
+    source: str,
+    model: str | None,
+    correct_field: str | None = None,
+    score_threshold: float | None = None,
+) -> VerlFile | None:
+    """One verl step file, read; None when the step is still being written.
 
     Per prompt, ``n`` is its rollouts in the file and ``c`` the correct ones: from ``correct_field``
     when named, else ``acc`` when the dump has it, else ``score`` (0/1, or ``>= score_threshold``).
     A row whose ``input`` contains no problem of the dataset, or whose ``gts`` is not the dataset's
     answer, is an unmatched row (its line, from 0, and the reason). A last line that is not whole
     JSON means verl's writer is still on this file: the step is skipped this time (logged) and read
-    on a later import. Any other bad line, or a row of another step, is a ``DatasetError``.
-    ``observed_at`` is the file's modification time: when verl wrote the step.
+    on a later import. A last line that parses does not make the step complete (a write may end on a
+    line boundary): ``track.track_verl`` decides that. Any other bad line, or a row of another step,
+    is a ``DatasetError``. ``observed_at`` is the file's modification time: when verl wrote the step.
     """
     path = Path(path)
     record.check_source(source)
@@ -257,8 +299,8 @@ def read_verl_step(
     if "input" not in cols:
         raise DatasetError(f"{origin!r}: no 'input' field (fields: {sorted(cols)}); not a verl rollout dump")
     steps = cols.get("step")
-    if steps is not None:
-        wrong = pc.not_equal(pc.fill_null(pc.cast(steps, pa.int64()), -1), step)
+    if steps is not None:  # compared as floats: a step of 1e20 is a wrong step, not an overflow
+        wrong = pc.not_equal(pc.fill_null(pc.cast(steps, pa.float64()), -1.0), float(step))
         if pc.any(wrong).as_py():
             at = pc.index(wrong, True).as_py()
             raise DatasetError(
@@ -276,10 +318,11 @@ def read_verl_step(
     if field not in cols:
         raise DatasetError(f"{origin!r}: no {field!r} field (fields: {sorted(cols)}) to count correct rollouts")
     correct = _binary(cols[field], field, origin, score_threshold)
-    return _count_rows(
+    obs, unmatched = _count_rows(
         matcher, cols["input"], cols.get("gts"), correct, lines, source=source, step=step, model=model,
         observed_at=datetime.fromtimestamp(mtime, UTC),
     )  # fmt: skip
+    return VerlFile(obs, unmatched, len(data), len(lines), mtime)
 
 
 def _codes(values: pa.Array) -> tuple[np.ndarray, list]:
@@ -377,15 +420,19 @@ def _lookup(matcher: Matcher, key: str) -> Callable[[Any], tuple[str | None, str
     return look
 
 
-def _int_cells(values: list, name: str, origin: str, rows: list[int]) -> list[int]:
+def _int_cells(values: list, name: str, origin: str, rows: list[int], high: int) -> list[int]:
+    """The cells as ints, each an integer from 0 to ``high`` (``DatasetError`` names the row)."""
     out = []
     for v, r in zip(values, rows, strict=True):
         if isinstance(v, bool) or v is None or (isinstance(v, float) and not v.is_integer()):
             raise DatasetError(f"{origin}: row {r}: {name}={v!r} is not an integer")
         try:
-            out.append(int(v))
-        except (TypeError, ValueError) as exc:
+            k = int(v)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise DatasetError(f"{origin}: row {r}: {name}={v!r} is not an integer") from exc
+        if not 0 <= k <= high:
+            raise DatasetError(f"{origin}: row {r}: {name}={v!r} is out of range: an integer from 0 to {high}")
+        out.append(k)
     return out
 
 
@@ -409,12 +456,12 @@ def read_table(
     table = datasets.read_local(path)
     layout, key = _layout(table, path)
     look = _lookup(matcher, key)
-    steps = _int_cells(table.column("step").to_pylist(), "step", origin, list(range(table.num_rows)))
-    keys = table.column(key).to_pylist()
     rows = list(range(table.num_rows))
+    steps = _int_cells(table.column("step").to_pylist(), "step", origin, rows, record.MAX_STEP)
+    keys = table.column(key).to_pylist()
     if layout == "counts":
-        n = _int_cells(table.column("n").to_pylist(), "n", origin, rows)
-        c = _int_cells(table.column("c").to_pylist(), "c", origin, rows)
+        n = _int_cells(table.column("n").to_pylist(), "n", origin, rows, record.MAX_COUNT)
+        c = _int_cells(table.column("c").to_pylist(), "c", origin, rows, record.MAX_COUNT)
     elif layout == "rollouts":
         n = [1] * table.num_rows
         c = _binary(table.column("reward"), "reward", origin, score_threshold).tolist()

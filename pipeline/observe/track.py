@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import datasets
+from pipeline.checks import check_bool, check_number
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.observe import record, sources
 from pipeline.observe.match import Matcher
@@ -83,24 +85,25 @@ def dataset_problems(store: Store, dataset: str | None = None, data_file: str | 
     return problems
 
 
-def track_run(store: Store, run_id: str) -> TrackResult:
-    """A finished profile run as the source ``profile:<run id>`` (step 0): each prompt's samples."""
+def track_run(store: Store, run_id: str, stats: pa.Table | None = None) -> TrackResult:
+    """A finished profile run as the source ``profile:<run id>`` (step 0): each prompt's samples.
+    ``stats``: the run's prompt_stats when the caller holds them (its finish's); else read."""
     run = store.get_run(run_id)
-    stats = store.read_table("prompt_stats", {"run_id": run_id})
+    stats = store.read_table("prompt_stats", {"run_id": run_id}) if stats is None else stats
     if stats.num_rows == 0:
-        raise DatasetError(f"run {run_id} has no analysis yet (status {run.get('status')!r}): finish it first")
+        raise DatasetError(f"run {run_id} has no analysis yet (status {run.status!r}): finish it first")
     source = record.check_source(f"profile:{run_id}")
     result = TrackResult(source)
     rows = record.observation_rows(
         source,
         "profile",
         0,
-        run["dataset"],
+        run.dataset,
         stats.column("prompt_id").to_pylist(),
         stats.column("n").to_pylist(),
         stats.column("c").to_pylist(),
-        run.get("model"),
-        observed_at=run.get("updated_at"),
+        run.model,
+        observed_at=run.updated_at,
     )
     record.write_step(store, source, 0, rows)
     result.add(0, rows, None)
@@ -115,6 +118,9 @@ def _source(given: str | None, prefix: str, name: str) -> str:
     return record.check_source(f"{prefix}:{slug}"[:128])
 
 
+DEFAULT_SETTLE_S = 60.0  # the newest verl step, unchanged this long with a full step's rollouts, is complete
+
+
 def track_verl(
     store: Store,
     folder: Path,
@@ -124,18 +130,41 @@ def track_verl(
     model: str | None = None,
     correct_field: str | None = None,
     score_threshold: float | None = None,
+    final: bool = False,
+    settle_s: float = DEFAULT_SETTLE_S,
 ) -> TrackResult:
-    """verl's rollout dumps: each step not yet recorded, in order; the newest, if verl is still
-    writing it, waits for the next import."""
+    """verl's rollout dumps: each step not yet recorded, in order, once it is complete.
+
+    verl writes a step's file line by line while the step is dumped, so a file whose last line
+    parses may still be short (a write that ended on a line boundary). Completeness is therefore
+    decided by a rule that does not depend on where a write ended:
+
+    - a step with a newer step file beside it is complete (verl starts the next step's file only
+      after this one's); if its last line is cut, it is a ``DatasetError``: verl stopped mid-file
+      and never came back (a step that will never be complete is not "still being written");
+    - the newest step is complete when ``final`` (the trainer is done), or when its file has been
+      unchanged for ``settle_s`` seconds and holds as many rollouts as the step before it (the
+      first step: no step before it to compare with). Otherwise it waits for a later import.
+
+    Each stored step keeps the size and rollouts of the file it was read from (``record.stored_steps``):
+    a step whose file has changed since (grown) is read again and replaced, never kept short.
+    """
     source = _source(source, "verl", Path(folder).resolve().name)
+    settle_s = check_number("settle_s", settle_s, 0, unit="seconds")
     result = TrackResult(source)
-    done = record.recorded_steps(store, source)
+    stored = record.stored_steps(store, source)
     matcher = Matcher.from_problems(problems)
-    for step, path in sources.verl_steps(folder):
-        if step in done:
-            result.already += 1
+    files = sources.verl_steps(folder)
+    rows_of: dict[int, int] = {}  # rollouts of the files read or counted, for the newest step's check
+    for at, (step, path) in enumerate(files):
+        newer = at + 1 < len(files)
+        known = stored.get(step, False)
+        if known is None or (known and known[0] == _size(path)):
+            result.already += 1  # a table's step, or one stored before sizes were kept: as it was
+            if known:
+                rows_of[step] = known[1]
             continue
-        got = sources.read_verl_step(
+        got = sources.read_verl_file(
             path,
             step,
             matcher,
@@ -144,18 +173,45 @@ def track_verl(
             correct_field=correct_field,
             score_threshold=score_threshold,
         )
-        if got is None:
+        if got is None and newer:
+            raise DatasetError(
+                f"{str(path)!r}: step {step} is cut (its last line is not whole JSON) but newer steps exist: "
+                "verl stopped writing it and will not come back to it; restore the file or move it out of the "
+                "rollout folder"
+            )
+        if got is not None:
+            rows_of[step] = got.rows
+        if got is None or not (newer or final or _settled(got, step, files[:at], rows_of, settle_s)):
+            log.info("%s: step %d is not complete yet (verl may still be writing it); waiting", path, step)
             result.pending.append(step)
             continue
-        rows, unmatched = got
-        record.write_step(store, source, step, rows, unmatched)
-        result.add(step, rows, unmatched)
+        record.write_step(store, source, step, got.observations, got.unmatched, read=(got.size, got.rows))
+        result.add(step, got.observations, got.unmatched)
     if score_threshold is not None:
         result.notes.append(
             f"correctness read as score >= {score_threshold}: a shaped score (format bonus, length penalty) is not "
             "correctness; prefer a binary field (--correct-field)"
         )
     return result
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
+def _settled(got: sources.VerlFile, step: int, before: list, rows_of: dict[int, int], settle_s: float) -> bool:
+    """Whether the newest step is complete: unchanged for ``settle_s`` and as many rollouts as the step before."""
+    if time.time() - got.modified < settle_s:
+        return False
+    if not before:
+        return True
+    prev, path = before[-1]
+    if prev not in rows_of:
+        rows_of[prev] = sources.count_rows(path)
+    return got.rows == rows_of[prev]
 
 
 def track_table(
@@ -209,6 +265,8 @@ class TrackConfig:
         dataset, data_file: the dataset its prompts belong to (stored, or a file loaded now).
         model: the model or training run the outcomes come from.
         correct_field, score_threshold: how a verl rollout's correctness is read.
+        final, settle_s: when the newest verl step is complete (``track_verl``): the trainer is done,
+            or its file unchanged this many seconds with as many rollouts as the step before.
         label, label_n, counts: a label column, the rollouts behind it, what it counts.
         run: a profile run to record.
     """
@@ -221,10 +279,16 @@ class TrackConfig:
     model: str | None = None
     correct_field: str | None = None
     score_threshold: float | None = None
+    final: bool = False
+    settle_s: float = DEFAULT_SETTLE_S
     label: str | None = None
     label_n: int | None = None
     counts: str | None = None
     run: str | None = None
+
+    def __post_init__(self) -> None:
+        check_bool("final", self.final)
+        check_number("settle_s", self.settle_s, 0, unit="seconds")
 
     def resolved_kind(self) -> str:
         if self.run is not None:
@@ -269,5 +333,7 @@ def run_track(store: Store, config: TrackConfig) -> TrackResult:
             model=config.model,
             correct_field=config.correct_field,
             score_threshold=config.score_threshold,
+            final=config.final,
+            settle_s=config.settle_s,
         )
     return track_table(store, Path(config.path), problems, source=config.source, model=config.model)

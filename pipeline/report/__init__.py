@@ -1,12 +1,13 @@
 """HTML reports: plotly figures from a run's stored tables, rendered through ``report/templates/*.j2``.
 
-One report per run answers where the learning signal of a dataset is for a model (the ten
-sections of ``sections``); a comparison report puts several runs side by side (``compare``).
+One report per run answers where the learning signal of a dataset is for a model (one module per
+section in ``sections/``); a comparison report puts several runs side by side (``compare``).
 Every entry point takes a ``pipeline.store.Store``.
 
 Modules, each importing only those before it: ``load`` (``RunData``, ``ReportConfig``, reading a
-run through the Store) <- ``charts`` (figures, tables, sections, formatting) <- ``sections`` <-
-``compare`` <- ``render`` (templates, plotly.js, atomic writes).
+run through the Store) <- ``charts`` (figures, tables, sections, formatting) <- ``sections/``
+(``build_sections``, one module per section) <- ``compare`` <- ``render`` (templates, plotly.js,
+atomic writes). The order is ``ROOMS`` in ``tests/layout.py``.
 
 A run whose analysis tables are missing is analysed in memory with the default settings
 (``analyze.analysis_of_run``) and one with no stored allocation gets the default allocation
@@ -14,6 +15,7 @@ A run whose analysis tables are missing is analysed in memory with the default s
 computed for the report.
 """
 
+from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
 from pipeline.report.charts import Chart, Section, TableView
 from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
@@ -22,9 +24,10 @@ from pipeline.report.sections import build_sections
 from pipeline.store import Store
 
 
-def write_run_report(store: Store, run_id: str) -> str:
-    """Render a finished run's report to its place in the data directory; returns where."""
-    return str(render_report(store, run_id, store.report_path(run_id)))
+def write_run_report(store: Store, run_id: str, analysis: Analysis | None = None) -> str:
+    """Render a finished run's report to its place in the data directory; returns where.
+    ``analysis``: the one its finish computed, when the caller has it (not read back)."""
+    return str(render_report(store, run_id, store.report_path(run_id), analysis=analysis))
 
 
 __all__ = [

@@ -15,9 +15,14 @@ __all__ = ["compare_sections", "paired"]
 
 def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
     """The sections of a comparison report: runs, pass rates, pairing, zero signal, gradient share, pass@k."""
-    charts = Charts("c")
-    G = cfg.G
-    sections = []
+    charts = Charts("c")  # numbers the charts: built in page order
+    sections = [_runs_card(runs), _pass_rates(runs, charts), _paired_section(runs, charts)]
+    sections += [_zero_signal(runs, charts), _gradient_share(runs, charts, cfg), _pass_at_k(runs, charts)]
+    return [sec for sec in sections if sec is not None]
+
+
+def _runs_card(runs: list[RunData]) -> Section:
+    """The runs compared, one row each, and the notes of each run's load."""
     card = Section("runs", "Runs", "The runs compared, in the order given.")
     rows = []
     for d in runs:
@@ -25,10 +30,10 @@ def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
         rows.append(
             [
                 d.run_id,
-                str(d.run.get("model") or ""),
-                str(d.run.get("dataset") or ""),
-                str(d.run.get("backend") or ""),
-                fmt(d.run.get("created_at")),
+                str(d.run.model or ""),
+                str(d.run.dataset or ""),
+                str(d.run.backend or ""),
+                fmt(d.run.created_at),
                 fmt(s.height),
                 fmt(d.sample_info.get("samples")),
                 pct(s["pass_rate"].mean()) if s.height else "",
@@ -58,8 +63,10 @@ def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
     )
     for d in runs:
         card.notes += [f"{d.run_id}: {n}" for n in d.notes]
-    sections.append(card)
+    return card
 
+
+def _pass_rates(runs: list[RunData], charts: Charts) -> Section:
     sec = Section("pass-rates", "Pass-rate distributions")
     fig = figure()
     edges = np.linspace(0, 1, 21)
@@ -84,50 +91,56 @@ def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
             "mass piling up at 1 is signal running out.",
         )
     )
-    sections.append(sec)
+    return sec
 
+
+def _paired_section(runs: list[RunData], charts: Charts) -> Section | None:
+    """The shared prompts of each later run against the first; None when no prompt is shared."""
     shared = paired(runs)
-    if shared is not None:
-        sec = Section(
-            "paired",
-            "Prompt by prompt",
-            f"The {shared['n']:,} prompts every run measured, compared with the first run.",
-        )
-        fig = figure()
-        base_label = runs[0].label
-        for other, agg in shared["pairs"]:
-            size = 6 + 14 * np.sqrt(agg["len"].to_numpy() / max(agg["len"].max(), 1))
-            fig.add_scatter(
-                x=agg["p0"].to_numpy(),
-                y=agg["p1"].to_numpy(),
-                mode="markers",
-                name=other,
-                marker={"size": size, "opacity": 0.6},
-                text=[f"{k} prompts" for k in agg["len"].to_list()],
-            )
+    if shared is None:
+        return None
+    sec = Section(
+        "paired",
+        "Prompt by prompt",
+        f"The {shared['n']:,} prompts every run measured, compared with the first run.",
+    )
+    fig = figure()
+    base_label = runs[0].label
+    for other, agg in shared["pairs"]:
+        size = 6 + 14 * np.sqrt(agg["len"].to_numpy() / max(agg["len"].max(), 1))
         fig.add_scatter(
-            x=[0, 1],
-            y=[0, 1],
-            mode="lines",
-            name="no change",
-            line={"dash": "dash", "color": "grey"},
+            x=agg["p0"].to_numpy(),
+            y=agg["p1"].to_numpy(),
+            mode="markers",
+            name=other,
+            marker={"size": size, "opacity": 0.6},
+            text=[f"{k} prompts" for k in agg["len"].to_list()],
         )
-        fig.update_xaxes(range=[-0.03, 1.03])
-        fig.update_yaxes(range=[-0.03, 1.03])
-        sec.charts.append(
-            charts.make(
-                fig,
-                f"Pass rate against {base_label}",
-                f"pass rate in {runs[0].run_id}",
-                "pass rate in the other run",
-                "Dots above the diagonal are prompts the other run solves more often (bigger dot = more "
-                "prompts); dots on the axes edges went silent or came alive.",
-                height=480,
-            )
+    fig.add_scatter(
+        x=[0, 1],
+        y=[0, 1],
+        mode="lines",
+        name="no change",
+        line={"dash": "dash", "color": "grey"},
+    )
+    fig.update_xaxes(range=[-0.03, 1.03])
+    fig.update_yaxes(range=[-0.03, 1.03])
+    sec.charts.append(
+        charts.make(
+            fig,
+            f"Pass rate against {base_label}",
+            f"pass rate in {runs[0].run_id}",
+            "pass rate in the other run",
+            "Dots above the diagonal are prompts the other run solves more often (bigger dot = more "
+            "prompts); dots on the axes edges went silent or came alive.",
+            height=480,
         )
-        sec.tables += shared["tables"]
-        sections.append(sec)
+    )
+    sec.tables += shared["tables"]
+    return sec
 
+
+def _zero_signal(runs: list[RunData], charts: Charts) -> Section:
     sec = Section("zero-signal", "Zero-signal rate against G")
     fig = figure()
     allG: set[int] = set()
@@ -148,8 +161,11 @@ def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
             "from larger groups.",
         )
     )
-    sections.append(sec)
+    return sec
 
+
+def _gradient_share(runs: list[RunData], charts: Charts, cfg: ReportConfig) -> Section:
+    G = cfg.G
     sec = Section("gradient-share", f"Gradient share by band at G = {G}")
     spec = est.get(cfg.estimator).spec
     fig = figure()
@@ -172,8 +188,10 @@ def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
             "dataset is getting too easy or too hard for the model.",
         )
     )
-    sections.append(sec)
+    return sec
 
+
+def _pass_at_k(runs: list[RunData], charts: Charts) -> Section:
     sec = Section("pass-at-k", "Mean pass@k")
     fig = figure()
     for d in runs:
@@ -191,8 +209,7 @@ def compare_sections(runs: list[RunData], cfg: ReportConfig) -> list[Section]:
             "than solving new problems.",
         )
     )
-    sections.append(sec)
-    return sections
+    return sec
 
 
 _TRANSITION_BANDS = ("all wrong", "(0, 0.4)", "[0.4, 0.6]", "(0.6, 1)", "all correct")

@@ -9,7 +9,6 @@ file of ``pipeline/sql`` run through the ``Store``.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 
@@ -22,7 +21,7 @@ from pipeline import analyze, schema
 from pipeline import estimators as est
 from pipeline.checks import check_choice, check_int
 from pipeline.errors import ReportError, StoreError
-from pipeline.store import Store
+from pipeline.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +66,7 @@ class RunData:
     """Everything a report reads about one run (analysis tables stored or computed in memory)."""
 
     run_id: str
-    run: dict
-    params: dict
-    versions: dict
+    run: RunRecord
     stats: pl.DataFrame  # prompt_stats joined with the problems' text and metadata
     summary: pl.DataFrame
     allocation: pl.DataFrame
@@ -84,15 +81,27 @@ class RunData:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def params(self) -> dict:
+        return self.run.params or {}
+
+    @property
+    def versions(self) -> dict:
+        return self.run.versions or {}
+
+    @property
     def label(self) -> str:
-        model = self.run.get("model") or "?"
+        model = self.run.model or "?"
         return f"{self.run_id} ({model})"
 
 
-def load_run(store: Store, run_id: str, config: ReportConfig | None = None) -> RunData:
+def load_run(
+    store: Store, run_id: str, config: ReportConfig | None = None, analysis: analyze.Analysis | None = None
+) -> RunData:
     """Read one run's tables; compute what is not stored in memory (never written back).
 
     The registry row is read here, so a report shows the run's status at the time it is rendered.
+    ``analysis``: the run's stored analysis when the caller holds it already (what its finish
+    computed, ``finish.FinishedRun``): it is not read back.
 
     Raises:
         StoreError: unknown run.
@@ -104,7 +113,9 @@ def load_run(store: Store, run_id: str, config: ReportConfig | None = None) -> R
     run = store.get_run(run_id)
     grade_counts = store.named_query("grade_statuses", {"run_id": run_id}).to_pylist()
     sample_info = store.named_query("sample_info", {"run_id": run_id}).to_pylist()[0]
-    analysis, analysis_computed = _analysis(store, run_id)
+    analysis_computed = False
+    if analysis is None:
+        analysis, analysis_computed = _analysis(store, run_id)
     computed = list(analyze.ANALYSIS_TABLES) if analysis_computed else []
     notes: list[str] = []
 
@@ -113,7 +124,7 @@ def load_run(store: Store, run_id: str, config: ReportConfig | None = None) -> R
     if G != config.G:
         notes.append(f"G = {config.G} was not analysed for this run; the report uses G = {G}.")
     spec = est.get(config.estimator).spec
-    if analysis_computed:
+    if analysis.weights.num_rows:  # in memory: computed, or the finish's
         top_mass = _top_mass_in_memory(analysis.weights, spec, G, config.top)
     else:
         top_mass = _top_mass_stored(store, run_id, spec, G, config.top)
@@ -130,8 +141,6 @@ def load_run(store: Store, run_id: str, config: ReportConfig | None = None) -> R
     return RunData(
         run_id=run_id,
         run=run,
-        params=_json_dict(run.get("params")),
-        versions=_json_dict(run.get("versions")),
         stats=stats_df,
         summary=pl.from_arrow(analysis.summary),
         allocation=pl.from_arrow(allocation_t),
@@ -143,7 +152,7 @@ def load_run(store: Store, run_id: str, config: ReportConfig | None = None) -> R
         top_mass=top_mass,
         computed=computed,
         notes=notes,
-        observations=store.named_query("dataset_observations", {"dataset": run["dataset"]}),
+        observations=store.named_query("dataset_observations", {"dataset": run.dataset}),
     )
 
 
@@ -159,16 +168,6 @@ def metric(summary: pl.DataFrame, section: str, name: str, **where) -> float | N
     """The value of one summary metric, or None when the summary lacks it."""
     df = summary_rows(summary, section, metric=name, **where)
     return df["value"][0] if df.height else None
-
-
-def _json_dict(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"raw": text}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def _analysis(store: Store, run_id: str) -> tuple[analyze.Analysis, bool]:
@@ -236,7 +235,7 @@ def _estimators(summary_t: pa.Table) -> list[str]:
     return list(seen) or [est.get(s).spec for s in est.DEFAULT_ESTIMATORS]
 
 
-def _join_problems(store: Store, run: dict, stats_t: pa.Table, G: int, group_sizes: list[int]) -> pl.DataFrame:
+def _join_problems(store: Store, run: RunRecord, stats_t: pa.Table, G: int, group_sizes: list[int]) -> pl.DataFrame:
     """prompt_stats with per-G columns at the chosen G and the problems' text and metadata."""
     df = pl.from_arrow(stats_t.drop_columns(["pass_at_k"]))
     j = group_sizes.index(G) if G in group_sizes else None
@@ -245,7 +244,7 @@ def _join_problems(store: Store, run: dict, stats_t: pa.Table, G: int, group_siz
         df = df.with_columns(expr.cast(pl.Float64).alias(f"{name}_G"))
     df = df.drop(["group_sizes", "zero_signal", "silent_all_correct", "silent_all_wrong", "zero_signal_plugin"])
     problems = schema.PROBLEMS.empty_table()
-    dataset = run.get("dataset")
+    dataset = run.dataset
     if dataset:
         try:
             problems = store.read_table("problems", {"dataset": dataset})

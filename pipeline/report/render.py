@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
+from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
 from pipeline.report.compare import compare_sections
 from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, load_run
@@ -84,6 +85,7 @@ def render_report(
     plotly_js: str = ReportConfig.plotly_js,
     G: int = ReportConfig.G,
     config: ReportConfig | None = None,
+    analysis: Analysis | None = None,
 ) -> Location:
     """Write the HTML report of one run and return its path (a URL when it is on object storage).
 
@@ -96,6 +98,7 @@ def render_report(
         plotly_js: ``inline`` (self-contained) or ``shared`` (``plotly.min.js`` beside it).
         G: group size the report is read at.
         config: full settings (overrides ``plotly_js`` and ``G`` when given).
+        analysis: the run's stored analysis when the caller holds it (``load_run``).
 
     Raises:
         StoreError: unknown run.
@@ -103,7 +106,7 @@ def render_report(
     """
     cfg = config or ReportConfig(plotly_js=plotly_js, G=G)
     start = time.perf_counter()
-    data = load_run(store, run_id, cfg)
+    data = load_run(store, run_id, cfg, analysis)
     sections = build_sections(data, cfg)
     path = _render(
         store,
@@ -111,9 +114,7 @@ def render_report(
         output,
         cfg.plotly_js,
         title=f"Difficulty report: {run_id}",
-        subtitle=" · ".join(
-            str(v) for v in (data.run.get("dataset"), data.run.get("model"), data.run.get("backend")) if v
-        ),
+        subtitle=" · ".join(str(v) for v in (data.run.dataset, data.run.model, data.run.backend) if v),
         sections=sections,
         G=data.G,
     )
@@ -141,6 +142,7 @@ def render_comparison(
         G: group size the report is read at.
         links: optional run_id -> relative href of that run's own report.
         config: full settings (overrides ``plotly_js`` and ``G`` when given).
+        analysis: the run's stored analysis when the caller holds it (``load_run``).
 
     Raises:
         ReportError: fewer than two runs, or a run listed twice.
@@ -158,7 +160,7 @@ def render_comparison(
         output,
         cfg.plotly_js,
         title="Difficulty comparison: " + " vs ".join(run_ids),
-        subtitle=" · ".join(str(d.run.get("model") or "?") for d in runs),
+        subtitle=" · ".join(str(d.run.model or "?") for d in runs),
         sections=sections,
         G=cfg.G,
         links=links or {},

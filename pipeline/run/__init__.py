@@ -11,57 +11,93 @@
 
 from __future__ import annotations
 
-# Imported on first use: the CLI reads ``run.config`` to declare its options, and must not pay for
-# the stages (analysis, allocation, the store) to print its help.
-_WHERE = {
-    "BUNDLED_DEFAULTS": "config",
-    "DataConfig": "config",
-    "EXECUTORS": "config",
-    "EngineConfig": "config",
-    "ExecutionConfig": "config",
-    "Executor": "shards",
-    "GENERIC_DEFAULTS": "config",
-    "InlineExecutor": "shards",
-    "ProfileConfig": "config",
-    "RunPlan": "plan",
-    "SamplingConfig": "config",
-    "ShardEntries": "plan",
-    "ShardJob": "shards",
-    "Steps": "driver",
-    "close_engines": "shards",
-    "compute_run_id": "plan",
-    "entries_from_plan_table": "plan",
-    "finish_run": "driver",
-    "finish_step": "driver",
-    "finish_stored_run": "driver",
-    "finished_shards": "plan",
-    "flat_fields": "config",
-    "get_grading_pool": "shards",
-    "get_sampler": "shards",
-    "local_executor": "shards",
-    "next_round_step": "driver",
-    "pending_shards": "plan",
-    "plan_next_round": "rounds",
-    "prepare_run": "driver",
-    "reanalyze": "driver",
-    "stored_run_plan": "driver",
-    "profile": "driver",
-    "run_label": "driver",
-    "run_pending_shards": "shards",
-    "run_shard": "shards",
-    "sample_and_grade": "shards",
-    "save_plan": "plan",
-    "shard_job": "shards",
-    "working_on": "driver",
-    "write_graded_shard": "shards",
-}
+# Every room's public names, imported here (no lazy loading): ``run.config`` alone already loads
+# the samplers, grading, NumPy and pyarrow, and the CLI's options the store, so the other rooms cost
+# ``difficulty profile --help`` eight more modules of this package and no other dependency.
+from pipeline.run.config import (
+    BUNDLED_DEFAULTS,
+    EXECUTORS,
+    GENERIC_DEFAULTS,
+    DataConfig,
+    EngineConfig,
+    ExecutionConfig,
+    ProfileConfig,
+    SamplingConfig,
+    flat_fields,
+)
+from pipeline.run.driver import (
+    Steps,
+    finish_run,
+    finish_step,
+    finish_stored_run,
+    next_round_step,
+    prepare_run,
+    profile,
+    run_label,
+    working_on,
+)
+from pipeline.run.plan import (
+    RunPlan,
+    ShardEntries,
+    compute_run_id,
+    entries_from_plan_table,
+    finished_shards,
+    pending_shards,
+    save_plan,
+)
+from pipeline.run.rounds import plan_next_round
+from pipeline.run.shards import (
+    Executor,
+    InlineExecutor,
+    ShardJob,
+    close_engines,
+    get_grading_pool,
+    get_sampler,
+    local_executor,
+    run_pending_shards,
+    run_shard,
+    sample_and_grade,
+    shard_job,
+    write_graded_shard,
+)
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'pipeline.run' has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"pipeline.run.{_WHERE[name]}"), name)
+__all__ = [
+    "BUNDLED_DEFAULTS",
+    "DataConfig",
+    "EXECUTORS",
+    "EngineConfig",
+    "ExecutionConfig",
+    "Executor",
+    "GENERIC_DEFAULTS",
+    "InlineExecutor",
+    "ProfileConfig",
+    "RunPlan",
+    "SamplingConfig",
+    "ShardEntries",
+    "ShardJob",
+    "Steps",
+    "close_engines",
+    "compute_run_id",
+    "entries_from_plan_table",
+    "finish_run",
+    "finish_step",
+    "finish_stored_run",
+    "finished_shards",
+    "flat_fields",
+    "get_grading_pool",
+    "get_sampler",
+    "local_executor",
+    "next_round_step",
+    "pending_shards",
+    "plan_next_round",
+    "prepare_run",
+    "profile",
+    "run_label",
+    "run_pending_shards",
+    "run_shard",
+    "sample_and_grade",
+    "save_plan",
+    "shard_job",
+    "working_on",
+    "write_graded_shard",
+]

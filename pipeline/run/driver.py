@@ -9,7 +9,6 @@ here: the caller renders it once the run is done (``pipeline.report.write_run_re
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,8 +18,9 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from pipeline import adaptive, allocate, analyze, datasets, grade, schema
+from pipeline import allocate, analyze, datasets, grade, schema
 from pipeline.errors import DatasetError, PipelineError
+from pipeline.finish import FinishedRun, finish_from_counts
 from pipeline.run import progress
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import (
@@ -36,10 +36,10 @@ from pipeline.run.plan import (
     stored_plan,
     versions,
 )
-from pipeline.run.rounds import AdaptiveState, Round, plan_next_round, registered_adaptive, with_decisions
+from pipeline.run.rounds import AdaptiveState, Round, adaptive_state, plan_next_round, record_rounds
 from pipeline.run.shards import Executor, run_pending_shards
 from pipeline.sample import template_for
-from pipeline.store import Store
+from pipeline.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -77,20 +77,20 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
     run_id = compute_run_id(dataset, model_name, config.engine.backend, params, template, prompt_ids)
     shard_size = config.execution.shard_size
     store.register_run(
-        {
-            "run_id": run_id,
-            "dataset": dataset,
-            "model": model_name,
-            "backend": config.engine.backend,
-            "params": {**params, "limit": data.limit, "shard_size": shard_size},
-            "seed": config.sampling.seed,
-            "prompt_template": template,
-            "grader": grade.grader_version(config.grading),
-            "versions": versions(),
-            "n_prompts": gradable.num_rows,
-            "status": "sampling",
-            "adaptive": json.dumps(acfg.to_dict(), sort_keys=True) if acfg is not None else None,
-        }
+        RunRecord(
+            run_id,
+            dataset=dataset,
+            model=model_name,
+            backend=config.engine.backend,
+            params={**params, "limit": data.limit, "shard_size": shard_size},
+            seed=config.sampling.seed,
+            prompt_template=template,
+            grader=grade.grader_version(config.grading),
+            versions=versions(),
+            n_prompts=gradable.num_rows,
+            status="sampling",
+            adaptive=acfg,
+        )
     )
     n0 = acfg.n_min if acfg is not None else config.sampling.n  # an adaptive run's round 0: n_min each
     fresh = [
@@ -167,30 +167,29 @@ def finish_run(
     plan: RunPlan,
     budget_per_prompt: int = allocate.DEFAULT_BUDGET_PER_PROMPT,
     state: AdaptiveState | None = None,
-) -> dict[str, Any]:
+) -> FinishedRun:
     """Analyze the stored samples, write the analysis and the default allocation, mark the run
-    done. An adaptive plan's analysis adds each prompt's decision and estimates every quantity as
-    a posterior expectation under the run's prior (``docs/adaptive.md``); ``state`` is the one
-    its last round was planned from. Returns ``{"run_id": ...}``."""
+    done (``finish.finish_from_counts``). An adaptive plan's analysis adds each prompt's decision
+    and estimates every quantity as a posterior expectation under the run's prior
+    (``analyze.posterior_inputs``, ``docs/adaptive.md``), and the prior and rounds go to the
+    registry; ``state`` is the one its last round was planned from. Returns what was computed."""
     require_finished(store, plan)
     with failed_on_error(store, plan.run_id):
         counts = analyze.counts_from_samples(store, plan.run_id)
         check_counts(plan, counts)
         settings = None
-        if plan.adaptive is not None:
-            counts, prior = with_decisions(store, plan, counts, state)
-            settings = posterior_settings(analyze.AnalyzeConfig(), prior)
-        analyze.write_analysis(store, plan.run_id, analyze.analyze(counts, plan.run_id, settings))
-        table, alloc_config = allocate.default_allocation(plan.run_id, counts, budget_per_prompt)
-        allocate.write_allocation(store, plan.run_id, table, alloc_config)
-    store.set_run_status(plan.run_id, "done")
-    return {"run_id": plan.run_id}
+        acfg = plan.adaptive
+        if acfg is not None:
+            state = state or adaptive_state(store, plan, acfg)
+            record_rounds(store, plan, state.prior, set())
+            counts, settings = analyze.posterior_inputs(counts, None, acfg, state.prior, plan.table())
+        return finish_from_counts(store, plan.run_id, counts, settings, budget_per_prompt)
 
 
-def finish_stored_run(store: Store, plan: RunPlan) -> dict[str, Any]:
+def finish_stored_run(store: Store, plan: RunPlan) -> FinishedRun:
     """``finish_run`` for a run made from stored or imported samples (a regrade, an import): its
-    adaptive settings come from its registry row."""
-    acfg = registered_adaptive(store, plan.run_id)
+    adaptive settings come from its registry record."""
+    acfg = store.get_run(plan.run_id).adaptive
     if acfg is not None and plan.adaptive is None:
         plan = replace(plan, adaptive=acfg)
     return finish_run(store, plan)
@@ -207,7 +206,7 @@ def next_round_step(config: ProfileConfig, store: Store, plan: RunPlan) -> Round
     return plan_next_round(store, plan, config.execution.shard_size)
 
 
-def finish_step(config: ProfileConfig, store: Store, plan: RunPlan, state: AdaptiveState | None) -> dict[str, Any]:
+def finish_step(config: ProfileConfig, store: Store, plan: RunPlan, state: AdaptiveState | None) -> FinishedRun:
     budget = config.execution.allocation_budget_factor or allocate.DEFAULT_BUDGET_PER_PROMPT
     return finish_run(store, plan, budget, state)
 
@@ -224,7 +223,7 @@ class Steps:
     started: Callable[[RunPlan], None] = _started  # the run id is known (the flow renames itself)
     run_shards: Callable[[Store, RunPlan, Executor], Any] = run_pending_shards
     next_round: Callable[[ProfileConfig, Store, RunPlan], Round] = next_round_step
-    finish: Callable[[ProfileConfig, Store, RunPlan, AdaptiveState | None], dict[str, Any]] = finish_step
+    finish: Callable[[ProfileConfig, Store, RunPlan, AdaptiveState | None], FinishedRun] = finish_step
 
 
 def begin_progress(store: Store, plan: RunPlan) -> None:
@@ -243,9 +242,9 @@ def begin_progress(store: Store, plan: RunPlan) -> None:
     )
 
 
-def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Steps = Steps()) -> dict[str, Any]:
+def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Steps = Steps()) -> FinishedRun:
     """The whole profile: prepare, every pending shard (round after round for an adaptive run),
-    finish. Returns ``{"run_id": ...}``."""
+    finish. Returns what the finish computed."""
     plan = steps.prepare(config, store, executor)
     steps.started(plan)
     with working_on(store, plan.run_id):
@@ -269,42 +268,3 @@ def run_label(config: ProfileConfig, run_id: str | None = None) -> str:
     dataset = data.dataset or (Path(data.data_file).stem if data.data_file else "local")
     model = Path(engine.model).name if engine.model else f"{engine.backend}-default"
     return f"{dataset}/{model}/{run_id or 'pending'}"
-
-
-def stored_run_plan(store: Store, run_id: str) -> RunPlan:
-    """A finished run's plan as stored (its shards, rounds and problems; adaptive settings from the
-    registry): what a re-analysis needs to rebuild an adaptive run's decisions."""
-    run = store.get_run(run_id)
-    stored = stored_plan(store, run_id)
-    if stored.num_rows == 0:
-        raise PipelineError(f"run {run_id} has no stored plan")
-    return RunPlan.build(
-        run_id,
-        entries_from_plan_table(stored),
-        store.read_table("problems", {"dataset": run["dataset"]}),
-        dataset=run["dataset"],
-        model=run.get("model") or "",
-        template=run.get("prompt_template") or "",
-        skipped={},
-        rounds=rounds_from_plan_table(stored),
-        adaptive=registered_adaptive(store, run_id),
-    )
-
-
-def reanalyze(store: Store, run_id: str, settings: analyze.AnalyzeConfig | None = None) -> analyze.Analysis:
-    """A stored run analysed again (other group sizes, estimators, ``--reco-answers``), nothing
-    written. An adaptive run keeps what makes its analysis valid: each prompt's decision and every
-    estimate a posterior expectation under the run's prior, exactly as ``finish_run`` made them."""
-    counts = analyze.counts_from_samples(store, run_id)
-    if registered_adaptive(store, run_id) is None:
-        return analyze.analyze(counts, run_id, settings)
-    plan = stored_run_plan(store, run_id)
-    check_counts(plan, counts)
-    counts, prior = with_decisions(store, plan, counts)
-    return analyze.analyze(counts, run_id, posterior_settings(settings or analyze.AnalyzeConfig(), prior))
-
-
-def posterior_settings(settings: analyze.AnalyzeConfig, prior: adaptive.Prior) -> analyze.AnalyzeConfig:
-    """An adaptive run's analysis settings: every estimate a posterior expectation under its prior
-    (a grid prior's sums, or the Beta's moments and quadrature)."""
-    return replace(settings, prior_a=prior.a, prior_b=prior.b, posterior=True, prior=prior if prior.is_grid else None)

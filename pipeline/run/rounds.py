@@ -1,5 +1,5 @@
-"""Adaptive rounds (``docs/adaptive.md``): the state after the complete rounds, the next round,
-and each prompt's decision at the end.
+"""Adaptive rounds (``docs/adaptive.md``): the state after the complete rounds and the next round
+(each prompt's decision at the end is ``analyze.with_decisions``).
 
 Round 0's shards give every prompt ``n_min`` samples; once a round's shards are all written,
 ``plan_next_round`` reads the stored counts, fits the prior to round 0 and appends the next round's
@@ -10,19 +10,15 @@ unfinished shard.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from pipeline import adaptive
-from pipeline import prior as priors
+from pipeline import adaptive, analyze
 from pipeline.errors import PipelineError
 from pipeline.run.plan import RunPlan, ShardEntries, check_counts, require_finished, save_plan
-from pipeline.store import Store
+from pipeline.store import RoundCount, Store
 
 log = logging.getLogger(__name__)
 
@@ -49,54 +45,45 @@ class Round:
 
 
 def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -> AdaptiveState:
-    """Read the state from the stored samples (``sql/adaptive_counts.sql``): a function of the
-    samples alone, so a rerun after a kill finds the same state, fits the same prior and plans the
-    same next round."""
-    files = [f for _, f in sorted(store.shard_files(plan.run_id).items())]
-    if not files:
-        raise PipelineError(f"run {plan.run_id} has no finished shards")
-    counts = store.files_query("adaptive_counts", files, {"n_min": acfg.n_min})
+    """Read the state from the stored samples (``analyze.adaptive_counts``): a function of the
+    samples alone, so a rerun after a kill finds the same state, fits the same prior
+    (``analyze.run_prior``) and plans the same next round."""
+    counts = analyze.adaptive_counts(store, plan.run_id, acfg.n_min)
     check_counts(plan, counts)
-    n0, c0 = counts.column("n0").to_numpy(), counts.column("c0").to_numpy()
     n = counts.column("n").to_numpy().astype(np.int64)
     c = counts.column("c").to_numpy().astype(np.int64)
-    return AdaptiveState(counts.column("prompt_id").to_pylist(), n, c, priors.state_prior(acfg.prior, n, c, n0, c0))
+    return AdaptiveState(counts.column("prompt_id").to_pylist(), n, c, analyze.run_prior(acfg, counts))
 
 
-def _rounds_summary(plan: RunPlan, open_now: set[str]) -> list[dict[str, int]]:
+def _rounds_summary(plan: RunPlan, open_now: set[str]) -> tuple[RoundCount, ...]:
     """Per round: prompts sampled, rollouts, shards, and prompts still open after it (those that
     get samples in a later round, or are open now: a prompt stops only when decided or at n_max,
     so one left out of a greedy round is still open)."""
     later: set[str] = set(open_now)
-    out: list[dict[str, int]] = []
+    out: list[RoundCount] = []
     for r in sorted(set(plan.rounds), reverse=True):
         shards = [s for s, rr in enumerate(plan.rounds) if rr == r]
         entries = [e for s in shards for e in plan.entries[s]]
         out.append(
-            {
-                "round": r,
-                "prompts": len({pid for pid, _, _ in entries}),
-                "rollouts": sum(count for _, _, count in entries),
-                "shards": len(shards),
-                "open_after": len(later),
-            }
+            RoundCount(
+                round=r,
+                prompts=len({pid for pid, _, _ in entries}),
+                rollouts=sum(count for _, _, count in entries),
+                shards=len(shards),
+                open_after=len(later),
+            )
         )
         later |= {pid for pid, _, _ in entries}
-    return out[::-1]
+    return tuple(out[::-1])
 
 
-def _record_rounds(store: Store, plan: RunPlan, prior: adaptive.Prior, open_now: set[str]) -> None:
-    """The prior and the rounds so far into the run's registry row (a plan without rounds, a
+def record_rounds(store: Store, plan: RunPlan, prior: adaptive.Prior, open_now: set[str]) -> None:
+    """The prior and the rounds so far into the run's registry record (a plan without rounds, a
     regrade's, keeps the rounds its source recorded)."""
-    row: dict[str, Any] = {
-        "run_id": plan.run_id,
-        "prior_a": prior.a,
-        "prior_b": prior.b,
-        "prior": json.dumps(prior.to_dict(), sort_keys=True),
-    }
     if plan.rounds:
-        row["rounds"] = json.dumps(_rounds_summary(plan, open_now))
-    store.register_run(row)
+        store.update_run(plan.run_id, prior=prior, rounds=_rounds_summary(plan, open_now))
+    else:
+        store.update_run(plan.run_id, prior=prior)
 
 
 def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
@@ -116,7 +103,7 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
     grid = adaptive.stop_grid(state.prior, acfg.target, acfg.n_max)
     extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid)
     still_open = ~adaptive.stopped(state.n, state.c, state.prior, acfg, grid)
-    _record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
+    record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
     if not extra.any():
         return Round(None, state)
     # Sorted by (first index, count, prompt id): a shard's prompts with the same indices are one
@@ -139,56 +126,3 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
         len(new),
     )
     return Round(nxt, state)
-
-
-def with_decisions(
-    store: Store, plan: RunPlan, counts: pa.Table, state: AdaptiveState | None = None
-) -> tuple[pa.Table, adaptive.Prior]:
-    """The counts with the adaptive columns of ``prompt_stats`` (``analyze.ADAPTIVE_COLUMNS``):
-    the round each prompt stopped in, its reported band and that band's posterior probability,
-    its central ``1 - delta`` credible interval, and whether it stopped undecided; the run's
-    prior and rounds go to the registry. ``state`` is the one the last round was planned from
-    (read again from the samples when not given)."""
-    acfg = plan.adaptive
-    assert acfg is not None
-    state = state or adaptive_state(store, plan, acfg)
-    at = {pid: i for i, pid in enumerate(state.prompt_ids)}
-    order = np.array([at[pid] for pid in counts.column("prompt_id").to_pylist()], dtype=np.int64)
-    n, c = state.n[order], state.c[order]
-    d = adaptive.decide(n, c, state.prior, acfg.target)
-    stop: dict[str, int] = {}
-    for shard, entries in enumerate(plan.entries):
-        r = plan.shard_round(shard)
-        if r is not None:
-            for pid, _, _ in entries:
-                stop[pid] = max(stop.get(pid, 0), r)
-    ids = counts.column("prompt_id").to_pylist()
-    band = (
-        pa.array([adaptive.BANDS[b] for b in d.band.tolist()], pa.string())
-        if acfg.target.kind == "band"
-        else pa.nulls(len(ids), pa.string())
-    )
-    extra = {
-        "stop_round": pa.array([stop.get(pid) for pid in ids], pa.int32()),
-        "decided_band": band,
-        "band_prob": pa.array(d.prob, pa.float64(), from_pandas=True),
-        "post_lo": pa.array(d.lo, pa.float64()),
-        "post_hi": pa.array(d.hi, pa.float64()),
-        "undecided": pa.array(~d.decided, pa.bool_()),
-    }
-    for name, column in extra.items():
-        counts = counts.append_column(name, column)
-    _record_rounds(store, plan, state.prior, set())
-    return counts, state.prior
-
-
-def registered_adaptive(store: Store, run_id: str) -> adaptive.AdaptiveConfig | None:
-    """The adaptive settings a run was registered with (None for a fixed-n run): how a regrade
-    or a re-analysis, which have no profile config, know the run is adaptive."""
-    text = (store.get_run(run_id, missing_ok=True) or {}).get("adaptive")
-    if not text:
-        return None
-    try:
-        return adaptive.AdaptiveConfig.from_dict(json.loads(text))
-    except (ValueError, TypeError) as exc:
-        raise PipelineError(f"run {run_id}: its registered adaptive settings {text!r} are unreadable: {exc}") from exc

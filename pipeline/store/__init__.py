@@ -63,7 +63,7 @@ from pipeline.store.fs import (
     writable_output,
 )
 from pipeline.store.query import DERIVED_VIEWS, load_sql
-from pipeline.store.registry import LEASE_RENEW_S, LEASE_TTL_S
+from pipeline.store.registry import LEASE_RENEW_S, LEASE_TTL_S, RoundCount, RunRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,6 +76,8 @@ __all__ = [
     "LEASE_TTL_S",
     "QUARANTINE_DIR",
     "REMOTE_SCHEMES",
+    "RoundCount",
+    "RunRecord",
     "S3_CLIENT_CONFIG",
     "SHARD_DIGEST_KEY",
     "TMP_MAX_AGE_S",
@@ -232,13 +234,19 @@ class Store:
         """
         return files.check_file(self, table, path)
 
+    def footer_value(self, path: Location, key: str) -> str | None:
+        """One key of a file's footer metadata (from its check's cache when it was checked)."""
+        return fs.footer_value(self, path, key)
+
     def quarantine(self, path: Location, reason: str) -> FileProblem:
         """Move one file of this store aside (see ``doctor``), saying why."""
         return files.quarantine_file(self, self.relative(path).split("/")[0], path, reason)
 
     def doctor(self, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
-        """Check every table's files: bad ones are quarantined, and so is every shard file its
-        run's plan does not own (``shard_files``, as a rerun checks them); temporary leftovers
+        """Check every table's files, each footer and plan read again whatever the saved verdicts
+        say (``files.forget``: a file's stamp misses a rewrite that keeps size, time and inode):
+        bad ones are quarantined, and so is every shard file its run's plan does not own
+        (``shard_files``, as a rerun checks them); the saved verdicts are replaced by these; temporary leftovers
         older than ``tmp_max_age_s`` (``files.TEMPORARY``: a writer that died before its rename,
         another tool's half-written upload, an interrupted write probe) are removed, on a disk and
         on an object store. What was found; empty when the data directory is clean, so a second
@@ -323,17 +331,22 @@ class Store:
 
     # --- run registry (registry) ------------------------------------------------------------
 
-    def register_run(self, run: dict[str, Any]) -> str:
-        """Record a run (idempotent: an existing run keeps its created_at). Returns its run_id."""
+    def register_run(self, run: RunRecord) -> str:
+        """Record a run (idempotent: an existing run keeps its created_at, and every field the
+        record leaves None keeps its stored value). Returns its run_id."""
         return registry.register_run(self, run)
 
-    def get_run(self, run_id: str, *, missing_ok: bool = False) -> dict | None:
-        """One run's registry row as a dict (params and versions still JSON strings)."""
+    def get_run(self, run_id: str, *, missing_ok: bool = False) -> RunRecord | None:
+        """One run's registry row, decoded (``RunRecordError`` when a field cannot be)."""
         return registry.get_run(self, run_id, missing_ok=missing_ok)
 
-    def set_run_status(self, run_id: str, status: schema.RunStatus) -> None:
-        """Update a run's status."""
-        registry.set_run_status(self, run_id, status)
+    def update_run(self, run_id: str, **changes: Any) -> RunRecord:
+        """Change fields of a registered run (``RunRecord``'s names); returns the record written."""
+        return registry.update_run(self, run_id, **changes)
+
+    def set_run_status(self, run_id: str, status: schema.RunStatus) -> RunRecord:
+        """Update a run's status; returns the record written."""
+        return registry.set_run_status(self, run_id, status)
 
     def list_runs(self) -> pa.Table:
         """All runs, newest first; a ``sampling`` run that no process holds shows as ``interrupted``."""
@@ -425,6 +438,12 @@ class Store:
     def named_query(self, name: str, params: dict | None = None) -> pa.Table:
         """Run the query ``pipeline/sql/<name>.sql`` with its parameters bound."""
         return self.query(load_sql(name), params)
+
+    @staticmethod
+    def tables_query(name: str, tables: dict[str, pa.Table], params: dict | None = None) -> pa.Table:
+        """Run ``pipeline/sql/<name>.sql`` over tables in memory, each under its name (the views it
+        reads), instead of the stored ones: what a finished run computed, not read back."""
+        return query.tables_query(name, tables, params)
 
     def sample_counts(self, run_id: str, answers: bool = True) -> pa.Table:
         """Per-prompt counts of one run's samples (``sql/prompt_counts.sql``), or with ``answers``

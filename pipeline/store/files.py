@@ -350,8 +350,25 @@ def quarantine_file(s: Facade, table: str, path: Location, reason: str) -> FileP
     return FileProblem(rel, table, reason, f"moved to {moved}")
 
 
+def forget(s: Facade) -> None:
+    """Drop every verdict, footer and plan this process holds for the store's files, and skip the
+    saved ones: the next check of each file reads its footer again. A file rewritten in place with
+    its size, modification time and inode kept (bit rot, ``rsync --inplace -t``, a ``cat`` over
+    another file and its time restored) keeps its stamp, which only a fresh read sees through."""
+    root = str(s.root)
+    prefix = root.rstrip("/") + "/"
+    for cache in (fs.CHECKED, fs.FOOTERS, PLANNED):
+        for key in [k for k in cache if k[0].startswith(prefix)]:
+            del cache[key]
+    for loc in [loc for loc in fs.LATEST if loc.startswith(prefix)]:
+        del fs.LATEST[loc]
+    _VERDICTS_READ.add(root)  # the saved verdicts are not loaded: doctor decides every file again
+    _VERDICTS_NEW.add(root)  # and saves what it decided, so a file found bad is trusted no more
+
+
 def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
     """See ``Store.doctor``."""
+    forget(s)
     found: list[FileProblem] = []
     good = {}
     for table in schema.TABLES:
@@ -371,6 +388,7 @@ def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]
             continue
         reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
         found.append(FileProblem(rel, rel.split("/")[0] if "/" in rel else "", reason, "removed"))
+    save_verdicts(s)  # replaces the saved verdicts: those of the files found bad are gone
     return found
 
 

@@ -1,5 +1,5 @@
 """DuckDB over the data directory: one view per table, the sandbox for a user's SQL, named queries
-(``pipeline/sql/<name>.sql``) and queries over a given list of files."""
+(``pipeline/sql/<name>.sql``) and queries over a given list of files or over tables in memory."""
 
 from __future__ import annotations
 
@@ -134,6 +134,19 @@ def query(s: Facade, sql: str, params: list | dict | None = None) -> pa.Table:
         con.close()
 
 
+def tables_query(name: str, tables: dict[str, pa.Table], params: dict | None = None) -> pa.Table:
+    """See ``Store.tables_query``."""
+    con = duckdb.connect(":memory:")
+    try:
+        for table, data in tables.items():
+            con.register(table, data)
+        return arrow(con.sql(load_sql(name), params=params or None))
+    except duckdb.Error as exc:
+        raise StoreError(f"{name}: {exc}") from exc
+    finally:
+        con.close()
+
+
 def files_db() -> tuple[duckdb.DuckDBPyConnection, threading.Lock]:
     """One DuckDB connection per store for ``files_query`` (no views, no user SQL), one query
     at a time: a fresh connection per query cost half the floor again at Big-Math scale
@@ -220,14 +233,50 @@ def sandbox_errors(s: Facade) -> Iterator[None]:
         raise StoreError(str(exc)) from exc
 
 
+class UserRelation:
+    """A DuckDB relation of a user's statement whose errors are ``StoreError`` when it is read too
+    (``sandbox_errors``): DuckDB runs a relation only then, so a refused ``sniff_csv('/etc/passwd')``
+    fails at ``.fetchall()``, not when the relation is made. Every method of the relation works;
+    a relation it returns (``.limit``, ``.filter``, ...) is guarded the same way."""
+
+    __slots__ = ("_relation", "_store")
+
+    def __init__(self, relation: duckdb.DuckDBPyRelation, s: Facade) -> None:
+        self._relation = relation
+        self._store = s
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._relation, name)
+        if not callable(value):
+            return value
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            args = tuple(a._relation if isinstance(a, UserRelation) else a for a in args)
+            with sandbox_errors(self._store):
+                out = value(*args, **kwargs)
+            return UserRelation(out, self._store) if isinstance(out, duckdb.DuckDBPyRelation) else out
+
+        return guarded
+
+    def __repr__(self) -> str:
+        with sandbox_errors(self._store):
+            return repr(self._relation)
+
+    def __len__(self) -> int:
+        with sandbox_errors(self._store):
+            return len(self._relation)
+
+
 def user_relation(
     s: Facade, con: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None
-) -> duckdb.DuckDBPyRelation:
+) -> UserRelation:
     """One read-only statement of a user's on a confined connection (``connect(confined=True)``),
-    as a DuckDB relation (not run until read: ``.pl()``, ``.arrow()``, ``.fetchall()``)."""
+    as a DuckDB relation (not run until read: ``.pl()``, ``.arrow()``, ``.fetchall()``), its
+    errors ``StoreError`` whenever they happen (``UserRelation``)."""
     check_statement(s, con, sql)
     with sandbox_errors(s):
-        return con.sql(sql, params=params or None)
+        relation = con.sql(sql, params=params or None)
+    return relation if relation is None else UserRelation(relation, s)
 
 
 def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:

@@ -1,8 +1,8 @@
-"""The quick commands over the tables: ``runs`` and ``sql`` (one query, or an interactive shell).
+"""``sql``: one query, or an interactive shell on one connection.
 
-They import only the store and the output module, so they answer in about the time of DuckDB's
-own start (``bench/cli_startup.py``): a query's rows are printed from DuckDB, and pyarrow is
-imported only for ``--format parquet``.
+A quick command: it imports only the store and the output module, so it answers in about the time
+of DuckDB's own start (``bench/cli_startup.py``): a query's rows are printed from DuckDB, and
+pyarrow is imported only for ``--format parquet``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 
 from pipeline.cli.errors import print_error
-from pipeline.cli.options import DataDir, Format, open_store
+from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import SQL_FORMATS, check_format, emit, fetch
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.store.query import split_statements
@@ -24,24 +24,23 @@ from pipeline.store.query import split_statements
 if TYPE_CHECKING:
     from pipeline.api import Tables
 
+
 log = logging.getLogger("pipeline.cli")
 
-RUN_COLUMNS = ["run_id", "dataset", "model", "backend", "n_prompts", "status", "created_at"]
 
 HISTORY_FILE = "~/.difficulty_sql_history"
+
+
 PROMPT, MORE = "difficulty> ", "       ...> "
+
+
 QUIT = (".quit", ".exit", "\\q")
+
+
 SHELL_HELP = (
     "end a statement with ';' (it may span lines); .tables lists the views; .quit or Ctrl-D leaves; "
     "the connection is read-only and sees only the data directory"
 )
-
-
-def runs_cmd(fmt: Format = "table", data_dir: DataDir = None) -> None:
-    """List the runs in the registry, newest first."""
-    fmt = check_format(fmt)
-    runs = open_store(data_dir).list_runs()
-    emit(runs.select(RUN_COLUMNS), fmt, title="runs")
 
 
 def sql_cmd(
@@ -68,6 +67,7 @@ def sql_cmd(
     """
     fmt = check_format(fmt, SQL_FORMATS)
     if query is not None:
+        output = output_file(output)
         store = open_store(data_dir)
         if fmt == "parquet":  # an Arrow table to write
             result = store.user_query(query, write=write)

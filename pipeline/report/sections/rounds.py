@@ -8,7 +8,6 @@ rollouts saved against the fixed n that the same prior expects to give the same 
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -17,34 +16,19 @@ import polars as pl
 from pipeline import adaptive
 from pipeline.report.charts import Charts, Section, TableView, figure, floats, fmt, hist, pct
 from pipeline.report.load import RunData
+from pipeline.store import RoundCount
 
 __all__ = ["adaptive_settings", "adaptive_section", "posterior_note"]
 
 
 def adaptive_settings(data: RunData) -> adaptive.AdaptiveConfig | None:
-    """The run's adaptive settings from its registry row (None for a fixed-n run)."""
-    text = data.run.get("adaptive")
-    if not text:
-        return None
-    try:
-        return adaptive.AdaptiveConfig.from_dict(json.loads(text))
-    except (ValueError, TypeError):
-        return None
-
-
-def _prior(data: RunData) -> adaptive.Prior | None:
-    a, b = data.run.get("prior_a"), data.run.get("prior_b")
-    if a is None or b is None:
-        return None
-    stored = json.loads(data.run.get("prior") or "{}") or {}
-    if stored.get("points"):
-        return adaptive.Prior.from_dict(stored)
-    return adaptive.Prior(float(a), float(b), method=stored.get("method", "fit"))
+    """The run's adaptive settings from its registry record (None for a fixed-n run)."""
+    return data.run.adaptive
 
 
 def posterior_note(data: RunData, short: bool = False) -> str | None:
     """What an adaptive run's estimates are, for the sections that show them (None otherwise)."""
-    prior = _prior(data)
+    prior = data.run.prior
     if adaptive_settings(data) is None or prior is None:
         return None
     if short:
@@ -58,14 +42,6 @@ def posterior_note(data: RunData, short: bool = False) -> str | None:
         f"pass rate and the band shares of the summary) are posterior expectations under the fitted prior, "
         f"{prior.label} (docs/adaptive.md §7, estimates under adaptive stopping)."
     )
-
-
-def _rounds(data: RunData) -> list[dict]:
-    try:
-        rounds = json.loads(data.run.get("rounds") or "[]")
-    except ValueError:
-        return []
-    return rounds if isinstance(rounds, list) else []
 
 
 def adaptive_section(data: RunData, charts: Charts) -> Section | None:
@@ -93,12 +69,12 @@ def adaptive_section(data: RunData, charts: Charts) -> Section | None:
         f"Sampled in rounds until {question}: {acfg.n_min} samples per prompt in round 0, at most "
         f"{acfg.n_max}, round rule {acfg.rule.spec}, prior {acfg.prior}.",
     )
-    prior = _prior(data)
+    prior = data.run.prior
     note = posterior_note(data)
     if note:
         sec.notes.append(note)
     s = data.stats.filter(pl.col("n") > 0)
-    rounds = _rounds(data)
+    rounds = data.run.rounds or ()
     total = int(s["n"].sum()) if s.height else 0
     undecided = int(s["undecided"].fill_null(False).sum()) if "undecided" in s.columns and s.height else 0
     at_top = int((s["n"] >= acfg.n_max).sum()) if s.height else 0
@@ -118,10 +94,10 @@ def adaptive_section(data: RunData, charts: Charts) -> Section | None:
     return sec
 
 
-def _rounds_chart(sec: Section, charts: Charts, rounds: list[dict]) -> None:
-    r = [int(x["round"]) for x in rounds]
-    sampled = [int(x["prompts"]) for x in rounds]
-    spent = [int(x["rollouts"]) for x in rounds]
+def _rounds_chart(sec: Section, charts: Charts, rounds: tuple[RoundCount, ...]) -> None:
+    r = [x.round for x in rounds]
+    sampled = [x.prompts for x in rounds]
+    spent = [x.rollouts for x in rounds]
     fig = figure()
     fig.add_bar(x=r, y=sampled, name="prompts sampled in the round", marker_color="#3366cc")
     fig.add_scatter(
@@ -149,12 +125,12 @@ def _rounds_chart(sec: Section, charts: Charts, rounds: list[dict]) -> None:
             ["round", "prompts sampled", "rollouts", "cumulative rollouts", "shards", "open after the round"],
             [
                 [
-                    str(x["round"]),
-                    fmt(int(x["prompts"])),
-                    fmt(int(x["rollouts"])),
+                    str(x.round),
+                    fmt(x.prompts),
+                    fmt(x.rollouts),
                     fmt(int(c)),
-                    fmt(x.get("shards")),
-                    fmt(x.get("open_after")),
+                    fmt(x.shards),
+                    fmt(x.open_after),
                 ]
                 for x, c in zip(rounds, cum, strict=True)
             ],

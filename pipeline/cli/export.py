@@ -20,7 +20,11 @@ ExportFormat = Annotated[
         show_default=False,
     ),
 ]
+
+
 Output = Annotated[Path, typer.Option("--output", help="The file to write.", show_default=False)]
+
+
 Keep = Annotated[
     str | None,
     typer.Option(
@@ -29,6 +33,8 @@ Keep = Annotated[
         show_default=False,
     ),
 ]
+
+
 Band = Annotated[
     str | None,
     typer.Option(
@@ -38,7 +44,11 @@ Band = Annotated[
         show_default=False,
     ),
 ]
+
+
 GroupSize = Annotated[int, typer.Option("--G", help="The trainer's group size, for the zero-signal rate.")]
+
+
 ExcludeList = Annotated[
     Path | None,
     typer.Option("--exclude-list", help="Write the prompt ids left out, one per line.", show_default=False),

@@ -69,7 +69,7 @@ def training_section(data: RunData, charts: Charts) -> Section:
     training = obs.filter(pc.equal(obs.column("kind"), "training")) if obs is not None and obs.num_rows else None
     if training is None or training.num_rows == 0:
         sec.notes.append(
-            f"No training observations of dataset {data.run.get('dataset')!r} yet: `difficulty track ROLLOUT_DIR "
+            f"No training observations of dataset {data.run.dataset!r} yet: `difficulty track ROLLOUT_DIR "
             "--dataset ...` imports verl's rollout dumps, and the TRL recorder (docs/guide/observations.md) records "
             "a GRPOTrainer's rewards while it trains."
         )
@@ -96,34 +96,7 @@ def training_section(data: RunData, charts: Charts) -> Section:
             )
         )
         if obs.filter(pc.equal(obs.column("source"), profile)).num_rows:
-            table = current.profile_vs_training(obs, profile, source)
-            sec.tables.append(
-                TableView(
-                    f"The profile's prediction against {source}",
-                    [
-                        "profile pass rate",
-                        "groups",
-                        "predicted pass",
-                        "observed pass",
-                        "predicted silent",
-                        "observed silent",
-                    ],
-                    [
-                        [
-                            f"{r['bin_lo']:.1f}-{r['bin_hi']:.1f}",
-                            fmt(r["groups"]),
-                            pct(r["predicted_pass_rate"]),
-                            pct(r["observed_pass_rate"]),
-                            pct(r["predicted_silent"]),
-                            pct(r["observed_silent"]),
-                        ]
-                        for r in table.to_pylist()
-                    ],
-                    "Prompts binned by this profile's posterior mean; each training group (a prompt at a step) is "
-                    "set against the profile's prediction for a group of its size. Agreement within binomial noise: "
-                    "the profile still describes training; a gap: the policy moved.",
-                )
-            )
+            sec.tables.append(_prediction_table(obs, profile, source))
     moved = current.moved_prompts(obs, current.CurrentConfig(forgetting=0.9))
     if moved.num_rows:
         kinds = Counter(zip(moved.column("before").to_pylist(), moved.column("now").to_pylist(), strict=True))
@@ -137,3 +110,33 @@ def training_section(data: RunData, charts: Charts) -> Section:
             )
         )
     return sec
+
+
+def _prediction_table(obs: pa.Table, profile: str, source: str) -> TableView:
+    """The profile's predicted pass and silent rates against what one training source saw."""
+    table = current.profile_vs_training(obs, profile, source)
+    return TableView(
+        f"The profile's prediction against {source}",
+        [
+            "profile pass rate",
+            "groups",
+            "predicted pass",
+            "observed pass",
+            "predicted silent",
+            "observed silent",
+        ],
+        [
+            [
+                f"{r['bin_lo']:.1f}-{r['bin_hi']:.1f}",
+                fmt(r["groups"]),
+                pct(r["predicted_pass_rate"]),
+                pct(r["observed_pass_rate"]),
+                pct(r["predicted_silent"]),
+                pct(r["observed_silent"]),
+            ]
+            for r in table.to_pylist()
+        ],
+        "Prompts binned by this profile's posterior mean; each training group (a prompt at a step) is "
+        "set against the profile's prediction for a group of its size. Agreement within binomial noise: "
+        "the profile still describes training; a gap: the policy moved.",
+    )

@@ -13,13 +13,20 @@ from pipeline.errors import ConfigError
 from pipeline.sample import models
 
 MODEL_COLUMNS = ["name", "ready", "size_mb", "dtype", "source_sha256", "created_at", "path"]
+
+
 ACTIONS = ("list", "prepare")
 
+
 Action = Annotated[str, typer.Argument(help="list (default): the cache; prepare: convert a GGUF into it.")]
+
+
 Gguf = Annotated[
     Path | None,
     typer.Option("--gguf", help="prepare: the GGUF file to convert (default: the bundled SmolLM2-135M)."),
 ]
+
+
 Force = Annotated[bool, typer.Option("--force", help="prepare: convert again even when the folder is cached.")]
 
 

@@ -1,4 +1,4 @@
-"""Observations: ``track`` (import a source) and ``current`` (difficulty now, from all of them)."""
+"""``track``: observations imported from a source (verl dumps, tables, labels, a run)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,19 @@ from typing import Annotated
 import typer
 
 from pipeline.cli.options import DataDir, Format, RunId, open_store
-from pipeline.cli.output import check_format, emit, say
-from pipeline.errors import ConfigError
+from pipeline.cli.output import check_format, emit, plural, say
 
 SourceName = Annotated[
     str | None,
     typer.Option("--source", help="Name of the source in the table (default: from the format and the path)."),
 ]
+
+
 ObsDataset = Annotated[
     str | None, typer.Option("--dataset", help="Stored dataset the source's prompts belong to (see `difficulty sql`).")
 ]
+
+
 ObsDataFile = Annotated[
     Path | None, typer.Option("--data-file", help="Or: the dataset file itself (loaded and stored now).")
 ]
@@ -47,6 +50,17 @@ def track_cmd(
         float | None,
         typer.Option("--score-threshold", help="verl: count score >= this as correct (only when no binary field)."),
     ] = None,
+    final: Annotated[
+        bool, typer.Option("--final", help="verl: training is over, the newest step is complete (import it now).")
+    ] = False,
+    settle: Annotated[
+        float,
+        typer.Option(
+            "--settle",
+            help="verl: the newest step is complete once unchanged this many seconds with as many rollouts as "
+            "the step before.",
+        ),
+    ] = 60.0,
     label: Annotated[
         str | None, typer.Option("--label", help="A pass-rate column of the dataset (llama8b_solve_rate, ...).")
     ] = None,
@@ -83,6 +97,8 @@ def track_cmd(
         model=model,
         correct_field=correct_field,
         score_threshold=score_threshold,
+        final=final,
+        settle_s=settle,
         label=label,
         label_n=label_n,
         counts=counts,
@@ -93,7 +109,7 @@ def track_cmd(
     if cron is not None or interval is not None:
         from dataclasses import asdict
 
-        from pipeline.cli.orchestration import check_schedule
+        from pipeline.cli.schedule_options import check_schedule
         from pipeline.flows import schedule
 
         check_schedule(cron, interval, None)
@@ -109,9 +125,9 @@ def track_cmd(
         emit(pa.Table.from_pylist([{**info, "unmatched_reasons": json.dumps(info["unmatched_reasons"])}]), fmt)
         return
     say(
-        f"source {info['source']}: {info['steps_written']} steps written "
+        f"source {info['source']}: {plural(info['steps_written'], 'step')} written "
         f"({info['steps_already_recorded']} recorded before, {info['steps_pending']} still being written), "
-        f"{info['observations']:,} prompt observations of {info['rollouts']:,} rollouts"
+        f"{plural(info['observations'], 'prompt observation')} of {plural(info['rollouts'], 'rollout')}"
     )
     if result.notes:
         for note in result.notes:
@@ -122,75 +138,3 @@ def track_cmd(
             f"{info['unmatched_rows']:,} rows matched no prompt ({reasons}); kept in the table `unmatched`: "
             f"difficulty sql \"select * from unmatched where source = '{info['source']}'\""
         )
-
-
-def current_cmd(
-    dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset.")] = None,
-    forgetting: Annotated[
-        float, typer.Option("--forgetting", help="Weight of an observation one step older (1: no forgetting).")
-    ] = 1.0,
-    group_size: Annotated[int, typer.Option("--group-size", help="G of the silent probability.")] = 8,
-    with_labels: Annotated[
-        bool, typer.Option("--with-labels", help="Pool other models' labels too (not by default).")
-    ] = False,
-    moved: Annotated[bool, typer.Option("--moved", help="List the prompts that became easy or hard.")] = False,
-    compare: Annotated[
-        tuple[str, str] | None,
-        typer.Option("--compare", help="PROFILE TRAINING: the profile's prediction against what training drew."),
-    ] = None,
-    agree: Annotated[
-        tuple[str, str] | None,
-        typer.Option("--agree", help="SOURCE SOURCE: how often two sources agree within binomial noise."),
-    ] = None,
-    save: Annotated[
-        bool,
-        typer.Option(
-            "--save", help="Store it as a run (current-...) for `export`, `allocate` and SQL (needs --dataset)."
-        ),
-    ] = False,
-    output: Annotated[Path | None, typer.Option("--output", help="Write the result to this file.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
-    data_dir: DataDir = None,
-) -> None:
-    """Each prompt's difficulty now, from every observation (older steps discounted by --forgetting).
-
-    With --save the current difficulty of --dataset becomes a run of its own: `difficulty export --run`
-    writes the dataset back with it, `difficulty allocate --run` spends a budget by it.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from pipeline.cli.output import SQL_FORMATS
-    from pipeline.observe import current, record
-
-    fmt = check_format(fmt, SQL_FORMATS)
-    kinds = ("profile", "training", "label") if with_labels else ("profile", "training")
-    config = current.CurrentConfig(forgetting=forgetting, group_size=group_size, kinds=kinds)
-    store = open_store(data_dir)
-    if save:
-        from pipeline.observe import snapshot
-
-        if dataset is None:
-            raise ConfigError("--save needs --dataset NAME: a run holds one dataset")
-        run_id = snapshot.save_current(store, dataset, config)
-        say(
-            f"run {run_id}: the current difficulty of {dataset} (forgetting {forgetting:g}); "
-            f"`difficulty export --run {run_id} --output ...` or `difficulty allocate --run {run_id}`"
-        )
-        return
-    obs = record.read_observations(store)
-    if dataset is not None:
-        obs = obs.filter(pc.equal(obs.column("dataset"), dataset))
-    if obs.num_rows == 0:
-        raise ConfigError(
-            "no observations yet" + (f" of dataset {dataset!r}" if dataset else "") + ": `difficulty track` first"
-        )
-    if compare is not None:
-        table = current.profile_vs_training(obs, compare[0], compare[1], config=config)
-    elif agree is not None:
-        table = pa.Table.from_pylist([current.label_agreement(obs, agree[0], agree[1])])
-    elif moved:
-        table = current.moved_prompts(obs, config)
-    else:
-        table = current.current_difficulty(obs, config)
-    emit(table, fmt, output)

@@ -9,8 +9,8 @@ import typer
 from pipeline.cli import profile_options as opt
 from pipeline.cli.options import DataDir, Run, open_store
 from pipeline.cli.output import say
-from pipeline.cli.pipeline_cmds import print_run_summary
 from pipeline.cli.profile_options import GRADE_DEFAULTS
+from pipeline.cli.run_summary import print_run_summary
 
 
 def regrade_cmd(
@@ -41,7 +41,7 @@ def regrade_cmd(
     info = regrade(store, run, config, report=report)
     changed = ", ".join(f"{k}: {v}" for k, v in info["changed"].items()) or "none"
     say(f"regraded {info['samples']} samples of {info['source']} with {info['grader']}; verdicts changed: {changed}")
-    print_run_summary(store, info["run_id"])
+    print_run_summary(store, info["run_id"], info["finished"])
     say(f"run {info['run_id']} done (the regrade of {info['source']}); tables under {store.root}")
     if info.get("report"):
         say(f"report: {info['report']}")

@@ -19,8 +19,14 @@ Label = Annotated[
         show_default=False,
     ),
 ]
+
+
 Bootstrap = Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples of the interval.")]
+
+
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the resamples.")]
+
+
 Write = Annotated[bool, typer.Option("--write/--no-write", help="Store the result in the run's summary table.")]
 
 

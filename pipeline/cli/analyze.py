@@ -1,0 +1,106 @@
+"""``analyze``: prompt_stats, weights and summary of a run's or a dataset's counts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from pipeline.analyze import AnalyzeConfig
+from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
+from pipeline.cli.counts import counts_of
+from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
+from pipeline.cli.output import check_format, emit_sections, say
+from pipeline.specs import split_specs
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+# The options' defaults are the configs' own.
+_ANALYSIS_G = ",".join(map(str, AnalyzeConfig.group_sizes))
+
+
+def _pivot_zero_signal(summary: pa.Table) -> pa.Table:
+    import pyarrow as pa
+
+    by_g: dict[int, dict] = {}
+    for r in summary.to_pylist():
+        if r["section"] == "zero_signal" or (r["section"] == "dapo" and r["metric"] == "oversampling_fill"):
+            by_g.setdefault(r["G"], {"G": r["G"]})[r["metric"]] = r["value"]
+    keep = [
+        "G",
+        "observed",
+        "predicted_plugin",
+        "iid",
+        "jensen_gap",
+        "observed_all_correct",
+        "observed_all_wrong",
+        "oversampling_fill",
+    ]
+    return pa.Table.from_pylist([{k: e.get(k) for k in keep} for e in by_g.values()])
+
+
+def _pivot_shares(summary: pa.Table, G: int) -> pa.Table:
+    import pyarrow as pa
+
+    by_e: dict[str, dict] = {}
+    for r in summary.to_pylist():
+        if r["section"] == "gradient_share" and r["G"] == G:
+            entry = by_e.setdefault(r["estimator"], {"estimator": r["estimator"]})
+            entry[r["metric"] if r["band"] == "all" else f"share_{r['band']}"] = r["value"]
+    return pa.Table.from_pylist(list(by_e.values()))
+
+
+def analyze_cmd(
+    run: RunId = None,
+    dataset: DatasetName = None,
+    group_sizes: Annotated[str, typer.Option("--G", help="Group sizes, comma-separated.")] = _ANALYSIS_G,
+    estimators: Estimators = DEFAULT_ESTIMATORS,
+    level: Annotated[float, typer.Option("--level", help="Interval coverage.")] = AnalyzeConfig.level,
+    reco_answers: Annotated[
+        str,
+        typer.Option(
+            "--reco-answers",
+            help="Also the answer-aware ReCo weight (from each prompt's answer histogram; exact, or Monte Carlo "
+            "with its standard error in weight_se for a very wide histogram) at these group sizes, "
+            "comma-separated, as estimator reco_answers in the weights table.",
+        ),
+    ] = "",
+    fmt: Format = "table",
+    data_dir: DataDir = None,
+) -> None:
+    """Compute prompt_stats, weights and summary for a run or a dataset's prior counts.
+
+    The tables replace the run's earlier analysis; the zero-signal rates and gradient shares
+    are printed.
+    """
+    from pipeline import analyze
+
+    fmt = check_format(fmt)
+    config = analyze.AnalyzeConfig(
+        group_sizes=tuple(ints(group_sizes, "--G")),
+        estimators=tuple(split_specs(estimators)),
+        level=level,
+        reco_answers=tuple(ints(reco_answers, "--reco-answers")) if reco_answers.strip() else (),
+    )
+    store = open_store(data_dir)
+    if run is not None and dataset is None:
+        run_id, result = run, analyze.analyze_run(store, run, config)  # an adaptive run's stays posterior
+    else:
+        run_id, counts = counts_of(store, run, dataset)
+        result = analyze.analyze(counts, run_id, config)
+    analyze.write_analysis(store, run_id, result)
+    say(
+        f"analysed {result.prompt_stats.num_rows} prompts of {run_id}; wrote prompt_stats, weights "
+        f"({result.weights.num_rows} rows) and summary under {store.root}",
+        fmt,
+    )
+    G = 8 if 8 in config.group_sizes else config.group_sizes[0]
+    emit_sections(
+        [
+            ("zero_signal", f"zero-signal rate by G ({run_id})", _pivot_zero_signal(result.summary)),
+            ("gradient_share", f"gradient share by band at G={G}", _pivot_shares(result.summary, G)),
+        ],
+        fmt,
+    )

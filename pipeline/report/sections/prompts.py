@@ -1,0 +1,84 @@
+"""Prompts worth a look: silent at G, most weighted, least certain."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from pipeline import estimators as est
+from pipeline.report.charts import Section, TableView, floats, fmt, pct, short
+from pipeline.report.load import ReportConfig, RunData
+
+__all__ = ["prompts_section"]
+
+
+def _prompt_rows(df: pl.DataFrame, extra: list[tuple[str, str, callable]]) -> list[list[str]]:
+    out = []
+    for r in df.iter_rows(named=True):
+        row = [
+            r["prompt_id"],
+            short(r.get("problem")),
+            short(r.get("answer"), 40),
+            f"{r['c']}/{r['n']}",
+            pct(r.get("pass_rate")),
+            f"{pct(r.get('wilson_lo'))}–{pct(r.get('wilson_hi'))}",
+        ]
+        row += [fn(r.get(key)) for _, key, fn in extra]
+        out.append(row)
+    return out
+
+
+def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
+    G = data.G
+    sec = Section("prompts", "Prompts worth a look", f"Silent at G = {G}, most weighted, least certain.")
+    s = data.stats.filter(pl.col("n") > 0)
+    if not s.height:
+        sec.notes.append("No prompt has samples yet.")
+        return sec
+    base = ["prompt", "problem", "answer", "correct", "pass rate", "Wilson interval"]
+    silent = s.filter(pl.col("zero_signal_G") >= 0.999)
+    n_c = silent.filter(pl.col("c") == pl.col("n")).height
+    sec.tables.append(
+        TableView(
+            f"Silent at G = {G}: {silent.height:,} prompts ({pct(silent.height / s.height)}; "
+            f"{n_c:,} all correct, {silent.height - n_c:,} all wrong)",
+            base + [f"silent rate at G = {G}"],
+            _prompt_rows(
+                silent.sort(["n", "prompt_id"], descending=[True, False]).head(cfg.top),
+                [("z", "zero_signal_G", pct)],
+            ),
+            "Every group of these prompts is unanimous: they cost rollouts and teach nothing at this G.",
+        )
+    )
+    spec = est.get(cfg.estimator).spec
+    if data.top_mass is not None and data.top_mass.height:
+        top = data.top_mass.join(s, on="prompt_id", how="left").sort(["mass", "prompt_id"], descending=[True, False])
+        source = "weights table"
+    else:
+        e = est.get(cfg.estimator)
+        p = np.nan_to_num(floats(s, "pass_rate"))
+        top = s.with_columns(pl.Series("weight", e.weight(p, G)), pl.Series("mass", e.mass(p, G)))
+        top = top.sort(["mass", "prompt_id"], descending=[True, False]).head(cfg.top)
+        source = "computed from the pass rates"
+    sec.tables.append(
+        TableView(
+            f"Most weighted by {spec} at G = {G}",
+            base + ["weight w", "update mass m"],
+            _prompt_rows(top.head(cfg.top), [("w", "weight", fmt), ("m", "mass", fmt)]),
+            f"Largest update mass m = w p (1 - p) ({source}): where this estimator's signal goes.",
+        )
+    )
+    uncertain = (
+        s.with_columns((pl.col("wilson_hi") - pl.col("wilson_lo")).alias("width"))
+        .sort(["width", "prompt_id"], descending=[True, False])
+        .head(cfg.top)
+    )
+    sec.tables.append(
+        TableView(
+            "Least certain",
+            base + ["interval width"],
+            _prompt_rows(uncertain, [("width", "width", pct)]),
+            "Widest Wilson intervals: more samples here would change the picture most.",
+        )
+    )
+    return sec

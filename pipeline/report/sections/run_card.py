@@ -1,0 +1,70 @@
+"""The run card: what was sampled, how, and what came back (grade statuses, tables computed for the report)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.report.charts import Section, TableView, fmt, pct, short
+from pipeline.report.load import RunData
+from pipeline.report.sections.rounds import posterior_note
+
+__all__ = ["run_card_section"]
+
+
+def run_card_section(data: RunData) -> Section:
+    run, s = data.run, data.stats
+    sec = Section("run", "Run card", "What was sampled, how, and what came back.")
+    params = ", ".join(f"{k}={v}" for k, v in sorted(data.params.items())) or "not recorded"
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(data.versions.items())) or "not recorded"
+    measured = s.filter(pl.col("n") > 0)
+    sec.items = [
+        ("Run", data.run_id),
+        ("Dataset", str(run.dataset or "")),
+        ("Model", str(run.model or "")),
+        ("Backend", str(run.backend or "")),
+        ("Sampling", params),
+        ("Seed", fmt(run.seed)),
+        ("Grader", str(run.grader or "")),
+        ("Status", str(run.status or "")),
+        ("Created", fmt(run.created_at)),
+        ("Updated", fmt(run.updated_at)),
+        (
+            "Prompts",
+            f"{s.height:,} analysed, {measured.height:,} with samples"
+            + (f" (registry: {run.n_prompts:,})" if run.n_prompts else ""),
+        ),
+        (
+            "Samples",
+            f"{data.sample_info.get('samples') or 0:,}"
+            + (f", {measured['n'].min()}–{measured['n'].max()} per prompt" if measured.height else ""),
+        ),
+        ("Mean pass rate", pct(measured["pass_rate"].mean()) if measured.height else ""),
+        (
+            "All correct / all wrong",
+            (
+                f"{pct((measured['c'] == measured['n']).mean())} / {pct((measured['c'] == 0).mean())}"
+                if measured.height
+                else ""
+            ),
+        ),
+        ("Mean completion tokens", fmt(data.sample_info.get("mean_tokens"), 1)),
+        ("Truncated (finish = length)", fmt(data.sample_info.get("truncated"))),
+        ("Versions", versions),
+    ]
+    if run.prompt_template:
+        sec.items.append(("Prompt template", short(run.prompt_template, 300)))
+    total = sum(r["n"] for r in data.grade_counts) or 1
+    sec.tables.append(
+        TableView(
+            "Grade statuses",
+            ["status", "samples", "share"],
+            [[r["status"], fmt(r["n"]), pct(r["n"] / total)] for r in data.grade_counts],
+            "" if data.grade_counts else "No samples are stored for this run.",
+        )
+    )
+    if data.computed:
+        sec.notes.append("Not stored for this run, computed for this report: " + ", ".join(data.computed) + ".")
+    sec.notes += data.notes
+    if note := posterior_note(data):
+        sec.notes.append(note)
+    return sec

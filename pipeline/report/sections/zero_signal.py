@@ -1,0 +1,111 @@
+"""The zero-signal rate against G: observed, plug-in, iid, and the Jensen gap between them
+(``docs/estimators.md`` §3)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
+from pipeline.report.load import RunData, summary_rows
+from pipeline.report.sections.rounds import posterior_note
+
+__all__ = ["zero_signal_section"]
+
+
+def zero_signal_section(data: RunData, charts: Charts) -> Section:
+    sec = Section(
+        "zero-signal",
+        "Zero-signal rate against G",
+        "The chance that a group of G answers is unanimous (all right or all wrong) "
+        "and teaches nothing (docs/estimators.md §3).",
+    )
+    df = summary_rows(data.summary, "zero_signal").filter(pl.col("G").is_not_null())
+    if not df.height:
+        sec.notes.append("The summary has no zero-signal rows.")
+        return sec
+    Gs = sorted(set(df["G"].to_list()))
+    _chart(sec, charts, data, df, Gs)
+    post = _series(df, Gs, "share_posterior")
+    if note := posterior_note(data, short=True):
+        sec.notes.append(note)
+    elif any(v for v in post if v):
+        first = next(G for G, v in zip(Gs, post, strict=True) if v)
+        sec.notes.append(
+            f"From G = {first} on, some prompts have fewer than G samples; their rates "
+            "are Beta-posterior means, not unbiased estimates."
+        )
+    sec.tables.append(_rates_table(data, df, Gs))
+    return sec
+
+
+def _series(df: pl.DataFrame, Gs: list[int], metric: str) -> list:
+    """One zero-signal metric at each G, None where the summary has no row."""
+    lookup = {r["G"]: r["value"] for r in df.filter(pl.col("metric") == metric).iter_rows(named=True)}
+    return [lookup.get(G) for G in Gs]
+
+
+def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: list[int]) -> None:
+    """Each zero-signal estimate against G, on a log axis, with the run's own G marked."""
+    fig = figure()
+    styles = [
+        (
+            "observed",
+            "observed (unbiased; posterior mean when n < G)",
+            {"width": 3, "color": "#3366cc"},
+        ),
+        (
+            "predicted_plugin",
+            "predicted from per-prompt rates (plug-in, biased up)",
+            {"dash": "dot", "color": "#dc3912"},
+        ),
+        ("iid", "iid from the mean pass rate", {"dash": "dash", "color": "#ff9900"}),
+        ("observed_all_correct", "observed: all correct", {"width": 1.5, "color": "#109618"}),
+        ("observed_all_wrong", "observed: all wrong", {"width": 1.5, "color": "#990099"}),
+    ]
+    for metric, name, line in styles:
+        fig.add_scatter(x=Gs, y=_series(df, Gs, metric), mode="lines+markers", name=name, line=line)
+    fig.update_xaxes(type="log", tickvals=Gs, ticktext=[str(g) for g in Gs])
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    if data.G in Gs:
+        fig.add_vline(x=data.G, line={"dash": "dot", "color": "grey"})
+    sec.charts.append(
+        charts.make(
+            fig,
+            "Share of silent groups by group size",
+            "group size G (log scale)",
+            "share of groups with no signal",
+            "The blue line is what this dataset wastes at each G; its distance above the orange line is "
+            "the Jensen gap: spread-out difficulty wastes more than the mean pass rate suggests.",
+        )
+    )
+
+
+def _rates_table(data: RunData, df: pl.DataFrame, Gs: list[int]) -> TableView:
+    """The rates at each G, with the DAPO oversampling factor that fills a batch."""
+    fill = {
+        r["G"]: r["value"] for r in summary_rows(data.summary, "dapo", metric="oversampling_fill").iter_rows(named=True)
+    }
+    rows = []
+    for G, obs, iid, gap, allc, allw in zip(
+        Gs,
+        _series(df, Gs, "observed"),
+        _series(df, Gs, "iid"),
+        _series(df, Gs, "jensen_gap"),
+        _series(df, Gs, "observed_all_correct"),
+        _series(df, Gs, "observed_all_wrong"),
+        strict=True,
+    ):
+        rows.append([str(G), pct(obs), pct(allc), pct(allw), pct(iid), pct(gap), fmt(fill.get(G))])
+    return TableView(
+        "Zero-signal rates",
+        [
+            "G",
+            "observed",
+            "all correct",
+            "all wrong",
+            "iid",
+            "Jensen gap",
+            "DAPO oversampling 1/(1-D)",
+        ],
+        rows,
+    )

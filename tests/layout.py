@@ -1,0 +1,81 @@
+"""The house's order, declared once: the layers of ``pipeline`` left to right, and the rooms inside
+the packages that hold a stage's rooms. ``test_layers.py`` checks the imports against it and
+``test_docs.py`` checks ``docs/architecture.md`` against it."""
+
+# Left to right: a module may import its own layer's package and anything to its left.
+LAYERS = (
+    "errors",
+    "checks",
+    "paths",
+    "specs",
+    "schema",
+    "grade",
+    "datasets",
+    "sample",
+    # The pure functions of counts sit left of the store: they know nothing of storage, and the run
+    # registry decodes a run's adaptive settings and prior into their records.
+    "stats",
+    "estimators",
+    "prior",
+    "adaptive",
+    "store",
+    "sql",
+    "api",
+    "analyze",
+    "allocate",
+    "finish",
+    "calibrate",
+    "export",
+    "observe",
+    "curriculum",
+    "report",
+    "run",
+    "history",
+    "ingest",
+    "regrade",
+    "integrations",
+    "flows",
+    "cli",
+    "__main__",
+)
+
+# Inside a package that holds a stage's rooms, the rooms form their own order, left to right: a room
+# imports only rooms to its left (and never its package's facade, which imports the rooms).
+ROOMS = {
+    "run": ("progress", "config", "plan", "shards", "rounds", "driver"),
+    "store": ("fs", "files", "registry", "query"),
+    "observe": ("record", "match", "sources", "track", "current", "snapshot"),
+    "report": ("load", "charts", "sections", "compare", "render"),
+    # one module per section, in page order, but ``rounds`` first: the run card, zero-signal and
+    # pass@k sections show its posterior note
+    "report.sections": (
+        "rounds",
+        "run_card",
+        "pass_rates",
+        "weights",
+        "gradient_share",
+        "zero_signal",
+        "allocation",
+        "pass_at_k",
+        "breakdown",
+        "calibration",
+        "training",
+        "answers",
+        "prompts",
+    ),
+}
+
+
+# The modules of ``pipeline/cli/`` that are not a command's: what several commands share. Every other
+# module is command ``x``'s own, ``cli/x.py``; it imports shared modules only, never another command's.
+CLI_SHARED = (
+    "errors",
+    "output",
+    "options",
+    "analysis_options",
+    "profile_options",
+    "schedule_options",
+    "calculator_options",
+    "counts",
+    "run_summary",
+)
