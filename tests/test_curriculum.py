@@ -258,6 +258,9 @@ def test_forgetting_is_by_step_in_replay_trl_verl_and_current(store, monkeypatch
     assert (built[0].n[0], built[0].c[0]) == pytest.approx((want_n, want_c))
 
     # the TRL trainer's curriculum: the recorder's step reaches the policy
+    import trl_fixtures as tf
+
+    tf.store_prompts(store, "unit", ["a"])  # record_rewards checks the dataset is stored
     policy = curriculum.make_policy(f"signal:forgetting={lam}", ["a"])
     outcomes = [[1.0] * 8, [0.0] * 8, [0.0] * 8]
     recorder = rec.record_rewards(
