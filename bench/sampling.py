@@ -6,22 +6,18 @@ the same tokens; the ratio isolates the pipeline's overhead (prompt preparation,
 row building, the Arrow table). Rounds alternate between the two sides and the best round of each
 is kept.
 
-- ``--backend llamacpp`` (default): the bundled GGUF through the pipeline vs a bare
-  llama-cpp-python ``create_chat_completion`` loop (target: pipeline / bare >= 0.9).
 - ``--backend vllm``: the pipeline's ``VllmSampler`` vs a bare ``LLM.generate`` on the same engine
   object (one engine: the same weights, settings and memory on both sides), with the prompts
   rendered by the model's chat template and one ``SamplingParams(n, seed)`` per prompt, seeded as
   the pipeline seeds it (target: pipeline / bare >= 0.95). Without ``--model`` and without CUDA:
   the bundled model, converted for vLLM's CPU build (``difficulty models prepare``).
-- ``--backend xllamacpp``: the pipeline's ``XLlamaCppSampler`` (``--parallel K`` server slots) vs a
-  bare loop of ``Server.handle_chat_completions`` calls, one at a time, on the sampler's own server
-  (``--against server``: the pipeline's overhead, and with K > 1 what the slots gain), or vs the bare
-  llama-cpp-python loop above (``--against llamacpp``: the engine ``make profile`` used before; another
-  llama.cpp build, so other completions).
+- ``--backend xllamacpp`` (default): the pipeline's ``XLlamaCppSampler`` (``--parallel K`` server
+  slots) vs a bare loop of ``Server.handle_chat_completions`` calls, one at a time, on the sampler's
+  own server: the pipeline's overhead (target: pipeline / bare >= 0.9 with one slot), and with K > 1
+  what the slots gain.
 
-    python bench/sampling.py [--backend llamacpp|vllm|xllamacpp] [--model M] [--prompts 8] [--n 4]
-                             [--max-tokens 64] [--threads N] [--rounds 3]
-                             [--parallel K] [--against server|llamacpp]
+    python bench/sampling.py [--backend xllamacpp|vllm] [--model M] [--prompts 8] [--n 4]
+                             [--max-tokens 64] [--threads N] [--rounds 3] [--parallel K]
 
 Prints tokens per second of each side, whether the completions are identical, and their ratio.
 """
@@ -33,7 +29,7 @@ import random
 import time
 
 from pipeline.sample import SamplingParams, derive_seed, make_sampler, render_prompt, template_for
-from pipeline.sample.llamacpp import bundled_model_path, default_threads
+from pipeline.sample.gguf import default_threads
 
 
 def arithmetic_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
@@ -44,27 +40,6 @@ def arithmetic_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
         op = rng.choice(["+", "-", "*"])
         out.append({"prompt_id": f"bench-{i}", "problem": f"{a} {op} {b}"})
     return out
-
-
-def bare_loop(llm, problems, template, params: SamplingParams) -> tuple[int, list[str]]:
-    """The baseline: llama-cpp-python's chat completion in a plain loop, same settings."""
-    tokens, texts = 0, []
-    for p in problems:
-        msgs = [{"role": "user", "content": render_prompt(template, p["problem"])}]
-        for idx in range(params.n):
-            out = llm.create_chat_completion(
-                messages=msgs,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=0,
-                min_p=0.0,
-                repeat_penalty=1.0,
-                max_tokens=params.max_tokens,
-                seed=derive_seed(params.seed, p["prompt_id"], idx),
-            )
-            tokens += out["usage"]["completion_tokens"]
-            texts.append(out["choices"][0]["message"]["content"] or "")
-    return tokens, texts
 
 
 def bare_server_loop(server, problems, template, params: SamplingParams) -> tuple[int, list[str]]:
@@ -190,29 +165,11 @@ def main_xllamacpp(args) -> None:
     problems = arithmetic_problems(args.prompts)
     template = template_for("arithmetic")
     sampler = make_sampler("xllamacpp", None, n_threads=threads, n_ctx=args.n_ctx, parallel=args.parallel)
-    if args.against == "llamacpp":
-        from llama_cpp import Llama
 
-        llm = Llama(
-            model_path=str(bundled_model_path()),
-            n_ctx=args.n_ctx,
-            n_threads=threads,
-            n_threads_batch=threads,
-            n_batch=512,
-            verbose=False,
-        )
+    def bare(ps, params):
+        return bare_server_loop(sampler.server, ps, template, params)
 
-        def bare(ps, params):
-            llm.reset()
-            return bare_loop(llm, ps, template, params)
-
-        label = "bare llama-cpp-python"
-    else:
-
-        def bare(ps, params):
-            return bare_server_loop(sampler.server, ps, template, params)
-
-        label = "bare handle_chat_completions"
+    label = "bare handle_chat_completions"
     # Warm-up: page the weights in on both sides.
     sampler.sample(problems[:1], SamplingParams(n=1, max_tokens=8), template=template)
     bare(problems[:1], SamplingParams(n=1, max_tokens=8))
@@ -234,7 +191,7 @@ def main_xllamacpp(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=("llamacpp", "vllm", "xllamacpp"), default="llamacpp")
+    ap.add_argument("--backend", choices=("xllamacpp", "vllm"), default="xllamacpp")
     ap.add_argument("--model", default=None, help="vllm: a model name or folder (default: the bundled model on CPU)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=4)
@@ -244,66 +201,11 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--parallel", type=int, default=1, help="xllamacpp: server slots")
-    ap.add_argument("--against", choices=("server", "llamacpp"), default="server", help="xllamacpp's baseline")
     args = ap.parse_args()
     if args.backend == "vllm":
         main_vllm(args)
         return
-    if args.backend == "xllamacpp":
-        main_xllamacpp(args)
-        return
-
-    from llama_cpp import Llama
-
-    threads = args.threads or default_threads()
-    params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens, seed=1)
-    problems = arithmetic_problems(args.prompts)
-    template = template_for("arithmetic")
-
-    sampler = make_sampler("llamacpp", None, n_threads=threads, n_ctx=args.n_ctx)
-    bare = Llama(
-        model_path=str(bundled_model_path()),
-        n_ctx=args.n_ctx,
-        n_threads=threads,
-        n_threads_batch=threads,
-        n_batch=512,
-        verbose=False,
-    )
-    # Warm-up: page the weights in on both sides.
-    sampler.sample(problems[:1], SamplingParams(n=1, max_tokens=8), template=template)
-    bare_loop(bare, problems[:1], template, SamplingParams(n=1, max_tokens=8))
-
-    best_pipe = best_bare = 0.0
-    same = True
-    for r in range(args.rounds):
-        t0 = time.perf_counter()
-        table = sampler.sample(problems, params, template=template)
-        t_pipe = time.perf_counter() - t0
-        pipe_tokens = sum(table.column("n_tokens").to_pylist())
-
-        t0 = time.perf_counter()
-        bare_tokens, bare_texts = bare_loop(bare, problems, template, params)
-        t_bare = time.perf_counter() - t0
-
-        same = same and table.column("completion").to_pylist() == bare_texts
-        tps_pipe, tps_bare = pipe_tokens / t_pipe, bare_tokens / t_bare
-        best_pipe, best_bare = max(best_pipe, tps_pipe), max(best_bare, tps_bare)
-        print(
-            f"round {r + 1}: pipeline {pipe_tokens} tok in {t_pipe:.2f}s = {tps_pipe:.1f} tok/s; "
-            f"bare {bare_tokens} tok in {t_bare:.2f}s = {tps_bare:.1f} tok/s"
-        )
-
-    samples = args.prompts * args.n
-    print(
-        f"settings: {args.prompts} prompts x n={args.n}, max_tokens={args.max_tokens}, "
-        f"temperature={args.temperature}, threads={threads}, n_ctx={args.n_ctx}"
-    )
-    print(f"identical completions on both sides: {same}")
-    print(f"pipeline: {best_pipe:.1f} tok/s  bare llama-cpp-python: {best_bare:.1f} tok/s")
-    print(f"mean tokens per sample: {pipe_tokens / samples:.1f}")
-    print(f"ratio pipeline/bare: {best_pipe / best_bare:.3f} (target >= 0.9)")
-    sampler.close()
-    bare.close()
+    main_xllamacpp(args)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ class CheckpointConfig:
     """Where the checkpoints are and how to profile each.
 
     Attributes:
-        folder: folder to scan (GGUF files for xllamacpp and llamacpp, model folders with config.json for vllm).
+        folder: folder to scan (GGUF files for xllamacpp, model folders with config.json for vllm).
         paths: explicit checkpoints (files or folders; for the openai backend, served model ids).
         min_age_s: skip files modified less than this many seconds ago (still being written).
         profile: the profile settings; ``model`` is replaced by each checkpoint.

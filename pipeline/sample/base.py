@@ -214,7 +214,7 @@ class Sampler(Protocol):
     """A sampling backend.
 
     Attributes:
-        backend: the backend name (`llamacpp`, `vllm`, `openai`).
+        backend: the backend name (`xllamacpp`, `vllm`, `openai`, `simulate`).
         model_name: what the run registry records as the model (a path, a hub name, a served id).
     """
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pipeline.errors import MissingDependencyError, MissingFileError, SamplingError
 from pipeline.paths import user_cache
-from pipeline.sample.llamacpp import BUNDLED_NAME, bundled_model_path
+from pipeline.sample.gguf import BUNDLED_NAME, bundled_model_path
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@
 dict handed to `Server.handle_chat_completions`, answered by the server's slots. Nothing is
 compiled at install time, which is why it is the engine of `make profile` (docs/setup.md).
 
-Each sample is one chat request with its own derived seed and the same settings as the llamacpp
-backend (`LlamaCppOptions`), so a rerun reproduces it (same model file, same xllamacpp build, same
+Each sample is one chat request with its own derived seed and llama.cpp's settings
+(`LlamaCppOptions`), so a rerun reproduces it (same model file, same xllamacpp build, same
 threads), whatever shard, neighbours or earlier prompts it has. The server has ``parallel`` slots
 and decodes that many requests in one batch (continuous batching): the requests go in the order
 of the samples, a free slot taking the next, and each row is the same as one request at a time
@@ -36,14 +36,14 @@ from pipeline.sample.base import (
     prepare_prompts,
     rows_to_table,
 )
-from pipeline.sample.llamacpp import LlamaCppOptions, default_threads, gguf_model, overflow_message
+from pipeline.sample.gguf import LlamaCppOptions, default_threads, gguf_model, overflow_message
 
 _EXTRA_HINT = "install it with `make venv-cpu` (pip install -e '.[cpu]')"
 
 
 @dataclass(frozen=True)
 class XLlamaCppOptions(LlamaCppOptions):
-    """Options of the xllamacpp backend: every option of the llamacpp backend (`LlamaCppOptions`), and
+    """Options of the xllamacpp backend: llama.cpp's options (`LlamaCppOptions`), and
 
     Attributes:
         parallel: server slots, 1 to 64: requests decoded together in one batch. Each slot gets
