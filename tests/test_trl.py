@@ -317,7 +317,8 @@ def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
     trainer = GRPOTrainer(
         model=tf.bundled_model_folder(), reward_funcs=recorder, args=tf.grpo_args(tmp_path, G, 8), train_dataset=train
     )
-    trainer.train()
+    with tf.one_torch_thread():
+        trainer.train()
     recorder.flush()
     written = recorder.steps_written
     steps = {step for step, _ in seen}

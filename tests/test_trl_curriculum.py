@@ -247,7 +247,8 @@ def test_real_grpo_trainer_trains_the_policys_choices(shared, store, tmp_path):
     policy = FewestPicks(ids, events)
     args = tf.grpo_args(tmp_path, G, 2 * G)
     trainer = cur.curriculum_trainer(policy, recorder)(model=tf.bundled_model_folder(), args=args, train_dataset=train)
-    trainer.train()
+    with tf.one_torch_thread():
+        trainer.train()
     recorder.close()
     steps = sorted(seen)
     assert steps == [0, 1]
