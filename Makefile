@@ -83,7 +83,7 @@ profile: $(VENV)/.cpu
 
 # The verl venv too: tests/test_verl_curriculum.py runs verl's dataset loading in it.
 test: $(VENV)/.test $(VERL_VENV)/.verl
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # The edit loop's tier: no real model, server or browser (markers: tests/conftest.py SLOW_FIXTURES),
 # and every module of pipeline imported by the tests that ran.
