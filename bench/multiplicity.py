@@ -15,7 +15,7 @@ Two scales by default: the curriculum bench's (2,000 prompts, 256 groups a step)
 worth a group outnumber the batch, and a batch of half the dataset (500 prompts: a small dataset, or
 one mostly solved), where they do not and selection alone must fill the batch with worse prompts.
 
-    PYTHONPATH=$PWD python bench/multiplicity.py [--prompts 2000,500] [--steps 50] [--batch-size 256] [--seeds 3]
+    PYTHONPATH=$PWD python bench/multiplicity.py [--prompts 2000,1000,500] [--steps 50] [--batch-size 256] [--seeds 3]
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def report(out: dict, batch: int) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default="2000,500", help="comma-separated dataset sizes, one table each")
+    parser.add_argument("--prompts", default="2000,1000,500", help="comma-separated dataset sizes, one table each")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=256, help="groups per step")
     parser.add_argument("--G", type=int, default=8)
