@@ -11,9 +11,10 @@ prompts given a group in the last 10 steps) and the distinct prompts per step. P
 selection only (``signal``, the default, and the same ranking by expected mass), and selection with
 multiplicity (``max_groups`` of them). Mean and spread over ``--seeds``.
 
-Two scales by default: the curriculum bench's (2,000 prompts, 256 groups a step), where the prompts
-worth a group outnumber the batch, and a batch of half the dataset (500 prompts: a small dataset, or
-one mostly solved), where they do not and selection alone must fill the batch with worse prompts.
+Three scales by default: the curriculum bench's (2,000 prompts, 256 groups a step), where the prompts
+worth a group outnumber the free groups of a batch; 1,000 prompts; and a batch of half the dataset
+(500 prompts: a small dataset, or one mostly solved), where they do not and selection alone must fill
+the batch with worse prompts. About 6 CPU minutes.
 
     PYTHONPATH=$PWD python bench/multiplicity.py [--prompts 2000,1000,500] [--steps 50] [--batch-size 256] [--seeds 3]
 """

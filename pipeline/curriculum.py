@@ -17,6 +17,10 @@ next batch where the signal is:
   (docs/curriculum.md §5);
 - ``oracle`` (replay only): sees the step's outcomes and picks non-silent groups first, an upper bound.
 
+Multiplicity (``signal:max_groups=M``): ``choose_groups(k)`` hands out ``k`` groups, a prompt getting
+``0..M`` of them (docs/curriculum.md §9); the TRL trainer and the verl dataset lay a prompt's ``m``
+groups out so that the trainer forms ``m`` groups of it.
+
 ``replay`` runs a policy over a training log in observations format; ``forecast`` predicts the yield
 of uniform and of the default policy from a profile alone.
 """
