@@ -82,14 +82,14 @@ def test_max_groups_is_checked_and_replay_refuses_it():
         curriculum.replay(log, "signal:max_groups=2", 1)
 
 
-def test_multiplicity_bench_beats_selection_where_the_batch_is_half_the_prompts():
+def test_multiplicity_bench_beats_selection_where_the_batch_is_half_the_prompts(monkeypatch):
     """The bench's claim, small: on the hard-edge truth with a batch of half the prompts, selection with
     multiplicity trains on more expected update mass per rollout than selection alone, at coverage."""
-    import sys
+    import importlib
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    import multiplicity as bench
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    bench = importlib.import_module("multiplicity")
 
     rates = bench.truth_rates("hard-edge", 200, 30, 8, seed=0)
     sel = bench.simulate(rates, bench.POLICIES[bench.SELECTION], 100, 8, seed=0)
