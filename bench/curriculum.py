@@ -32,18 +32,21 @@ TARGET_COVERAGE = 0.75
 
 
 def _log(p0: np.ndarray, rate: np.ndarray, steps: int, G: int, rng, noise: float) -> pa.Table:
-    """Every prompt at every step: ``c ~ Binomial(G, p_t)``; logits move by ``rate`` plus noise, atoms stay."""
+    """Every prompt at every step: ``c ~ Binomial(G, p_t)``; logits move by ``rate`` plus noise, atoms stay.
+    Column ``p`` keeps the truth's ``p_t`` (``replay`` reads only the log's columns; ``bench/multiplicity.py``
+    draws its own groups from it)."""
     prompts = len(p0)
     fixed = (p0 <= 0) | (p0 >= 1)
     logit = np.log(np.clip(p0, 1e-6, 1 - 1e-6) / (1 - np.clip(p0, 1e-6, 1 - 1e-6)))
     ids = np.array([f"p{i:05d}" for i in range(prompts)])
-    cols: dict[str, list] = {"step": [], "prompt_id": [], "n": [], "c": []}
+    cols: dict[str, list] = {"step": [], "prompt_id": [], "n": [], "c": [], "p": []}
     for t in range(steps):
         p = np.where(fixed, p0, 1 / (1 + np.exp(-logit)))
         cols["step"].append(np.full(prompts, t))
         cols["prompt_id"].append(ids)
         cols["n"].append(np.full(prompts, G))
         cols["c"].append(rng.binomial(G, p))
+        cols["p"].append(p)
         logit = logit + rate + rng.normal(0, noise, prompts)
     return pa.table({k: np.concatenate(v) for k, v in cols.items()})
 

@@ -17,6 +17,10 @@ next batch where the signal is:
   (docs/curriculum.md §5);
 - ``oracle`` (replay only): sees the step's outcomes and picks non-silent groups first, an upper bound.
 
+Multiplicity (``signal:max_groups=M``): ``choose_groups(k)`` hands out ``k`` groups, a prompt getting
+``0..M`` of them (docs/curriculum.md §9); the TRL trainer and the verl dataset lay a prompt's ``m``
+groups out so that the trainer forms ``m`` groups of it.
+
 ``replay`` runs a policy over a training log in observations format; ``forecast`` predicts the yield
 of uniform and of the default policy from a profile alone.
 """
@@ -186,6 +190,10 @@ class SignalConfig:
             ``POPULATION_REFIT`` choices; Jeffreys' until two prompts have an outcome) or
             ``jeffreys`` (from ``Beta(prior_a, prior_b)``).
         prior_a, prior_b: the Beta prior of ``prior=jeffreys`` (Jeffreys').
+        max_groups: multiplicity, the most groups of ``G`` one prompt gets in a step (1: selection
+            only). ``choose_groups(k)`` then hands out ``k`` groups: one to each prompt the coverage
+            target or floor takes, the rest to the best scores, a prompt taking up to ``max_groups``
+            of them (docs/curriculum.md §9).
     """
 
     G: int = 8
@@ -201,9 +209,11 @@ class SignalConfig:
     prior: str = "population"
     prior_a: float = 0.5
     prior_b: float = 0.5
+    max_groups: int = 1
 
     def __post_init__(self) -> None:
         check_int("G", self.G, 1)
+        check_int("max_groups", self.max_groups, 1)
         check_choice("objective", self.objective, ("nonsilent", "mass"))
         check_choice("explore", self.explore, ("thompson", "optimism", "mean"))
         check_number("kappa", self.kappa, 0)
@@ -258,6 +268,25 @@ class _Base:
         return picked
 
     def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    #: The most groups one prompt gets in a step (``choose_groups``); 1: selection only.
+    max_groups = 1
+
+    def choose_groups(self, k: int, among: Sequence[str] | None = None) -> list[str]:
+        """The ``k`` groups of the next step, one prompt id per group: a prompt given ``m`` groups appears
+        ``m`` times, in a row (``m <= max_groups``; without multiplicity, ``choose(k)``)."""
+        return [self.ids[i] for i in self.choose_groups_index(k, self._mask(among))]
+
+    def choose_groups_index(self, k: int, cand: np.ndarray) -> np.ndarray:
+        if self.max_groups == 1:
+            return self.choose_index(k, cand)
+        picked = self._pick_groups(min(int(k), len(cand) * self.max_groups), cand)
+        self.last[picked] = self.t
+        self.t += 1
+        return picked
+
+    def _pick_groups(self, k: int, cand: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
     def update(
@@ -387,21 +416,28 @@ class SignalPolicy(_Base):
         want = math.ceil(self.config.coverage * len(self.ids) - 1e-9)
         return max(0, min(k, want - recent))
 
-    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+    @property
+    def max_groups(self) -> int:  # type: ignore[override]
+        return self.config.max_groups
+
+    def _cover(self, k: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The positions in ``cand`` the coverage target or floor takes this step (one group each), and
+        the scores when they were needed to choose them."""
         m = max(min(k, int(round(self.config.floor * k))), self._coverage_quota(k))
-        s = None
         if m and (self.config.cover == "score" or self.config.coverage):
             # The best scores among the prompts due (not picked in the last ``period`` steps) first,
             # then the best of the others.
             s = self.scores(cand) + 1e-12 * self.rng.random(len(cand))
             due = (self.last[cand] < 0) | (self.t - self.last[cand] >= self.config.period)
-            floor_idx = np.lexsort((-s, ~due))[:m]
-        elif m:
+            return np.lexsort((-s, ~due))[:m], s
+        if m:
             # Least recently picked first; ties (never picked, same step) broken at random.
-            order = np.lexsort((self.rng.random(len(cand)), self.last[cand]))
-            floor_idx = order[:m]
-        else:
-            floor_idx = np.zeros(0, dtype=np.int64)
+            return np.lexsort((self.rng.random(len(cand)), self.last[cand]))[:m], None
+        return np.zeros(0, dtype=np.int64), None
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        floor_idx, s = self._cover(k, cand)
+        m = len(floor_idx)
         rest = np.ones(len(cand), dtype=bool)
         rest[floor_idx] = False
         pool = np.flatnonzero(rest)
@@ -414,6 +450,32 @@ class SignalPolicy(_Base):
         s = s[pool]
         best = pool[np.argpartition(-s, need - 1)[:need]] if need < len(pool) else pool
         return cand[np.concatenate([floor_idx, best])]
+
+    def _pick_groups(self, k: int, cand: np.ndarray) -> np.ndarray:
+        """``k`` groups (``k <= len(cand) * max_groups``): one to each prompt coverage takes, then each
+        further group to the best score among the prompts with fewer than ``max_groups``.
+
+        A prompt's groups in one step are independent draws at one pass rate, so under the posterior
+        each of them is worth the same (the score: a group's non-silent probability or expected update
+        mass), and the ``k`` groups of a step are the budget of ``k G`` rollouts handed out by the
+        allocator's greedy rule (``allocate.allocate_greedy``) for a value linear in the groups, capped
+        at ``max_groups``: the best prompts first, each up to the cap. Each prompt's groups are in a row.
+        """
+        floor_idx, s = self._cover(k, cand)
+        groups = np.zeros(len(cand), dtype=np.int64)
+        groups[floor_idx] = 1
+        need = k - len(floor_idx)
+        if need > 0:
+            if s is None:
+                s = self.scores(cand) + 1e-12 * self.rng.random(len(cand))  # random order among ties
+            order = np.argsort(-s, kind="stable")
+            room = self.max_groups - groups[order]
+            before = np.cumsum(room) - room  # groups the better prompts take
+            groups[order] += np.clip(need - before, 0, room)
+        order = np.flatnonzero(groups)
+        if s is not None:  # the best first, so a truncated read keeps the best
+            order = order[np.argsort(-s[order], kind="stable")]
+        return np.repeat(cand[order], groups[order])
 
 
 class BonusPolicy(_Base):
@@ -585,6 +647,11 @@ def replay(
     bounds = list(starts) + [len(step)]
     oracle = specs.spec_name(policy_name) == "oracle"
     policy = None if oracle else make_policy(policy_name, ids_sorted, prior_n, prior_c, seed=seed, G=G)
+    if policy is not None and policy.max_groups > 1:
+        raise ConfigError(
+            f"policy {policy_name!r}: a log holds the one group each prompt had per step, so a replay cannot give a "
+            "prompt more; multiplicity (max_groups) is measured on simulated truths (bench/multiplicity.py)"
+        )
     rng = np.random.default_rng(seed)
     window_from = len(steps) - COVERAGE_WINDOW
     seen = np.zeros(len(ids_sorted), dtype=bool)

@@ -132,6 +132,45 @@ def test_bad_choices_are_errors(picked, message):
         list(sampler)
 
 
+class Plan:
+    """A policy with ``choose_groups``: replays a fixed plan of groups (one id per group)."""
+
+    def __init__(self, plan):
+        self.plan = iter(plan)
+
+    def choose(self, k):
+        raise AssertionError("a policy with choose_groups is asked for groups")
+
+    def choose_groups(self, k):
+        return next(self.plan)
+
+    def update(self, prompt_ids, n, c):
+        pass
+
+
+def test_sampler_lays_out_a_prompts_groups_in_a_row():
+    """A prompt given m groups fills m runs of G in a row: TRL's ``view(-1, G)`` makes m groups of it."""
+    ids = ["a", "b", "c", "d", "e", "f"]
+    sampler = cur.CurriculumSampler(Plan([["b", "b", "a"], ["c", "a", "a"]]), ids, k=3, G=2, repeat=2)
+    assert list(sampler) == [1, 1, 1, 1, 0, 0] * 2 + [2, 2, 0, 0, 0, 0] * 2
+    assert sampler.chosen == [["b", "b", "a"], ["c", "a", "a"]]
+
+
+@pytest.mark.parametrize(
+    ("plan", "repeats", "message"),
+    [
+        (["a", "b"], True, "must return 3 prompt ids, one per group"),
+        (["a", "b", "a"], True, "in a row"),
+        (["a", "a", "b"], False, "rollouts="),
+        (["a", "a", "z"], True, r"not in .*\['z'\]"),
+    ],
+)
+def test_bad_groups_are_errors(plan, repeats, message):
+    sampler = cur.CurriculumSampler(Plan([plan]), ["a", "b", "c"], k=3, G=2, repeat=1, repeats=repeats)
+    with pytest.raises(ConfigError, match=message):
+        list(sampler)
+
+
 def test_duplicate_dataset_ids_are_an_error():
     with pytest.raises(ConfigError, match=r"'b' is on rows 1 and 2"):
         cur.CurriculumSampler(FewestPicks(["a", "b"]), ["a", "b", "b"], k=1, G=2, repeat=1)
@@ -268,3 +307,66 @@ def test_real_grpo_trainer_trains_the_policys_choices(shared, store, tmp_path):
     assert record.recorded_steps(store, SOURCE) == set(steps)
     # the dataloader fetches one batch ahead: generation t+1 is chosen before generation t is learned
     assert events.index(("choose", 1)) < events.index(("update", 0))
+
+
+@pytest.mark.slow
+def test_real_grpo_trainer_trains_a_prompt_with_two_groups_as_two_groups(shared, store, tmp_path):
+    """2 CPU steps of TRL's GRPOTrainer on the bundled model, 6 GSM8K problems, 3 groups of G = 4 a step,
+    and the signal policy with multiplicity (``max_groups=2``) on a profile where one prompt is clearly
+    the best: it gets two groups, and TRL forms two groups of it, each normalised on its own (a silent
+    group beside a mixed one keeps advantage 0, which one group of 8 would not); no reward is NaN,
+    and the policy and the observations table get the prompt's 2 G completions as one count."""
+    import numpy as np
+    from trl import GRPOTrainer
+
+    from pipeline.curriculum import make_policy
+
+    tf.require_trl()
+    G, k = 4, 3
+    problems, train = tf.gsm8k_train(shared, limit=6, store=store)
+    ids = [p["prompt_id"] for p in problems]
+    calls = defaultdict(list)  # step -> [(prompt ids, rewards)] of the reward function's calls
+
+    def reward(prompts, completions, prompt_id, trainer_state, **kw):
+        # By position: the j-th group of a call has j correct of G, so the groups differ in their means.
+        out = [1.0 if i % G < (i // G) % G else 0.0 for i in range(len(completions))]
+        calls[trainer_state.global_step].append((list(prompt_id), out))
+        return out
+
+    formed = []  # (prompt ids, advantages) of every generation batch the trainer scored
+
+    class Watched(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            formed.append(([x["prompt_id"] for x in inputs], out["advantages"].tolist()))
+            return out
+
+    recorder = rec.record_rewards(reward, data_dir=store, source=SOURCE, dataset="gsm8k")
+    # A profile: ids[0] half right, ids[1] a third, the rest silent.
+    n = np.full(6, 24.0)
+    c = np.array([12.0, 8.0, 0.0, 0.0, 24.0, 24.0])
+    policy = make_policy("signal:objective=mass,coverage=0,max_groups=2", ids, n, c, seed=0, G=G)
+    trainer = cur.curriculum_trainer(policy, recorder, base=Watched)(
+        model=tf.bundled_model_folder(), args=tf.grpo_args(tmp_path, G, k * G), train_dataset=train
+    )
+    with tf.one_torch_thread():
+        trainer.train()
+    recorder.close()
+    chosen = trainer.curriculum_sampler.chosen
+    assert chosen[0] == [ids[0], ids[0], ids[1]]  # m = 2 for the best prompt, 1 for the next, 0 for the rest
+    assert len(formed) == 2 and sorted(calls) == [0, 1]
+    for step, (pids, adv) in enumerate(formed):
+        assert pids == [p for p in chosen[step] for _ in range(G)]  # the trainer's batch is the policy's groups
+        ((got_ids, rewards),) = calls[step]
+        assert got_ids == pids
+        assert all(math.isfinite(r) for r in rewards) and all(math.isfinite(a) for a in adv)
+        for j in range(k):  # each run of G is its own group: its advantages are centred on its own mean
+            group = adv[j * G : (j + 1) * G]
+            assert sum(group) == pytest.approx(0.0, abs=1e-5)
+            assert (max(group) > 0) == (0 < sum(rewards[j * G : (j + 1) * G]) < G)
+    # Step 0's prompt in two groups: the first silent (advantage 0), the second not; as one group of
+    # 2 G its silent half would have been pushed down.
+    assert formed[0][1][:G] == [0.0] * G and max(formed[0][1][G : 2 * G]) > 0
+    table = _table(store)
+    assert table[(0, ids[0])] == (2 * G, 1) and table[(0, ids[1])] == (G, 2)
+    assert record.recorded_steps(store, SOURCE) == {0, 1}

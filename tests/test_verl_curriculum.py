@@ -225,19 +225,17 @@ def _dump_line(text: str, answer: str, correct: bool, step: int) -> str:
     )
 
 
-@pytest.mark.slow
-def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_dir, tmp_path):
-    if not VERL_PYTHON.is_file():
-        pytest.fail(f"{VERL_PYTHON} is missing: run `make venv-verl` (make test builds it)")
+def _files_and_profile(store, tmp_path):
+    """The verl train and validation files of ``_problems()``, stored as ``difficulty load --data-file``
+    stores them, with the profile of ``_profile_counts`` at step 0: ``(texts, rows, train, val, ids, dataset)``."""
     from pipeline.observe import track
-    from pipeline.sample import models
 
     texts = _problems()
     rows = _verl_rows(texts)
     train, val = tmp_path / "sums.parquet", tmp_path / "sums-val.parquet"
     pq.write_table(pa.Table.from_pylist(rows), train)
     pq.write_table(pa.Table.from_pylist(rows[:4]), val)
-    problems = track.dataset_problems(store, data_file=train)  # as `difficulty load --data-file` stores them
+    problems = track.dataset_problems(store, data_file=train)
     pid = dict(zip(problems.column("problem").to_pylist(), problems.column("prompt_id").to_pylist(), strict=True))
     ids = [pid[t] for t in texts]
     dataset = problems.column("dataset")[0].as_py()
@@ -251,7 +249,81 @@ def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_d
             source, "profile", 0, dataset, ids, n.astype(int).tolist(), c.astype(int).tolist(), None
         ),
     )
+    return texts, rows, train, val, ids, dataset
 
+
+def _run_driver(spec: dict, cwd: Path) -> dict:
+    """One report of the verl driver that exits after it (no stdin exchange)."""
+    proc = subprocess.run(
+        [str(VERL_PYTHON), str(DRIVER), json.dumps(spec)], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report, _ = _report(proc.stdout.splitlines())
+    assert report is not None, proc.stdout[-4000:]
+    return report
+
+
+@pytest.mark.slow
+def test_verl_forms_two_groups_of_a_prompt_given_two_slots(store, data_dir, tmp_path):
+    """Multiplicity in verl: the signal policy with ``max_groups=2`` on the profile fills a batch of 8 slots
+    with 4 of the 20 middle prompts, twice each and in a row; verl's own loading yields those rows, its
+    trainer's uid-then-repeat makes two groups of ``rollout.n`` of each, and its GRPO advantage
+    normalises each on its own (a silent group beside a mixed one keeps advantage 0). No NaN."""
+    if not VERL_PYTHON.is_file():
+        pytest.fail(f"{VERL_PYTHON} is missing: run `make venv-verl` (make test builds it)")
+    from pipeline.sample import models
+
+    _, _, train, val, ids, dataset = _files_and_profile(store, tmp_path)
+    policy = "signal:objective=mass,coverage=0,max_groups=2"
+    rollout_n = 4
+    spec = {
+        "train": str(train),
+        "val": str(val),
+        "tokenizer": str(models.prepare().path),
+        "batch": BATCH,
+        "rollout_n": rollout_n,
+        "overrides": [
+            f"+data.curriculum.data_dir={data_dir}",
+            "+data.curriculum.group_size=8",
+            "+data.curriculum.seed=0",
+            f"+data.curriculum.policy='{policy}'",
+        ],
+    }
+    got = _run_driver(spec, tmp_path)
+    indices, uids, rewards, adv = got["indices"], got["uids"], got["rewards"], got["advantages"]
+    assert len(indices) == BATCH * rollout_n
+    slots = indices[::rollout_n]  # the batch's rows, before verl repeats them
+    assert all(indices[j * rollout_n : (j + 1) * rollout_n] == [slots[j]] * rollout_n for j in range(BATCH))
+    assert Counter(slots) == Counter({i: 2 for i in set(slots)}) and set(slots) <= set(MID)
+    assert all(slots[2 * j] == slots[2 * j + 1] for j in range(BATCH // 2))  # a prompt's groups in a row
+    # The same policy on the same counts chooses the same slots.
+    now = vc.ObservedCounts(store, dataset, ids, forgetting=0.9)()
+    twin = vc.CurriculumSchedule(ids, BATCH, policy=policy, seed=0, group_size=8, counts=lambda: now)
+    twin.next_row()
+    assert slots == [ids.index(p) for p in twin.chosen[0]]
+    # verl's groups: one uid per slot, so each prompt given two slots is two groups of rollout.n.
+    groups = {}
+    for i, u in zip(indices, uids, strict=True):
+        groups.setdefault(u, []).append(i)
+    assert len(groups) == BATCH and all(len(g) == rollout_n for g in groups.values())
+    per_prompt = Counter(g[0] for g in groups.values())
+    assert all(per_prompt[i] == 2 for i in set(slots))
+    assert all(np.isfinite(rewards)) and all(np.isfinite(adv))
+    for j in range(BATCH):
+        group = adv[j * rollout_n : (j + 1) * rollout_n]
+        assert sum(group) == pytest.approx(0.0, abs=1e-4)
+    assert adv[:rollout_n] == [0.0] * rollout_n and max(adv[rollout_n : 2 * rollout_n]) > 0
+
+
+@pytest.mark.slow
+def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_dir, tmp_path):
+    if not VERL_PYTHON.is_file():
+        pytest.fail(f"{VERL_PYTHON} is missing: run `make venv-verl` (make test builds it)")
+    from pipeline.observe import track
+    from pipeline.sample import models
+
+    texts, rows, train, val, ids, dataset = _files_and_profile(store, tmp_path)
+    n, c = _profile_counts()
     spec = {
         "train": str(train),
         "val": str(val),

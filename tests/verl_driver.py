@@ -6,6 +6,12 @@ does (hydra-composed ``ppo_trainer`` config with the command line's overrides, `
 naming the curriculum dataset. Prints one JSON line (after ``MARK``) after ``batches`` batches, waits for a line on
 stdin (the test imports a new rollout step meanwhile), then prints one after ``batches`` more.
 Each batch is listed as its rows' ``extra_info.index``.
+
+With ``rollout_n`` in the spec it instead forms the first batch's groups as ``RayPPOTrainer.fit`` does
+(a ``uid`` per batch row, then ``batch.repeat(rollout_n, interleave=True)``), scores each rollout by
+its position (the ``j``-th group of the batch has ``j mod rollout_n`` correct), computes verl's GRPO
+advantages grouped by ``uid`` (``compute_grpo_outcome_advantage``), and prints each rollout's
+``extra_info.index``, ``uid``, reward and advantage.
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ def main(spec: dict) -> None:
         collate_fn=collate_fn,
     )
     val_indices = [int(e["index"]) for b in val_loader for e in b["extra_info"]]
+    if "rollout_n" in spec:
+        emit(groups(next(iter(loader)), int(spec["rollout_n"])))
+        return
 
     def epochs():
         while True:  # the trainer's `for epoch ...: for batch_dict in self.train_dataloader`
@@ -84,6 +93,34 @@ def main(spec: dict) -> None:
     sys.stdin.readline()
     second = draw()
     emit({"latest_step": train.schedule.counts.latest_step, "indices": second})
+
+
+def groups(batch_dict: dict, n: int) -> dict:
+    """verl's groups of one batch (module docstring): the trainer's own lines, then its advantage."""
+    import uuid
+
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    batch = DataProto.from_single_dict(batch_dict)
+    # RayPPOTrainer.fit: "add uid to batch", then each row repeated rollout.n times, interleaved.
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch.batch))], dtype=object)
+    batch = batch.repeat(repeat_times=n, interleave=True)
+    rows = len(batch.batch)
+    rewards = [1.0 if i % n < (i // n) % n else 0.0 for i in range(rows)]
+    token_rewards = torch.zeros(rows, 3)
+    token_rewards[:, -1] = torch.tensor(rewards)
+    advantages, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=token_rewards, response_mask=torch.ones(rows, 3), index=batch.non_tensor_batch["uid"]
+    )
+    return {
+        "indices": [int(e["index"]) for e in batch.non_tensor_batch["extra_info"]],
+        "uids": [str(u) for u in batch.non_tensor_batch["uid"]],
+        "rewards": rewards,
+        "advantages": advantages[:, -1].tolist(),
+    }
 
 
 if __name__ == "__main__":

@@ -2,17 +2,24 @@
 
 ``curriculum_trainer(policy, recorder)`` returns a ``GRPOTrainer`` subclass that
 
-- samples prompts by asking ``policy.choose(k)`` once per generation batch, ``k`` the prompts TRL
-  generates for at once (``generation_batch_size // num_generations``), and yields their dataset
+- samples prompts by asking ``policy.choose(k)`` once per generation batch, ``k`` the groups TRL
+  generates at once (``generation_batch_size // num_generations``), and yields their dataset
   indices in ``RepeatSampler``'s layout: each index ``num_generations`` times in a row, the batch of
   ``k`` repeated ``num_iterations * steps_per_generation`` times (TRL reuses one generation for that many
   dataloader batches);
+- with a policy that has ``choose_groups(k)`` (``pipeline.curriculum``'s; multiplicity when its
+  ``max_groups`` > 1), asks that instead: ``k`` prompt ids, one per group, a prompt given ``m`` groups
+  ``m`` times in a row. Its index then fills ``m`` consecutive runs of ``num_generations``, and TRL,
+  which forms groups by position (``rewards.view(-1, num_generations)``), trains ``m`` groups of it,
+  each normalised on its own: per-prompt rollouts the trainer really generates, no completion masked;
 - rewards through ``recorder`` (a ``RewardRecorder`` of ``record_rewards``, which writes each step's
   per-prompt ``(n, c)`` to the ``observations`` table, ``docs/estimators.md`` §1), then hands those same
   counts, training calls only, to ``policy.update(prompt_ids, n, c, step=...)`` (the recorder's step,
   ``trainer_state.global_step``, when ``update`` takes a ``step``: forgetting is then by step, as in
-  ``observe/current``). Per-prompt rollout counts are the
-  recorder's ``rollouts=`` (NaN past a prompt's count; see ``pipeline.integrations.trl``)::
+  ``observe/current``); a prompt with ``m`` groups is one count, ``n = m * num_generations``.
+  The recorder's ``rollouts=`` (NaN past a prompt's count; see ``pipeline.integrations.trl``) is the
+  older way to vary rollouts, spending the masked ones' compute; it reads a run of one prompt's
+  completions as one group, so a batch with a prompt in several groups refuses it::
 
     from pipeline.integrations.trl import record_rewards
     from pipeline.integrations.trl_curriculum import curriculum_trainer
@@ -56,7 +63,8 @@ class CurriculumPolicy(Protocol):
     """Chooses the next prompts and learns from their outcomes (``pipeline.curriculum``'s interface)."""
 
     def choose(self, k: int) -> list[str]:
-        """The ``k`` distinct prompt ids of the next generation batch."""
+        """The ``k`` distinct prompt ids of the next generation batch (a policy may instead have
+        ``choose_groups(k)``: ``k`` ids, one per group, repeats in a row; module docstring)."""
         ...
 
     def update(self, prompt_ids: list[str], n: list[int], c: list[int]) -> None:
@@ -69,11 +77,15 @@ class CurriculumSampler:
     """Dataset indices of the policy's choices in TRL's ``RepeatSampler`` layout (module docstring).
 
     One epoch has as many generation batches as ``RepeatSampler`` would (``len(dataset) // k``), so the
-    Trainer's epoch and step arithmetic is unchanged; each batch is a fresh ``choose(k)``.
-    ``chosen`` keeps every choice, in order.
+    Trainer's epoch and step arithmetic is unchanged; each batch is a fresh ``choose(k)``, or
+    ``choose_groups(k)`` where the policy has it (a prompt in ``m`` groups ``m`` times in a row; with
+    ``repeats=False`` a prompt in two groups is an error). ``chosen`` keeps every choice, in order,
+    one id per group.
     """
 
-    def __init__(self, policy: CurriculumPolicy, ids: list[str], *, k: int, G: int, repeat: int) -> None:
+    def __init__(
+        self, policy: CurriculumPolicy, ids: list[str], *, k: int, G: int, repeat: int, repeats: bool = True
+    ) -> None:
         for name, value in (("k", k), ("G", G), ("repeat", repeat)):
             check_int(name, value, 1)
         index: dict[str, int] = {}
@@ -85,16 +97,34 @@ class CurriculumSampler:
         self.policy = policy
         self.index = index
         self.k, self.G, self.repeat = k, G, repeat
+        self.groups = callable(getattr(policy, "choose_groups", None))
+        self.repeats = repeats
         self.batches = len(ids) // k
         self.chosen: list[list[str]] = []
 
     def choose(self) -> list[int]:
-        pids = [str(p) for p in self.policy.choose(self.k)]
-        if len(pids) != self.k or len(set(pids)) != self.k:
-            raise ConfigError(f"policy.choose({self.k}) returned {pids!r}: it must return {self.k} distinct prompt ids")
+        if self.groups:
+            call = f"policy.choose_groups({self.k})"
+            pids = [str(p) for p in self.policy.choose_groups(self.k)]
+            if len(pids) != self.k:
+                raise ConfigError(f"{call} returned {pids!r}: it must return {self.k} prompt ids, one per group")
+            runs = [p for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
+            if len(set(runs)) != len(runs):
+                raise ConfigError(f"{call} returned {pids!r}: a prompt's groups must be in a row")
+            if not self.repeats and len(runs) != len(pids):
+                raise ConfigError(
+                    f"{call} gave a prompt several groups ({pids!r}), but the recorder's rollouts= reads a run of one "
+                    "prompt's completions as one group: leave rollouts= out (multiplicity replaces it) or use "
+                    "max_groups=1"
+                )
+        else:
+            call = f"policy.choose({self.k})"
+            pids = [str(p) for p in self.policy.choose(self.k)]
+            if len(pids) != self.k or len(set(pids)) != self.k:
+                raise ConfigError(f"{call} returned {pids!r}: it must return {self.k} distinct prompt ids")
         unknown = [p for p in pids if p not in self.index]
         if unknown:
-            raise ConfigError(f"policy.choose({self.k}) returned prompt ids not in the training dataset: {unknown}")
+            raise ConfigError(f"{call} returned prompt ids not in the training dataset: {unknown}")
         self.chosen.append(pids)
         return [self.index[p] for p in pids]
 
@@ -190,6 +220,7 @@ def curriculum_trainer(policy: CurriculumPolicy, recorder: RewardRecorder, base:
                 k=self.args.generation_batch_size // self.num_generations,
                 G=self.num_generations,
                 repeat=self.num_iterations * self.args.steps_per_generation,
+                repeats=recorder.rollouts is None,
             )
             return self.curriculum_sampler
 

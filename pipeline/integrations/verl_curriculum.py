@@ -21,7 +21,12 @@ importing this module never imports verl)::
 The dataset of ``data.train_files`` ignores the index the sampler asks for: the ``j``-th item the
 dataloader fetches is slot ``j mod B`` of curriculum batch ``j // B`` (``B`` verl's batch,
 ``data.gen_batch_size`` or ``data.train_batch_size``), and each curriculum batch is one
-``policy.choose(B)`` over the file's prompts, so ``data.shuffle`` does not matter. The counter lives
+``policy.choose_groups(B)`` over the file's prompts, so ``data.shuffle`` does not matter. With
+multiplicity (a policy with ``max_groups`` > 1, e.g. ``signal:objective=mass,max_groups=2``) a prompt
+fills ``m`` slots of a batch, in a row: verl gives every batch row its own ``uid`` before it repeats
+each row ``actor_rollout_ref.rollout.n`` times (``RayPPOTrainer.fit``), and its group advantages
+(``compute_grpo_outcome_advantage``) group by ``uid``, so the prompt trains as ``m`` groups of ``n``
+rollouts each, all generated, none masked. The counter lives
 in the one process that iterates: ``data.dataloader_num_workers`` must be 0 (each worker would count
 on its own), as verl's removed curriculum sampler required too. The dataset of ``data.val_files`` is
 verl's own, unchanged.
@@ -154,7 +159,8 @@ class CurriculumSchedule:
 
     ``row_ids`` holds each row's prompt id; a prompt on several rows is drawn as its first row. Before
     each batch ``counts()`` is asked for the current ``(n, c)`` per prompt of ``self.ids`` (None: no
-    change), then ``policy.choose(B)`` picks the batch. ``chosen`` keeps every batch's ids, in order.
+    change), then ``policy.choose_groups(B)`` fills the batch's ``B`` slots (a prompt given ``m``
+    groups in ``m`` slots in a row). ``chosen`` keeps every batch's ids, in order, one per slot.
     """
 
     def __init__(
@@ -170,14 +176,16 @@ class CurriculumSchedule:
         first: dict[str, int] = {}
         for i, pid in enumerate(row_ids):
             first.setdefault(str(pid), i)
-        if batch < 1 or batch > len(first):
+        self.ids = list(first)
+        self.policy = make_policy(policy, self.ids, seed=seed, G=group_size)
+        most = len(first) * self.policy.max_groups
+        if batch < 1 or batch > most:
             raise ConfigError(
                 f"batch size {batch} must be between 1 and the {len(first)} distinct prompts of the train file"
+                + (f" times max_groups={self.policy.max_groups}" if self.policy.max_groups > 1 else "")
             )
-        self.ids = list(first)
         self.first_row = first
         self.batch = batch
-        self.policy = make_policy(policy, self.ids, seed=seed, G=group_size)
         self.counts = counts
         self.fetched = 0
         self.rows: list[int] = []
@@ -197,7 +205,7 @@ class CurriculumSchedule:
             n, c = got
             # Discounted to the newest step imported: later updates age them from there.
             self.policy.set_counts(n, c, getattr(self.counts, "latest_step", None))
-        pids = self.policy.choose(self.batch)
+        pids = self.policy.choose_groups(self.batch)
         self.chosen.append(pids)
         self.rows = [self.first_row[p] for p in pids]
 
