@@ -156,7 +156,8 @@ def test_current_difficulty_saved_as_a_run_feeds_export_and_allocate(tmp_path, d
     out = runner.invoke(app, ["export", "--run", run_id, "--output", str(tmp_path / "out.jsonl")])
     assert out.exit_code == 0, out.output
     exported = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    measured = [r[f"difficulty_{run_id}"] for r in exported if r[f"difficulty_{run_id}"]["n"]]
+    measured = [r["difficulty"] for r in exported if r["difficulty"]["n"]]
+    assert {m["run_id"] for m in measured} == {run_id}
     assert sorted((m["n"], m["c"]) for m in measured) == [(4, 0), (6, 5)]
 
 
