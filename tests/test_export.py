@@ -15,11 +15,13 @@ passes ``extra_info`` to the score function. ``check_verl_row`` asserts exactly 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import datasets as hf
 import pyarrow.parquet as pq
 import pytest
+import trl_fixtures as tf
 from typer.testing import CliRunner
 
 from pipeline import analyze, datasets
@@ -362,3 +364,54 @@ def test_gsm8k_with_the_bundled_model_round_trips(shared, tmp_path, close_engine
     _cli("load", "gsm8k", "--data-file", str(out), "--data-dir", str(again))
     ids = store.read_table("problems", {"dataset": "gsm8k"}).column("prompt_id").to_pylist()
     assert Store(again).read_table("problems").column("prompt_id").to_pylist() == ids and set(ids) == set(stats)
+
+
+# --- TRL's GRPOTrainer on the export, as written ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_grpo_trainer_trains_one_step_on_the_trl_export(shared, tmp_path):
+    """1 CPU step of TRL's GRPOTrainer on the bundled model, on the `export --format trl` file as
+    `datasets` loads it: no column renamed, added or dropped. The reward reads `answer`, the recorder
+    `prompt_id`, and both see the `difficulty` of the run exported."""
+    tf.require_trl()
+    import torch
+    from trl import GRPOTrainer
+
+    from pipeline.integrations.trl import record_rewards
+    from pipeline.observe import record
+
+    store = Store.open(tmp_path / "data")
+    run_id = _profile(store, shared / "gsm8k/test.jsonl", "--dataset", "gsm8k", "--limit", "2", "--n", "4")
+    out = tmp_path / "train.parquet"
+    _cli("export", "--run", run_id, "--format", "trl", "--output", str(out), "--data-dir", str(store.root))
+    train = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    # GSM8K's own answer is its worked solution: TRL's `answer` is the gold number, the solution kept aside
+    assert all(o.endswith(f"#### {a}") for o, a in zip(train["original_answer"], train["answer"], strict=True))
+    calls = []
+
+    def correct(completions, answer, prompt_id, difficulty, **kwargs):
+        calls.append((list(prompt_id), {d["run_id"] for d in difficulty}))
+        texts = [c[-1]["content"] for c in completions]  # conversational: the completion's messages
+        return [
+            1.0 if (found := re.findall(r"-?\d+", t)) and found[-1] == a else 0.0
+            for t, a in zip(texts, answer, strict=True)
+        ]
+
+    recorder = record_rewards(correct, data_dir=store, source="trl:export", dataset="gsm8k")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two cores shared: one thread is as quick on a 135M model, and leaves one free
+    try:
+        args = tf.grpo_args(tmp_path, G=2, batch=2, steps=1)
+        trainer = GRPOTrainer(model=tf.bundled_model_folder(), reward_funcs=recorder, args=args, train_dataset=train)
+        trainer.train()
+    finally:
+        torch.set_num_threads(threads)
+        recorder.close()
+    assert trainer.state.global_step == 1
+    assert calls and all(runs == {run_id} for _, runs in calls)
+    exported = set(train["prompt_id"])
+    assert {pid for ids, _ in calls for pid in ids} <= exported
+    rows = record.read_observations(store, "trl:export").to_pylist()
+    assert rows and {r["prompt_id"] for r in rows} <= exported and {r["step"] for r in rows} == {0}
+    assert sum(r["n"] for r in rows) == sum(len(ids) for ids, _ in calls)
