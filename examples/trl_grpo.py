@@ -48,7 +48,9 @@ counts = train["difficulty"]
 policy = make_policy(
     "signal", train["prompt_id"], [d["n"] or 0 for d in counts], [d["c"] or 0 for d in counts], G=args.G
 )
-recorder = record_rewards(correct, data_dir=args.data_dir, source="trl:example", dataset=run["dataset"])
+recorder = record_rewards(
+    correct, data_dir=args.data_dir, source="trl:example", dataset=run["dataset"], model=run["model"]
+)
 Trainer = curriculum_trainer(policy, recorder)
 trainer = Trainer(
     model=str(prepare().path),  # the bundled SmolLM2-135M-Instruct, converted once for transformers

@@ -85,6 +85,7 @@ def test_every_command_of_the_page_runs_as_written(tmp_path):
         outputs[command[1]] = proc.stdout
 
     import pipeline
+    from pipeline.observe.current import FORGETTING
 
     data = pipeline.open(tmp_path / "demo-data")
     run = data.runs().pl().row(0, named=True)
@@ -95,7 +96,10 @@ def test_every_command_of_the_page_runs_as_written(tmp_path):
     steps = data.sql("select step, prompt_id, n from observations where source = 'trl:example'").fetchall()
     assert {pid for _, pid, _ in steps} <= ids
     assert {s: sum(n for t, _, n in steps if t == s) for s, _, _ in steps} == {0: 4, 1: 4}
-    assert "pooled 1 source" in outputs["current"] and "trl:example (training" in outputs["current"]
+    model = run["model"]  # the recorder's model is the profile's: one policy, pooled without a warning
+    assert f"pooled 1 source (forgetting {FORGETTING:g}), 1 model: {model}" in outputs["current"]
+    assert f"trl:example (training, {model}; steps 0-1): " in outputs["current"]
+    assert "left out: profile:" in outputs["current"] and "warning" not in outputs["current"]
     batches = [line for line in outputs["examples/verl_curriculum.py"].splitlines() if line.startswith("batch ")]
     assert len(batches) == 3
     for line in batches:  # 4 distinct prompts of the run, by the top-level prompt_id verl carried through

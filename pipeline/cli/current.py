@@ -21,10 +21,8 @@ def _pooled_lines(summary: list[dict], forgetting: float) -> list[str]:
     models are pooled together."""
     pooled = [s for s in summary if s["pooled"]]
     models = sorted({m for s in pooled for m in s["models"]})
-    lines = [
-        f"pooled {plural(len(pooled), 'source')} (forgetting {forgetting:g}), "
-        f"{plural(len(models), 'model')}: {', '.join(models) or 'not recorded'}"
-    ]
+    named = f"{plural(len(models), 'model')}: {', '.join(models)}" if models else "no model recorded"
+    lines = [f"pooled {plural(len(pooled), 'source')} (forgetting {forgetting:g}), {named}"]
     for s in pooled:
         lo, hi = s["steps"]
         steps = f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
