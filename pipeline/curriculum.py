@@ -38,6 +38,7 @@ import pyarrow as pa
 from pipeline import estimators, specs
 from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError, DatasetError
+from pipeline.observe.current import FORGETTING
 from pipeline.prior import Prior, fit_grid_prior, posterior_nodes
 from pipeline.stats import beta_moment
 
@@ -201,7 +202,7 @@ class SignalConfig:
     estimator: str = "grpo"
     explore: str = "mean"
     kappa: float = 1.0
-    forgetting: float = 0.9
+    forgetting: float = FORGETTING
     floor: float = 0.0
     cover: str = "score"
     coverage: float = 0.75
@@ -486,7 +487,7 @@ class BonusPolicy(_Base):
     name = "bonus"
 
     def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, G: int = 8, beta: float = 1.0,
-                 forgetting: float = 0.9):  # fmt: skip
+                 forgetting: float = FORGETTING):  # fmt: skip
         check_number("beta", beta, 0)
         check_number("forgetting", forgetting, 0, 1, lo_open=True)
         super().__init__(prompt_ids, n, c, seed=seed, forgetting=forgetting)

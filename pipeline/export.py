@@ -1,23 +1,38 @@
-"""A run's dataset written back in its own format, with the run's measurements on every row.
+"""A run's dataset written back in a trainer's format, with the run's measurements on every row.
 
 A user starts from the file their trainer reads; ``export_run`` writes that file back: every row
-of the run's dataset with its original fields as they were loaded (``problems.original``), plus one
-field named after the run, ``difficulty_<run_id>``, holding the measurements of the row's prompt:
+of the run's dataset with its original fields as they were loaded (``problems.original``), plus two
+fields whose names never depend on the run, so a reward function or a curriculum reads the same
+key after every new profile or ``current --save``:
 
-    prompt_id, status, n, c, pass_rate, interval_lo, interval_hi, interval_level (Wilson),
+- ``prompt_id``, top level: the pipeline's id of the row's prompt (what ``observations``, the TRL
+  recorder and the curriculum policies key on);
+- ``difficulty`` (``ExportConfig.field``; ``--field`` renames it), the measurements of the row's prompt:
+
+    run_id, prompt_id, status, n, c, pass_rate, interval_lo, interval_hi, interval_level (Wilson),
     band, G, zero_signal (rate at the trainer's G), n_rollouts (the allocation, when one exists)
 
 Formats:
 
 - ``verl``: Parquet in verl's RL layout. A verl row is written back with the measurements inside
   its ``extra_info`` mapping (verl's ``RLHFDataset`` reads ``extra_info`` with ``.get``: extra keys
-  are passed through to reward functions); every other field is untouched. A row of another
-  format becomes a verl row: ``data_source`` (the dataset), ``prompt`` (the run's template
-  applied to the problem, as one user message), ``ability`` ``math``, ``reward_model``
-  (``style`` ``rule``, ``ground_truth``), and ``extra_info`` holding the original fields, ``index``
-  and the measurements.
-- ``parquet`` and ``jsonl``: the original rows with the measurements as one more top-level field.
-  A JSON Lines row is its original line, as written, with the field appended.
+  are passed through to reward functions) and ``prompt_id`` as one more column (verl passes extra
+  columns through to the batch); every other field is untouched. A row of another format becomes a
+  verl row: ``data_source`` (the dataset), ``prompt`` (the run's template applied to the problem, as
+  one user message), ``ability`` ``math``, ``reward_model`` (``style`` ``rule``, ``ground_truth``),
+  and ``extra_info`` holding the original fields, ``index`` and the measurements.
+- ``trl``: Parquet as TRL's ``GRPOTrainer`` reads it: ``prompt`` (conversational: the messages the
+  run sent, a verl row's own or the run's template applied as one user message), ``answer`` (the gold
+  answer the run graded against, which TRL hands to reward functions as ``answer=``), ``prompt_id``
+  and the measurements as top-level columns, then the original fields. An original ``prompt`` or
+  ``answer`` that differs from these is kept as ``original_prompt`` / ``original_answer``.
+- ``parquet`` and ``jsonl``: the original rows with ``prompt_id`` and the measurements as top-level
+  fields. A JSON Lines row is its original line, as written, with the two fields appended.
+
+A row that has a field of the measurements' name already, or a ``prompt_id`` of its own, is an
+error naming it (``--field`` picks another name), unless it is an earlier export's (a mapping with
+``run_id`` and ``pass_rate``), which is replaced. A row the pipeline rebuilt (a hub or generated
+dataset, with no stored original) has its difficulty label as ``difficulty_label``.
 
 Which rows: ``keep`` selects a band of the measured pass rate ``p = c / n`` with edges
 ``lo < hi`` (default 0 and 1): ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``, ``informative``
@@ -60,19 +75,24 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "BANDS",
+    "FIELD",
     "FORMATS",
     "KEEP",
     "MEASUREMENT",
     "METADATA_KEY",
+    "PROMPT_ID",
     "ExportConfig",
     "ExportResult",
     "band_of",
     "export_run",
-    "measurement_key",
     "read_metadata",
 ]
 
-FORMATS = ("verl", "parquet", "jsonl")
+FORMATS = ("verl", "trl", "parquet", "jsonl")
+FIELD = "difficulty"  # the measurements' field, the same for every run (``--field`` renames it)
+PROMPT_ID = "prompt_id"  # the top-level id column every format gets
+LABEL_FIELD = "difficulty_label"  # a rebuilt row's difficulty label (its ``difficulty`` is the measurements')
+TRL_COLUMNS = ("prompt", "answer")  # what GRPOTrainer reads: the prompt, and the gold answer for the reward
 KEEP = ("all", "informative", "easy", "hard")
 BANDS = ("informative", "easy", "hard")
 UNMEASURED = "unmeasured"  # the band of a row the run has no samples for
@@ -82,6 +102,7 @@ METADATA_KEY = "difficulty"  # Parquet footer key of the export's metadata (JSON
 # ``datasets`` need one struct type per column).
 MEASUREMENT = pa.struct(
     [
+        ("run_id", pa.string()),
         ("prompt_id", pa.string()),
         ("status", pa.string()),
         ("n", pa.int32()),
@@ -98,29 +119,26 @@ MEASUREMENT = pa.struct(
 )
 
 
-def measurement_key(run_id: str) -> str:
-    """The field that holds a run's measurements: ``difficulty_<run_id>``."""
-    return f"difficulty_{run_id}"
-
-
 @dataclass(frozen=True)
 class ExportConfig:
     """Settings of one export.
 
     Attributes:
-        format: ``verl``, ``parquet``, ``jsonl``, or None: ``verl`` for a verl dataset, else
-            ``jsonl`` when the output ends in ``.jsonl``/``.json``, else ``parquet``.
+        format: ``verl``, ``trl``, ``parquet``, ``jsonl``, or None: ``verl`` for a verl dataset,
+            else ``jsonl`` when the output ends in ``.jsonl``/``.json``, else ``parquet``.
         keep: ``all``, ``informative``, ``easy`` or ``hard``; None: ``informative`` when a
             ``band`` is given, else ``all``.
         band: the edges ``(lo, hi)`` of the informative band, ``0 <= lo < hi <= 1``; None is
             ``(0, 1)``: informative means at least one right and one wrong answer.
         G: the trainer's group size, for the zero-signal rate (``docs/estimators.md`` §3).
+        field: the name of the measurements' field (``difficulty``).
     """
 
     format: str | None = None
     keep: str | None = None
     band: tuple[float, float] | None = None
     G: int = 8
+    field: str = FIELD
 
     def __post_init__(self) -> None:
         if self.format is not None:
@@ -132,6 +150,9 @@ class ExportConfig:
             if not (0.0 <= lo < hi <= 1.0):
                 raise ConfigError(f"band=({lo!r}, {hi!r}) must be two pass rates 0 <= lo < hi <= 1")
         check_int("G", self.G, 1)
+        taken = (PROMPT_ID, *TRL_COLUMNS, "extra_info")
+        if not isinstance(self.field, str) or not self.field.strip() or self.field in taken:
+            raise ConfigError(f"field={self.field!r} must be a name other than {', '.join(taken)}")
 
     @property
     def edges(self) -> tuple[float, float]:
@@ -148,7 +169,7 @@ class ExportResult:
 
     path: Path
     format: str
-    key: str
+    field: str  # the measurements' field (inside extra_info for verl)
     rows: int  # rows of the run's dataset (its problems partition)
     written: int
     left_out: int
@@ -228,6 +249,7 @@ def _measurements(store: Store, run_id: str, config: ExportConfig) -> tuple[dict
     for row, z in zip(prompt_stats.to_pylist(), zero, strict=True):
         p = row["pass_rate"] if row["n"] else None
         out[row["prompt_id"]] = {
+            "run_id": run_id,
             "prompt_id": row["prompt_id"],
             "status": schema.PROBLEM_OK,
             "n": row["n"],
@@ -244,9 +266,9 @@ def _measurements(store: Store, run_id: str, config: ExportConfig) -> tuple[dict
     return out, allocation
 
 
-def _unmeasured(prompt_id: str, status: str, G: int) -> dict:
+def _unmeasured(run_id: str, prompt_id: str, status: str, G: int) -> dict:
     row = dict.fromkeys(MEASUREMENT.names)
-    row.update({"prompt_id": prompt_id, "status": status, "band": UNMEASURED, "G": G})
+    row.update({"run_id": run_id, "prompt_id": prompt_id, "status": status, "band": UNMEASURED, "G": G})
     return row
 
 
@@ -254,30 +276,86 @@ def _unmeasured(prompt_id: str, status: str, G: int) -> dict:
 
 
 def _fallback_row(problem: dict) -> dict:
-    """A problem with no stored original row (loaded from the hub or generated): its own fields."""
+    """A problem with no stored original row (loaded from the hub or generated): its own fields, its
+    difficulty label as ``difficulty_label`` (``difficulty`` is the measurements' field)."""
     keep = ("problem", "answer", "source", "domain", "topic", "difficulty", "split")
-    return {k: problem[k] for k in keep if problem.get(k) is not None}
+    return {LABEL_FIELD if k == "difficulty" else k: problem[k] for k in keep if problem.get(k) is not None}
 
 
 def _is_verl(row: dict) -> bool:
     return datasets.detect_adapter(list(row)) == "verl"
 
 
+def _earlier(value: Any) -> bool:
+    """An earlier export's measurements (an export exported again): replaced, not an error."""
+    return isinstance(value, dict) and {"run_id", "pass_rate"} <= value.keys()
+
+
+def _check_own(holder: dict, field: str, row: dict, problem: dict) -> None:
+    """``ConfigError`` when the export would overwrite a field that is the dataset's own: one named
+    like the measurements (in ``holder``: the row, or a verl row's ``extra_info``), or a ``prompt_id``
+    that is not the pipeline's; an earlier export's are replaced."""
+    pid, dataset = problem["prompt_id"], problem["dataset"]
+    earlier = _earlier(holder.get(field))
+    if field in holder and not earlier:
+        raise ConfigError(
+            f"dataset {dataset}: its rows have a field {field!r} of their own ({str(holder[field])[:60]!r} "
+            f"for prompt {pid}); `--field NAME` writes the measurements under another name"
+        )
+    if row.get(PROMPT_ID, pid) != pid and not earlier:
+        raise ConfigError(
+            f"dataset {dataset}: its rows have a {PROMPT_ID!r} of their own ({str(row[PROMPT_ID])[:60]!r} for "
+            f"prompt {pid}), which the export's {PROMPT_ID} column would replace; rename that field in the file"
+        )
+
+
+def _drop(row: dict, *names: str) -> dict:
+    return {k: v for k, v in row.items() if k not in names}
+
+
+def _messages(row: dict, problem: dict, template: str | None) -> list[dict]:
+    """The chat messages the run sent: the template applied to the problem as one user message, or a
+    verl row's own messages (template ``{messages}``)."""
+    if template == CHAT_MESSAGES and _is_verl(row):
+        return row["prompt"]
+    if template and template != CHAT_MESSAGES:
+        return [{"role": "user", "content": render_prompt(template, problem["problem"])}]
+    return [{"role": "user", "content": problem["problem"]}]
+
+
 def _to_verl(row: dict, problem: dict, index: int, template: str | None) -> dict:
     """A row of another format as a verl row (the original fields kept under ``extra_info``)."""
-    if template and template != CHAT_MESSAGES:
-        text = render_prompt(template, problem["problem"])
-    else:
-        text = problem["problem"]
     extra = dict(row)
     extra.setdefault("index", index)
     return {
         "data_source": problem["dataset"],
-        "prompt": [{"role": "user", "content": text}],
+        "prompt": _messages(row, problem, template),
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": problem["answer"]},
         "extra_info": extra,
     }
+
+
+def _shaped(fmt: str, row: dict, problem: dict, index: int, template: str | None, field: str) -> dict:
+    """A row in the output format, without ``prompt_id`` and the measurements (``_table`` adds them
+    as typed columns); ``ConfigError`` when either would overwrite a field of the dataset's own."""
+    if fmt == "verl" and _is_verl(row):
+        extra = row.get("extra_info")
+        _check_own(extra if isinstance(extra, dict) else {}, field, row, problem)
+        out = _drop(row, PROMPT_ID)
+        if isinstance(extra, dict):
+            out["extra_info"] = _drop(extra, field)
+        return out
+    _check_own(row, field, row, problem)
+    own = _drop(row, field, PROMPT_ID)
+    if fmt == "verl":
+        return _to_verl(own, problem, index, template)
+    if fmt == "trl":
+        lead = {"prompt": _messages(own, problem, template), "answer": problem["answer"]}
+        # The dataset's own prompt or answer, when it is not what TRL gets, is kept under another name.
+        moved = {f"original_{k}": own[k] for k in TRL_COLUMNS if k in own and own[k] != lead[k]}
+        return {**lead, **moved, **_drop(own, *TRL_COLUMNS)}
+    return own
 
 
 def _column(values: list[Any], name: str) -> pa.Array:
@@ -315,39 +393,39 @@ def _with_field(struct: pa.Array, name: str, child: pa.Array) -> pa.StructArray:
     return pa.StructArray.from_arrays(children, names=names)
 
 
-def _table(rows: list[dict], key: str, measures: list[dict], verl: bool) -> pa.Table:
-    """The rows as a table (columns in first-seen order, types from the values) with the
-    measurements as ``key``: inside ``extra_info`` for verl, else a top-level column."""
-    if verl:  # an extra_info that holds this run's key already (an export exported again) loses it
-        rows = [
-            {**r, "extra_info": {k: v for k, v in r["extra_info"].items() if k != key}}
-            if isinstance(r.get("extra_info"), dict)
-            else r
-            for r in rows
-        ]
-    names = list(dict.fromkeys(k for r in rows for k in r if k != key))
+def _table(rows: list[dict], ids: list[str], field: str, measures: list[dict], fmt: str) -> pa.Table:
+    """The shaped rows as a table (columns in first-seen order, types from the values) with
+    ``prompt_id`` and the measurements (one struct type): for verl the measurements inside
+    ``extra_info``; for trl ``prompt``, ``answer``, ``prompt_id`` and the measurements first."""
+    names = list(dict.fromkeys(k for r in rows for k in r))
     columns = {name: _column([r.get(name) for r in rows], name) for name in names}
     measured = pa.array(measures, MEASUREMENT)
-    if verl:
-        columns["extra_info"] = _with_field(columns.get("extra_info", pa.nulls(len(rows))), key, measured)
+    ids_column = pa.array(ids, pa.string())
+    if fmt == "verl":
+        columns["extra_info"] = _with_field(columns.get("extra_info", pa.nulls(len(rows))), field, measured)
+        columns[PROMPT_ID] = ids_column
+    elif fmt == "trl":
+        lead = {name: columns.pop(name) for name in TRL_COLUMNS}
+        columns = {**lead, PROMPT_ID: ids_column, field: measured, **columns}
     else:
-        columns[key] = measured
+        columns[PROMPT_ID] = ids_column
+        columns[field] = measured
     return pa.table(columns)
 
 
-def _jsonl_line(original: str | None, row: dict, key: str, measure: dict) -> str:
-    """A JSON Lines row: the original line as written with the measurements appended as the last
-    field (re-serialised only when the row already has that field, or is not an object)."""
-    text = json.dumps(measure, ensure_ascii=False, allow_nan=False)
-    if original is not None:
+def _jsonl_line(original: str | None, row: dict, own: dict, field: str, measure: dict) -> str:
+    """A JSON Lines row: the original line as written with ``prompt_id`` and the measurements
+    appended as the last fields (re-serialised only when the row has either field already, an
+    earlier export's, or is not an object)."""
+    tail = {PROMPT_ID: measure["prompt_id"], field: measure}
+    if original is not None and own.keys() == row.keys():
         body = original.rstrip()
-        if body.endswith("}") and key not in row:
+        if body.endswith("}"):
             inner = body[:-1].rstrip()
             sep = "" if inner.endswith("{") else ", "
-            return f"{inner}{sep}{json.dumps(key)}: {text}}}"
-    out = {k: v for k, v in row.items() if k != key}
-    out[key] = measure
-    return datasets.original_json(out)
+            fields = json.dumps(tail, ensure_ascii=False, allow_nan=False)[1:-1]  # the object without braces
+            return f"{inner}{sep}{fields}}}"
+    return datasets.original_json({**own, **tail})
 
 
 @contextmanager
@@ -407,7 +485,7 @@ def export_run(
     if not problems.num_rows:
         raise StoreError(f"run {run_id}: dataset {dataset!r} has no stored problems to write back; load it again")
     measured, allocation = _measurements(store, run_id, config)
-    key = measurement_key(run_id)
+    field = config.field
     rows = problems.to_pylist()
     originals = [datasets.original_row(p["original"]) or _fallback_row(p) for p in rows]
     fmt = config.format or (
@@ -417,8 +495,8 @@ def export_run(
         if output.suffix.lower() in (".jsonl", ".json", ".ndjson")
         else "parquet"
     )
-    if fmt == "verl" and output.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        raise ConfigError(f"--format verl writes Parquet (verl reads Parquet), not {output.name!r}; name it .parquet")
+    if fmt in ("verl", "trl") and output.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        raise ConfigError(f"--format {fmt} writes Parquet ({fmt} reads Parquet), not {output.name!r}; name it .parquet")
     if fmt == "jsonl" and output.suffix.lower() == ".parquet":
         raise ConfigError(f"--format jsonl writes JSON Lines, not {output.name!r}; name it .jsonl")
 
@@ -435,7 +513,7 @@ def export_run(
         if pid in measured:
             m = measured[pid]
         elif p["status"] != schema.PROBLEM_OK:
-            m = _unmeasured(pid, p["status"], config.G)
+            m = _unmeasured(run_id, pid, p["status"], config.G)
         else:
             counts.setdefault("not_in_run", {"written": 0, "left_out": 0})["left_out"] += 1
             left.append((pid, "not_in_run"))
@@ -465,8 +543,12 @@ def export_run(
             f"dataset {dataset} ({shown}); nothing written to {str(output)!r}"
         )
 
+    # Every row in its format before anything is written: a field of the dataset's own that the
+    # export would overwrite is an error that leaves no file behind.
+    template = run.prompt_template
+    shaped = [_shaped(fmt, originals[i], rows[i], k, template, field) for k, i in enumerate(chosen)]
     metadata = {
-        "key": key,
+        "field": field,
         "run_id": run_id,
         "dataset": dataset,
         "model": run.model,
@@ -493,7 +575,7 @@ def export_run(
     if exclude_list is not None:
         writable_output(exclude_list, "--exclude-list")
     try:
-        _write_outputs(run, rows, originals, chosen, measures, left, missing, metadata, output, side, exclude_list)
+        _write_outputs(rows, originals, chosen, shaped, measures, left, missing, metadata, output, side, exclude_list)
     except OSError as exc:
         if not no_space(exc):
             raise
@@ -502,7 +584,7 @@ def export_run(
     return ExportResult(
         path=output,
         format=fmt,
-        key=key,
+        field=field,
         rows=len(rows),
         written=len(chosen),
         left_out=len(left),
@@ -513,27 +595,24 @@ def export_run(
     )
 
 
-def _write_outputs(run, rows, originals, chosen, measures, left, missing, metadata, output, side, exclude_list) -> None:
+def _write_outputs(
+    rows, originals, chosen, shaped, measures, left, missing, metadata, output, side, exclude_list
+) -> None:
     """The files of an export, written once every output was checked (the metadata file beside a
     JSON Lines export, the exclude list last)."""
-    fmt, key = metadata["format"], metadata["key"]
+    fmt, field = metadata["format"], metadata["field"]
     output.parent.mkdir(parents=True, exist_ok=True)
-    picked = [rows[i] for i in chosen]
-    picked_rows = [originals[i] for i in chosen]
     if fmt == "jsonl":
-        lines = [_jsonl_line(p["original"], r, key, m) for p, r, m in zip(picked, picked_rows, measures, strict=True)]
+        lines = [
+            _jsonl_line(rows[i]["original"], originals[i], own, field, m)
+            for i, own, m in zip(chosen, shaped, measures, strict=True)
+        ]
         with _atomic(output) as tmp:
             tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         with _atomic(side) as tmp:
             tmp.write_text(json.dumps(metadata, indent=1, default=str) + "\n", encoding="utf-8")
     else:
-        if fmt == "verl":
-            template = run.prompt_template
-            picked_rows = [
-                r if _is_verl(r) else _to_verl(r, p, i, template)
-                for i, (p, r) in enumerate(zip(picked, picked_rows, strict=True))
-            ]
-        table = _table(picked_rows, key, measures, verl=fmt == "verl")
+        table = _table(shaped, [m["prompt_id"] for m in measures], field, measures, fmt)
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, default=str)})
         with _atomic(output) as tmp:
             pq.write_table(table, tmp)

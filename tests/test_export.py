@@ -15,17 +15,19 @@ passes ``extra_info`` to the score function. ``check_verl_row`` asserts exactly 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import datasets as hf
 import pyarrow.parquet as pq
 import pytest
+import trl_fixtures as tf
 from typer.testing import CliRunner
 
 from pipeline import analyze, datasets
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.export import MEASUREMENT, ExportConfig, band_of, export_run, measurement_key, read_metadata
+from pipeline.export import FIELD, MEASUREMENT, ExportConfig, band_of, export_run, read_metadata
 from pipeline.store import Store
 
 runner = CliRunner()
@@ -66,6 +68,7 @@ def _stats(store: Store, run_id: str) -> dict[str, dict]:
 def _check_measure(m: dict, stats: dict, G: int) -> None:
     assert set(m) == set(MEASUREMENT.names)
     s = stats[m["prompt_id"]]
+    assert m["run_id"] == s["run_id"]
     assert (m["n"], m["c"], m["status"], m["G"]) == (s["n"], s["c"], "ok", G)
     assert m["pass_rate"] == pytest.approx(s["c"] / s["n"])
     assert m["interval_lo"] <= m["pass_rate"] <= m["interval_hi"] and m["interval_level"] == 0.95
@@ -84,6 +87,7 @@ def check_verl_row(row: dict, key: str) -> dict:
     extra = row["extra_info"]
     assert isinstance(extra, dict) and isinstance(extra.get("index", 0), int)
     assert extra.get("tools_kwargs", {}) in ({}, None)
+    assert row["prompt_id"] == extra[key]["prompt_id"]  # top level too: what the recorder and curricula key on
     return extra[key]
 
 
@@ -92,7 +96,7 @@ def check_verl_row(row: dict, key: str) -> dict:
 
 def test_math500_jsonl_export_round_trips(math_run, shared, tmp_path):
     store, run_id = math_run
-    key = measurement_key(run_id)
+    key = FIELD
     stats = _stats(store, run_id)
     # the source's folder and file name: loaded again, the same dataset name (a generic stem such as
     # ``test`` is named with its folder, datasets.local_name)
@@ -107,7 +111,10 @@ def test_math500_jsonl_export_round_trips(math_run, shared, tmp_path):
         # byte for byte: the original line, then the measurements as the last field
         assert line.startswith(original.strip()[:-1]) and line.endswith("}}")
         row = json.loads(line)
-        _check_measure(row.pop(key), stats, 8)
+        assert list(row)[-2:] == ["prompt_id", "difficulty"]
+        measure = row.pop(key)
+        _check_measure(measure, stats, 8)
+        assert row.pop("prompt_id") == measure["prompt_id"]
         assert row == json.loads(original)
     assert read_metadata(out)["run_id"] == run_id and read_metadata(out)["model"] == "simulate"
     # loaded again with the same command: the same prompt ids, in the same order
@@ -117,12 +124,12 @@ def test_math500_jsonl_export_round_trips(math_run, shared, tmp_path):
     assert ids == store.read_table("problems", {"dataset": "local-math500-test"}).column("prompt_id").to_pylist()
     assert set(ids) == set(stats)
     hf_rows = hf.load_dataset("json", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
-    assert hf_rows.num_rows == 20 and key in hf_rows.column_names
+    assert hf_rows.num_rows == 20 and {key, "prompt_id"} <= set(hf_rows.column_names)
 
 
 def test_filters_partition_the_rows_and_list_what_they_leave_out(math_run, tmp_path):
     store, run_id = math_run
-    key = measurement_key(run_id)
+    key = FIELD
     bands = {pid: band_of(s["pass_rate"], 0.0, 1.0) for pid, s in _stats(store, run_id).items()}
     written: dict[str, set] = {}
     for keep in ("informative", "easy", "hard"):
@@ -139,6 +146,7 @@ def test_filters_partition_the_rows_and_list_what_they_leave_out(math_run, tmp_p
         assert f"wrote {len(want)} rows" in cli.stdout and f"left out {20 - len(want)} rows" in cli.stdout
         table = pq.read_table(out)
         got = {m["prompt_id"] for m in table.column(key).to_pylist()}
+        assert table.column("prompt_id").to_pylist() == [m["prompt_id"] for m in table.column(key).to_pylist()]
         assert got == want and {m["band"] for m in table.column(key).to_pylist()} == {keep}
         assert set(excl.read_text().split()) == set(bands) - want
         written[keep] = got
@@ -161,7 +169,7 @@ def test_filters_partition_the_rows_and_list_what_they_leave_out(math_run, tmp_p
 
 def test_math_run_exported_in_verl_format(math_run, tmp_path):
     store, run_id = math_run
-    key = measurement_key(run_id)
+    key = FIELD
     out = tmp_path / "math500_verl.parquet"
     _cli("export", "--run", run_id, "--format", "verl", "--output", str(out), "--data-dir", str(store.root))
     rows = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
@@ -179,6 +187,88 @@ def test_math_run_exported_in_verl_format(math_run, tmp_path):
     assert datasets.detect_adapter(pq.read_schema(out).names) == "verl"
 
 
+# --- TRL's format and the stable field -------------------------------------------------------------
+
+
+def test_trl_export_is_what_grpo_trainer_reads(math_run, tmp_path):
+    """``--format trl``: ``prompt`` (the messages the run sent), ``answer`` (the gold answer graded
+    against), ``prompt_id`` and ``difficulty`` first, then every original field."""
+    store, run_id = math_run
+    stats = _stats(store, run_id)
+    out = tmp_path / "math500_trl.parquet"
+    cli = _cli("export", "--run", run_id, "--format", "trl", "--output", str(out), "--data-dir", str(store.root))
+    assert "(trl; prompt_id at the top level, measurements in field 'difficulty')" in cli.stdout
+    rows = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    assert rows.column_names[:4] == ["prompt", "answer", "prompt_id", "difficulty"]
+    template = store.get_run(run_id).prompt_template
+    problems = store.read_table("problems", {"dataset": "local-math500-test"}).to_pylist()
+    for row, problem in zip(rows, problems, strict=True):
+        assert row["prompt"] == [
+            {"role": "user", "content": template.replace("{problem}", problem["problem"].strip()).rstrip()}
+        ]
+        assert row["answer"] == problem["answer"] and row["prompt_id"] == problem["prompt_id"]
+        _check_measure(row["difficulty"], stats, 8)
+        original = datasets.original_row(problem["original"])
+        kept = {k: row[k] for k in original if k != "answer"}
+        assert kept == {k: v for k, v in original.items() if k != "answer"}
+        # MATH-500's own answer is the gold answer, or kept under another name where it is not
+        assert original["answer"].strip() == row["answer"] or row["original_answer"] == original["answer"]
+    assert read_metadata(out)["format"] == "trl" and read_metadata(out)["field"] == "difficulty"
+
+
+def test_the_field_name_never_depends_on_the_run(shared, tmp_path):
+    """Two runs of one dataset export under the same names (the run id is inside the field); a
+    dataset with a ``difficulty`` field of its own is an error naming ``--field``, which renames it."""
+    store = Store.open(tmp_path / "data")
+    source = tmp_path / "rated.jsonl"
+    lines = (shared / "math500/test.jsonl").read_text(encoding="utf-8").splitlines()[:6]
+    source.write_text("".join(json.dumps({**json.loads(x), "difficulty": i % 3}) + "\n" for i, x in enumerate(lines)))
+    runs = [_profile(store, source, "--n", str(n)) for n in (4, 8)]
+    assert runs[0] != runs[1]
+    bad = runner.invoke(
+        app, ["export", "--run", runs[0], "--output", str(tmp_path / "x.parquet")] + ["--data-dir", str(store.root)]
+    )
+    assert bad.exit_code == 1 and "its rows have a field 'difficulty' of their own" in bad.stderr
+    assert "--field NAME" in bad.stderr and not (tmp_path / "x.parquet").exists()
+    tables = []
+    for run_id in runs:
+        out = tmp_path / f"{run_id}.parquet"
+        _cli("export", "--run", run_id, "--field", "pass_stats", "--output", str(out), "--data-dir", str(store.root))
+        tables.append(pq.read_table(out))
+    assert tables[0].column_names == tables[1].column_names
+    assert tables[0].column_names[-2:] == ["prompt_id", "pass_stats"]
+    assert tables[0].column("difficulty").to_pylist() == [i % 3 for i in range(6)]  # the dataset's own, untouched
+    for table, run_id, n in zip(tables, runs, (4, 8), strict=True):
+        assert {(m["run_id"], m["n"]) for m in table.column("pass_stats").to_pylist()} == {(run_id, n)}
+    with pytest.raises(ConfigError, match="field='prompt_id'"):
+        ExportConfig(field="prompt_id")
+
+
+def test_a_rebuilt_row_keeps_its_label_apart(data_dir, tmp_path):
+    """The bundled arithmetic set has no stored original row: its tier label is written as
+    ``difficulty_label``, beside the measurements' ``difficulty``; exported again, replaced, not an error."""
+    store = Store.open(data_dir)
+    _cli("profile", "--backend", "simulate", "--no-prefect", "--limit", "9", "--n", "4", "--no-report")
+    run_id = store.list_runs().column("run_id")[0].as_py()
+    out = tmp_path / "arith.jsonl"
+    _cli("export", "--run", run_id, "--output", str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    tiers = store.read_table("problems", {"dataset": "arithmetic"}).column("difficulty").to_pylist()
+    assert [r["difficulty_label"] for r in rows] == tiers
+    assert all(r["difficulty"]["run_id"] == run_id and r["prompt_id"] == r["difficulty"]["prompt_id"] for r in rows)
+    again = tmp_path / "again"
+    _cli("load", "--data-file", str(out), "--data-dir", str(again))
+    reloaded = Store(again).read_table("problems").column("dataset")[0].as_py()
+    # the export of the export: its earlier measurements replaced, not an error
+    run2 = _profile(Store(again), out, "--n", "4")
+    assert Store(again).get_run(run2).dataset == reloaded
+    twice = tmp_path / "twice.jsonl"
+    _cli("export", "--run", run2, "--output", str(twice), "--data-dir", str(again))
+    rows2 = [json.loads(line) for line in twice.read_text().splitlines()]
+    assert {r["difficulty"]["run_id"] for r in rows2} == {run2}
+    assert [list(r)[-2:] for r in rows2] == [["prompt_id", "difficulty"]] * len(rows)
+
+
 # --- DeepScaleR in verl's format ------------------------------------------------------------------
 
 
@@ -186,11 +276,11 @@ def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, 
     store, run_id = verl_run
     run = store.get_run(run_id)
     assert run.dataset == "verl-deepscaler-verl_train_sub" and run.prompt_template == "{messages}"
-    key = measurement_key(run_id)
+    key = FIELD
     stats = _stats(store, run_id)
     out = tmp_path / "out" / "deepscaler" / "verl_train_sub.parquet"
     cli = _cli("export", "--run", run_id, "--output", str(out), "--G", "4", "--data-dir", str(store.root))
-    assert f"(verl, measurements in extra_info['{key}'])" in cli.stdout
+    assert f"(verl; prompt_id at the top level, measurements in extra_info['{key}'])" in cli.stdout
     source = pq.read_table(shared / "deepscaler/verl_train_sub.parquet").slice(0, 20).to_pylist()
     # pyarrow and datasets (verl's own reader) read the same rows
     table = pq.read_table(out)
@@ -203,7 +293,7 @@ def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, 
         extra = dict(row["extra_info"])
         extra.pop(key)
         assert extra == original["extra_info"]
-        assert {k: v for k, v in row.items() if k != "extra_info"} == {
+        assert {k: v for k, v in row.items() if k not in ("extra_info", "prompt_id")} == {
             k: v for k, v in original.items() if k != "extra_info"
         }
     meta = read_metadata(out)
@@ -221,7 +311,7 @@ def test_verl_export_is_what_verl_reads_and_keeps_every_field(verl_run, shared, 
 
 def test_verl_filters_and_the_exclude_list(verl_run, tmp_path):
     store, run_id = verl_run
-    key = measurement_key(run_id)
+    key = FIELD
     stats = _stats(store, run_id)
     informative = {p for p, s in stats.items() if 0 < s["c"] < s["n"]}
     out, excl = tmp_path / "informative.parquet", tmp_path / "left.txt"
@@ -258,7 +348,7 @@ def test_gsm8k_with_the_bundled_model_round_trips(shared, tmp_path, close_engine
     run_id = store.list_runs().column("run_id")[0].as_py()
     out = tmp_path / "gsm8k.jsonl"
     _cli("export", "--run", run_id, "--format", "jsonl", "--output", str(out), "--data-dir", str(store.root))
-    key = measurement_key(run_id)
+    key = FIELD
     stats = _stats(store, run_id)
     source = (shared / "gsm8k/test.jsonl").read_text(encoding="utf-8").splitlines()[:5]
     lines = out.read_text(encoding="utf-8").splitlines()
@@ -266,9 +356,62 @@ def test_gsm8k_with_the_bundled_model_round_trips(shared, tmp_path, close_engine
     for line, original in zip(lines, source, strict=True):
         assert line.startswith(original.strip()[:-1])
         row = json.loads(line)
-        _check_measure(row.pop(key), stats, 8)
+        measure = row.pop(key)
+        _check_measure(measure, stats, 8)
+        assert row.pop("prompt_id") == measure["prompt_id"]
         assert row == json.loads(original)
     again = tmp_path / "again"
     _cli("load", "gsm8k", "--data-file", str(out), "--data-dir", str(again))
     ids = store.read_table("problems", {"dataset": "gsm8k"}).column("prompt_id").to_pylist()
     assert Store(again).read_table("problems").column("prompt_id").to_pylist() == ids and set(ids) == set(stats)
+
+
+# --- TRL's GRPOTrainer on the export, as written ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_grpo_trainer_trains_one_step_on_the_trl_export(shared, tmp_path):
+    """1 CPU step of TRL's GRPOTrainer on the bundled model, on the `export --format trl` file as
+    `datasets` loads it: no column renamed, added or dropped. The reward reads `answer`, the recorder
+    `prompt_id`, and both see the `difficulty` of the run exported."""
+    tf.require_trl()
+    import torch
+    from trl import GRPOTrainer
+
+    from pipeline.integrations.trl import record_rewards
+    from pipeline.observe import record
+
+    store = Store.open(tmp_path / "data")
+    run_id = _profile(store, shared / "gsm8k/test.jsonl", "--dataset", "gsm8k", "--limit", "2", "--n", "4")
+    out = tmp_path / "train.parquet"
+    _cli("export", "--run", run_id, "--format", "trl", "--output", str(out), "--data-dir", str(store.root))
+    train = hf.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    # GSM8K's own answer is its worked solution: TRL's `answer` is the gold number, the solution kept aside
+    assert all(o.endswith(f"#### {a}") for o, a in zip(train["original_answer"], train["answer"], strict=True))
+    calls = []
+
+    def correct(completions, answer, prompt_id, difficulty, **kwargs):
+        calls.append((list(prompt_id), {d["run_id"] for d in difficulty}))
+        texts = [c[-1]["content"] for c in completions]  # conversational: the completion's messages
+        return [
+            1.0 if (found := re.findall(r"-?\d+", t)) and found[-1] == a else 0.0
+            for t, a in zip(texts, answer, strict=True)
+        ]
+
+    recorder = record_rewards(correct, data_dir=store, source="trl:export", dataset="gsm8k")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two cores shared: one thread is as quick on a 135M model, and leaves one free
+    try:
+        args = tf.grpo_args(tmp_path, G=2, batch=2, steps=1)
+        trainer = GRPOTrainer(model=tf.bundled_model_folder(), reward_funcs=recorder, args=args, train_dataset=train)
+        trainer.train()
+    finally:
+        torch.set_num_threads(threads)
+        recorder.close()
+    assert trainer.state.global_step == 1
+    assert calls and all(runs == {run_id} for _, runs in calls)
+    exported = set(train["prompt_id"])
+    assert {pid for ids, _ in calls for pid in ids} <= exported
+    rows = record.read_observations(store, "trl:export").to_pylist()
+    assert rows and {r["prompt_id"] for r in rows} <= exported and {r["step"] for r in rows} == {0}
+    assert sum(r["n"] for r in rows) == sum(len(ids) for ids, _ in calls)

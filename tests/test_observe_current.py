@@ -38,7 +38,7 @@ def _obs(rows, kind="training", source="verl:run", dataset="d"):
 
 def test_no_forgetting_is_the_pooled_posterior():
     obs = _obs([(0, "a", 8, 2), (1, "a", 8, 5), (2, "a", 4, 4), (1, "b", 8, 0)])
-    got = {r["prompt_id"]: r for r in current_difficulty(obs).to_pylist()}
+    got = {r["prompt_id"]: r for r in current_difficulty(obs, CurrentConfig(forgetting=1.0)).to_pylist()}
     a, b = 0.5 + 11, 0.5 + 20 - 11
     assert got["a"]["n_obs"] == 20 and got["a"]["c_obs"] == 11 and got["a"]["last_step"] == 2
     assert got["a"]["post_mean"] == pytest.approx(a / (a + b), rel=1e-12)
@@ -82,8 +82,8 @@ def test_forgetting_tracks_a_drifting_pass_rate():
         c = rng.binomial(n, truth[s], prompts)
         rows += [(s, f"p{i}", n, int(c[i])) for i in range(prompts)]
     obs = _obs(rows)
-    pooled = current_difficulty(obs).column("post_mean").to_numpy()
-    recent_cfg = CurrentConfig(forgetting=0.9)
+    pooled = current_difficulty(obs, CurrentConfig(forgetting=1.0)).column("post_mean").to_numpy()
+    recent_cfg = CurrentConfig()  # the default, FORGETTING = 0.9
     recent = current_difficulty(obs, recent_cfg)
     err_pooled = np.mean((pooled - truth[-1]) ** 2)
     err_recent = np.mean((recent.column("post_mean").to_numpy() - truth[-1]) ** 2)

@@ -106,6 +106,113 @@ def test_bad_sources_are_named(tmp_path, data_dir, dump):
     assert out.exit_code == 1 and "no observations yet" in out.stderr
 
 
+def test_the_input_format_has_its_own_option(dump, shared, data_dir):
+    """`--input-format verl` names the input; `--format` stays the output's, and its old use for the
+    input (`--format verl`) still works; --help lists each option once."""
+    data = str(shared / "deepscaler" / "verl_train_sub.parquet")
+    out = runner.invoke(app, ["track", str(dump), "--data-file", data, "--format", "verl", "--source", "verl:old"])
+    assert out.exit_code == 0, out.output
+    assert "source verl:old: 3 steps written" in out.stdout
+    info = _track(str(dump), "--input-format", "verl", "--data-file", data, "--source", "verl:new")
+    assert info["steps_written"] == 3 and info["rollouts"] == _rollouts(dump)
+    # a file read as a verl dump is an error naming the option
+    bad = runner.invoke(app, ["track", data, "--input-format", "verl", "--data-file", data])
+    assert bad.exit_code == 1
+    bad = runner.invoke(app, ["track", str(dump), "--input-format", "csv", "--data-file", data])
+    assert bad.exit_code == 1 and "--input-format 'csv' is unknown" in bad.stderr
+    bad = runner.invoke(app, ["track", str(dump), "--format", "verl", "--input-format", "table"])
+    assert bad.exit_code == 1 and "disagree" in bad.stderr
+    help_text = runner.invoke(app, ["track", "--help"], env={"COLUMNS": "200"}).stdout
+    assert help_text.count("--format ") == 1 and help_text.count("--input-format ") == 1
+
+
+def _two_models(tmp_path, ids) -> None:
+    """Outcomes of prompt 0 by two models: a small model's profile-like table (all wrong) and a
+    training run's (all right), as two sources."""
+    for name, model, c in (("small", "smollm2-135m", 0), ("big", "qwen-1.5b", 8)):
+        table = tmp_path / f"{name}.csv"
+        table.write_text(f"step,prompt_id,n,c\n1,{ids[0]},8,{c}\n1,{ids[1]},8,4\n")
+        _track(str(table), "--dataset", "arithmetic", "--model", model, "--source", f"table:{name}")
+
+
+def test_current_pools_only_the_sources_and_models_asked_for(tmp_path, data_dir):
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "3"]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    _two_models(tmp_path, ids)
+
+    def current(*args):
+        out = runner.invoke(app, ["current", "--dataset", "arithmetic", *args, "--format", "json"])
+        assert out.exit_code == 0, out.output
+        return {r["prompt_id"]: r for r in json.loads(out.stdout)}, out.stderr
+
+    both, said = current()
+    assert both[ids[0]]["n_obs"] == 16 and both[ids[0]]["c_obs"] == 8 and both[ids[0]]["sources"] == 2
+    assert "pooled 2 sources" in said and "2 models: qwen-1.5b, smollm2-135m" in said
+    assert "warning: 2 models pooled as one policy" in said
+    small, said = current("--model", "smollm2-135m")
+    assert (small[ids[0]]["n_obs"], small[ids[0]]["c_obs"], small[ids[0]]["sources"]) == (8, 0, 1)
+    assert "pooled 1 source" in said and "table:small (training, smollm2-135m; step 1): 2 prompts, 16 rollouts" in said
+    assert "left out: table:big (training)" in said and "warning" not in said
+    big, _ = current("--source", "table:big")
+    assert (big[ids[0]]["n_obs"], big[ids[0]]["c_obs"]) == (8, 8)
+    assert current("--source", "table:big", "--model", "smollm2-135m")[0] == {}  # nothing is both
+    for args, message in (
+        (["--source", "table:nope"], "source 'table:nope' has no observations; the sources there are: table:big"),
+        (["--model", "llama"], "model 'llama' has no observations; the models there are: qwen-1.5b, smollm2-135m"),
+    ):
+        out = runner.invoke(app, ["current", "--dataset", "arithmetic", *args])
+        assert out.exit_code == 1 and message in out.stderr
+
+
+def test_current_save_prints_the_run_and_the_next_command(tmp_path, data_dir):
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "3"]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    _two_models(tmp_path, ids)
+    out = runner.invoke(app, ["current", "--dataset", "arithmetic", "--model", "qwen-1.5b", "--save"])
+    assert out.exit_code == 0, out.output
+    run_id = out.stdout.split()[1].rstrip(":")
+    assert Store(data_dir).get_run(run_id).model == "qwen-1.5b"
+    assert "table:big (training, qwen-1.5b; step 1): 2 prompts, 16 rollouts" in out.stdout
+    line = next(x for x in out.stdout.splitlines() if x.startswith("next: "))
+    command = line.removeprefix("next: difficulty ").split()
+    assert command[:3] == ["export", "--run", run_id]
+    done = runner.invoke(app, [*command[:-1], str(tmp_path / command[-1])])  # the next command, run as printed
+    assert done.exit_code == 0, done.output
+    rows = pq.read_table(tmp_path / command[-1]).to_pylist()
+    assert {r["difficulty"]["run_id"] for r in rows} == {run_id}
+    assert {r["prompt_id"]: (r["difficulty"]["n"], r["difficulty"]["c"]) for r in rows} == {
+        ids[0]: (8, 8),
+        ids[1]: (8, 4),
+    }
+
+
+def test_one_forgetting_default_everywhere():
+    """`current` without --forgetting, the current-difficulty config, the curricula and the help all
+    use observe.current.FORGETTING."""
+    from pipeline import curriculum
+    from pipeline.cli.current import FORGETTING_HELP
+    from pipeline.observe.current import FORGETTING, CurrentConfig
+
+    assert 0 < FORGETTING < 1 and CurrentConfig().forgetting == FORGETTING
+    assert curriculum.SignalConfig().forgetting == FORGETTING
+    assert curriculum.BonusPolicy(["a"]).forgetting == FORGETTING
+    assert f"default {FORGETTING:g}," in FORGETTING_HELP
+
+
+def test_current_without_forgetting_uses_the_default(tmp_path, data_dir):
+    from pipeline.observe.current import FORGETTING
+
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "3"]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    table = tmp_path / "steps.csv"
+    table.write_text(f"step,prompt_id,n,c\n1,{ids[0]},8,0\n3,{ids[0]},8,8\n")
+    _track(str(table), "--dataset", "arithmetic")
+    out = runner.invoke(app, ["current", "--format", "json"])
+    assert out.exit_code == 0 and f"(forgetting {FORGETTING:g})" in out.stderr
+    row = json.loads(out.stdout)[0]
+    assert row["n_eff"] == pytest.approx(8 * FORGETTING**2 + 8) and row["c_eff"] == pytest.approx(8)
+
+
 def test_the_report_shows_training_since_the_profile(tmp_path, data_dir):
     """A simulate profile (recorded as profile:<run id>), then training counts drawn from the same
     pass rates: the report's training section charts the steps and sets the profile's prediction
@@ -156,7 +263,8 @@ def test_current_difficulty_saved_as_a_run_feeds_export_and_allocate(tmp_path, d
     out = runner.invoke(app, ["export", "--run", run_id, "--output", str(tmp_path / "out.jsonl")])
     assert out.exit_code == 0, out.output
     exported = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    measured = [r[f"difficulty_{run_id}"] for r in exported if r[f"difficulty_{run_id}"]["n"]]
+    measured = [r["difficulty"] for r in exported if r["difficulty"]["n"]]
+    assert {m["run_id"] for m in measured} == {run_id}
     assert sorted((m["n"], m["c"]) for m in measured) == [(4, 0), (6, 5)]
 
 

@@ -139,6 +139,11 @@ def test_rows_match_by_problem_text_then_by_index(tmp_path):
     ]
     ids = vc.row_prompt_ids(prompts, [{"index": 9}, {"index": 2}, None], matcher)
     assert ids == [by_text[texts[0]], by_text[texts[2]], "row-2"]
+    # an export's top-level prompt_id comes first (a rendered template matches no problem text); an id
+    # that is no prompt of the dataset falls back to the text and the index
+    own = [by_text[texts[3]], "not-a-prompt", None]
+    ids = vc.row_prompt_ids(prompts, [{"index": 9}, {"index": 2}, None], matcher, own)
+    assert ids == [by_text[texts[3]], by_text[texts[2]], "row-2"]
 
 
 def test_observed_counts_are_the_current_difficulty_reread_on_new_files(store):

@@ -1,4 +1,4 @@
-"""``current``: difficulty now, from every observation source."""
+"""``current``: difficulty now, from the observation sources chosen (all of the dataset's by default)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,47 @@ from typing import Annotated
 import typer
 
 from pipeline.cli.options import DataDir, open_store, output_file
-from pipeline.cli.output import check_format, emit, say
+from pipeline.cli.output import check_format, emit, plural, say
 from pipeline.errors import ConfigError
+
+# The default itself is ``observe.current.FORGETTING``, read when the command runs (importing it here
+# would load numpy and Arrow for every command); tests/test_track_cli.py checks this text names it.
+FORGETTING_HELP = "Weight of an observation one step older (1: no forgetting; default 0.9, about ten steps of memory)."
+
+
+def _pooled_lines(summary: list[dict], forgetting: float) -> list[str]:
+    """What was pooled, one line per source, then what was left out, and a warning when several
+    models are pooled together."""
+    pooled = [s for s in summary if s["pooled"]]
+    models = sorted({m for s in pooled for m in s["models"]})
+    named = f"{plural(len(models), 'model')}: {', '.join(models)}" if models else "no model recorded"
+    lines = [f"pooled {plural(len(pooled), 'source')} (forgetting {forgetting:g}), {named}"]
+    for s in pooled:
+        lo, hi = s["steps"]
+        steps = f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
+        lines.append(
+            f"  {s['source']} ({s['kind']}, {', '.join(s['models']) or 'model not recorded'}; {steps}): "
+            f"{plural(s['prompts'], 'prompt')}, {plural(s['rollouts'], 'rollout')}"
+        )
+    left = [s for s in summary if not s["pooled"]]
+    if left:
+        lines.append("left out: " + ", ".join(f"{s['source']} ({s['kind']})" for s in left))
+    if len(models) > 1:
+        lines.append(f"warning: {len(models)} models pooled as one policy; `--model NAME` keeps one model's outcomes")
+    return lines
 
 
 def current_cmd(
     dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset.")] = None,
-    forgetting: Annotated[
-        float, typer.Option("--forgetting", help="Weight of an observation one step older (1: no forgetting).")
-    ] = 1.0,
+    source: Annotated[
+        list[str] | None,
+        typer.Option("--source", help="Only this source, e.g. verl:run-3 or profile:RUN (repeatable; default all)."),
+    ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", help="Only outcomes drawn by this model (repeatable; default all)."),
+    ] = None,
+    forgetting: Annotated[float | None, typer.Option("--forgetting", help=FORGETTING_HELP, show_default=False)] = None,
     group_size: Annotated[int, typer.Option("--group-size", help="G of the silent probability.")] = 8,
     with_labels: Annotated[
         bool, typer.Option("--with-labels", help="Pool other models' labels too (not by default).")
@@ -40,7 +72,8 @@ def current_cmd(
     fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
     data_dir: DataDir = None,
 ) -> None:
-    """Each prompt's difficulty now, from every observation (older steps discounted by --forgetting).
+    """Each prompt's difficulty now, from the observations of the sources and models chosen (older
+    steps discounted by --forgetting); it says what it pooled.
 
     With --save the current difficulty of --dataset becomes a run of its own: `difficulty export --run`
     writes the dataset back with it, `difficulty allocate --run` spends a budget by it.
@@ -53,20 +86,17 @@ def current_cmd(
 
     fmt = check_format(fmt, SQL_FORMATS)
     kinds = ("profile", "training", "label") if with_labels else ("profile", "training")
-    config = current.CurrentConfig(forgetting=forgetting, group_size=group_size, kinds=kinds)
+    config = current.CurrentConfig(
+        forgetting=current.FORGETTING if forgetting is None else forgetting,
+        group_size=group_size,
+        kinds=kinds,
+        sources=tuple(source or ()),
+        models=tuple(model or ()),
+    )
     output = output_file(output)
+    if save and dataset is None:
+        raise ConfigError("--save needs --dataset NAME: a run holds one dataset")
     store = open_store(data_dir)
-    if save:
-        from pipeline.observe import snapshot
-
-        if dataset is None:
-            raise ConfigError("--save needs --dataset NAME: a run holds one dataset")
-        run_id = snapshot.save_current(store, dataset, config)
-        say(
-            f"run {run_id}: the current difficulty of {dataset} (forgetting {forgetting:g}); "
-            f"`difficulty export --run {run_id} --output ...` or `difficulty allocate --run {run_id}`"
-        )
-        return
     obs = record.read_observations(store)
     if dataset is not None:
         obs = obs.filter(pc.equal(obs.column("dataset"), dataset))
@@ -74,6 +104,21 @@ def current_cmd(
         raise ConfigError(
             "no observations yet" + (f" of dataset {dataset!r}" if dataset else "") + ": `difficulty track` first"
         )
+    current.check_selection(obs, config)
+    pooled = _pooled_lines(current.pooled_summary(obs, config), config.forgetting)
+    if save:
+        from pipeline.observe import snapshot
+
+        run_id = snapshot.save_current(store, dataset, config)
+        say(f"run {run_id}: the current difficulty of {dataset}, saved as a run")
+        for line in pooled:
+            say(line)
+        say(f"next: difficulty export --run {run_id} --format trl --output {dataset}-current.parquet")
+        say(f"  or: difficulty allocate --run {run_id}")
+        return
+    if compare is None and agree is None:  # the two comparisons name their own sources
+        for line in pooled:
+            say(line, fmt)
     if compare is not None:
         table = current.profile_vs_training(obs, compare[0], compare[1], config=config)
     elif agree is not None:

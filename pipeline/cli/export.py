@@ -15,8 +15,8 @@ ExportFormat = Annotated[
     str | None,
     typer.Option(
         "--format",
-        help="verl (Parquet, measurements inside extra_info), parquet or jsonl (one more top-level field). "
-        "Default: verl for a verl dataset, else by the --output suffix.",
+        help="verl (Parquet, measurements inside extra_info), trl (Parquet for TRL's GRPOTrainer: prompt, answer), "
+        "parquet or jsonl (the original rows). Default: verl for a verl dataset, else by the --output suffix.",
         show_default=False,
     ),
 ]
@@ -49,6 +49,16 @@ Band = Annotated[
 GroupSize = Annotated[int, typer.Option("--G", help="The trainer's group size, for the zero-signal rate.")]
 
 
+Field = Annotated[
+    str | None,
+    typer.Option(
+        "--field",
+        help="Name of the measurements' field, the same for every run (default difficulty).",
+        show_default=False,
+    ),
+]
+
+
 ExcludeList = Annotated[
     Path | None,
     typer.Option("--exclude-list", help="Write the prompt ids left out, one per line.", show_default=False),
@@ -72,18 +82,21 @@ def export_cmd(
     keep: Keep = None,
     band: Band = None,
     G: GroupSize = 8,
+    field: Field = None,
     exclude_list: ExcludeList = None,
     data_dir: DataDir = None,
 ) -> None:
     """Write a run's dataset back in its own format, with its measurements on every row.
 
-    Every original field is kept as loaded; the run's measurements (pass rate, n, c, Wilson
-    interval, band, zero-signal rate at G, allocated rollouts) are one more field named
-    `difficulty_<run>` (inside `extra_info` for verl). Counts in and out are printed.
+    Every original field is kept as loaded; each row gets a top-level `prompt_id` and the run's
+    measurements (run id, pass rate, n, c, Wilson interval, band, zero-signal rate at G, allocated
+    rollouts) in one field, `difficulty` whatever the run (inside `extra_info` for verl). Counts in
+    and out are printed.
     """
-    from pipeline.export import ExportConfig, export_run
+    from pipeline.export import FIELD, ExportConfig, export_run
 
-    config = ExportConfig(format=fmt.lower() if fmt else None, keep=keep, band=parse_band(band), G=G)
+    band_edges = parse_band(band)
+    config = ExportConfig(format=fmt.lower() if fmt else None, keep=keep, band=band_edges, G=G, field=field or FIELD)
     store = open_store(data_dir)
     result = export_run(store, run, output, config, exclude_list=exclude_list)
     meta = result.metadata
@@ -99,8 +112,12 @@ def export_cmd(
     )
     if meta.get("run_status") != "done":
         say(f"run {run} is {meta.get('run_status')}: prompts it has not sampled yet count as not_in_run")
-    where = f"extra_info[{result.key!r}]" if result.format == "verl" else f"field {result.key!r}"
-    say(f"wrote {result.written} rows to {result.path} ({result.format}, measurements in {where}): {counts('written')}")
+    where = f"extra_info[{result.field!r}]" if result.format == "verl" else f"field {result.field!r}"
+    say(
+        f"wrote {result.written} rows to {result.path} ({result.format}; prompt_id at the top level, measurements "
+        f"in {where}): "
+        f"{counts('written')}"
+    )
     say(f"left out {result.left_out} rows: {counts('left_out')}")
     if result.missing:
         say(

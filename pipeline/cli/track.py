@@ -8,8 +8,11 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.options import DataDir, Format, RunId, open_store
+from pipeline.cli.options import DataDir, RunId, open_store
 from pipeline.cli.output import check_format, emit, plural, say
+from pipeline.errors import ConfigError
+
+INPUT_ONLY = ("verl", "label")  # input formats that are no output format
 
 SourceName = Annotated[
     str | None,
@@ -34,7 +37,11 @@ def track_cmd(
     ] = None,
     kind: Annotated[
         str | None,
-        typer.Option("--format", help="verl, table or label (default: a folder is verl, a file a table)."),
+        typer.Option(
+            "--input-format",
+            help="What PATH is: verl, table or label (default: a folder is verl, a file a table).",
+            show_default=False,
+        ),
     ] = None,
     source: SourceName = None,
     dataset: ObsDataset = None,
@@ -75,7 +82,9 @@ def track_cmd(
     interval: Annotated[
         float | None, typer.Option("--interval", help="Import what is new every SECONDS (served).")
     ] = None,
-    fmt: Format = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", help="The output: table, csv or json (verl or label: --input-format).")
+    ] = "table",
     data_dir: DataDir = None,
 ) -> None:
     """Import per-prompt outcomes you already have (a training log, a dataset's labels, a profile run).
@@ -87,6 +96,12 @@ def track_cmd(
 
     from pipeline.observe import track
 
+    # `--format verl|label` named the input before it had its own option: still accepted. (`table`
+    # is also an output format, and a file is read as a table by default anyway.)
+    if fmt.lower() in INPUT_ONLY:
+        if kind is not None and kind.lower() != fmt.lower():
+            raise ConfigError(f"--format {fmt} and --input-format {kind} disagree: --input-format names the input")
+        kind, fmt = fmt.lower(), "table"
     fmt = check_format(fmt)
     config = track.TrackConfig(
         path=str(path) if path is not None else None,

@@ -141,11 +141,19 @@ def check_loader(data_config: Mapping) -> None:
 # --- rows to prompts --------------------------------------------------------------------------
 
 
-def row_prompt_ids(prompts: Sequence[Any], extra_infos: Sequence[Any], matcher) -> list[str]:
-    """Each verl row's prompt id: problem text (last user message), else ``extra_info.index``; a row matching
-    neither is ``row-<i>`` (a prompt never observed)."""
+def row_prompt_ids(
+    prompts: Sequence[Any], extra_infos: Sequence[Any], matcher, row_ids: Sequence[Any] | None = None
+) -> list[str]:
+    """Each verl row's prompt id: its own ``prompt_id`` (the column `difficulty export` writes) when it is a
+    prompt of the dataset, else problem text (last user message), else ``extra_info.index``; a row matching
+    none is ``row-<i>`` (a prompt never observed)."""
     out = []
-    for i, (prompt, extra) in enumerate(zip(prompts, extra_infos, strict=True)):
+    row_ids = row_ids if row_ids is not None else [None] * len(prompts)
+    for i, (prompt, extra, own) in enumerate(zip(prompts, extra_infos, row_ids, strict=True)):
+        pid, _ = matcher.by_id(own) if own is not None else (None, None)
+        if pid is not None:
+            out.append(pid)
+            continue
         text = datasets.user_text(datasets.verl_messages(prompt, origin="verl train file", row=i))
         pid, _ = matcher.by_problem(text)
         if pid is None and isinstance(extra, Mapping) and extra.get("index") is not None:
@@ -285,14 +293,15 @@ def build_schedule(frame, data_files: Any, data_config: Mapping, prompt_key: str
     if prompt_key not in names:
         raise DatasetError(f"the train file has no {prompt_key!r} column (data.prompt_key); columns: {names}")
     extra = frame["extra_info"] if "extra_info" in names else [None] * len(frame)
-    ids = row_prompt_ids(frame[prompt_key], extra, Matcher.from_problems(problems))
+    own = frame["prompt_id"] if "prompt_id" in names else None
+    ids = row_prompt_ids(frame[prompt_key], extra, Matcher.from_problems(problems), own)
     known = set(problems.column("prompt_id").to_pylist())
     matched = sum(pid in known for pid in ids)
     if not matched:
         raise DatasetError(
-            f"none of the {len(ids)} rows of the train file {files} is a prompt of dataset {dataset!r} (by problem "
-            "text or extra_info.index): the policy would never see an outcome; name the dataset the file was loaded "
-            "as (+data.curriculum.dataset=...), or leave it out to load the train file itself"
+            f"none of the {len(ids)} rows of the train file {files} is a prompt of dataset {dataset!r} (by prompt_id, "
+            "problem text or extra_info.index): the policy would never see an outcome; name the dataset the file was "
+            "loaded as (+data.curriculum.dataset=...), or leave it out to load the train file itself"
         )
     if matched < len(ids):
         log.warning("%d of %d rows of %s are no prompt of dataset %r: never observed", len(ids) - matched, len(ids),

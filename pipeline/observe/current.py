@@ -13,7 +13,9 @@ pooled posterior). Everything reported is a posterior expectation: the mean, the
 and the probability that a group of ``G`` rollouts is silent, ``E[p^G] + E[(1-p)^G]``.
 
 Only the current policy's own outcomes are pooled by default (kinds ``profile`` and ``training``);
-labels measured by other models stay apart unless asked for.
+labels measured by other models stay apart unless asked for, and ``sources``/``models`` keep only
+the named ones (a 135M model's profile and a 1.5B model's training rollouts are not one policy).
+``FORGETTING`` is the one default of lambda: ``difficulty current``, the curricula and the report use it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ import pyarrow.compute as pc
 
 from pipeline import prior, schema, stats
 from pipeline.errors import ConfigError
+
+# The forgetting factor every reader of observations defaults to: about ten steps of memory, which
+# follows a policy that moves (docs/observations.md §2). Declared once; the others import it.
+FORGETTING = 0.9
 
 CURRENT = pa.schema(
     [
@@ -57,14 +63,17 @@ class CurrentConfig:
         group_size: G of the silent probability.
         level: the central credible interval's level.
         kinds: which kinds of observations are pooled (labels of other models are not, by default).
+        sources, models: only these sources / models are pooled (empty: every one).
     """
 
-    forgetting: float = 1.0
+    forgetting: float = FORGETTING
     prior_a: float = 0.5
     prior_b: float = 0.5
     group_size: int = 8
     level: float = 0.95
     kinds: tuple[str, ...] = ("profile", "training")
+    sources: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.forgetting, int | float) and 0.0 < self.forgetting <= 1.0):
@@ -78,6 +87,67 @@ class CurrentConfig:
         bad = [k for k in self.kinds if k not in schema.OBSERVATION_KINDS]
         if bad or not self.kinds:
             raise ConfigError(f"kinds {list(self.kinds)}: allowed a non-empty subset of {schema.OBSERVATION_KINDS}")
+        for name in ("sources", "models"):
+            values = getattr(self, name)
+            if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
+                raise ConfigError(f"{name}={values!r} must be a tuple of names")
+
+
+def pooled_observations(observations: pa.Table, config: CurrentConfig) -> pa.Table:
+    """The rows ``config`` pools: its kinds, and its sources and models when it names any."""
+    keep = pc.is_in(observations.column("kind"), pa.array(list(config.kinds)))
+    for column, wanted in (("source", config.sources), ("model", config.models)):
+        if wanted:
+            keep = pc.and_(keep, pc.fill_null(pc.is_in(observations.column(column), pa.array(list(wanted))), False))
+    return observations.filter(keep)
+
+
+def check_selection(observations: pa.Table, config: CurrentConfig) -> None:
+    """``ConfigError`` naming a source or model of ``config`` that has no observation, or one whose
+    kind is not pooled (a label without ``kinds`` holding ``label``), with the names there are."""
+    for column, wanted in (("source", config.sources), ("model", config.models)):
+        known = set(observations.column(column).drop_null().to_pylist())
+        for value in wanted:
+            if value not in known:
+                shown = ", ".join(sorted(known)[:12]) or "none"
+                raise ConfigError(f"{column} {value!r} has no observations; the {column}s there are: {shown}")
+    if config.sources:
+        chosen = observations.filter(pc.is_in(observations.column("source"), pa.array(list(config.sources))))
+        kinds = dict(zip(chosen.column("source").to_pylist(), chosen.column("kind").to_pylist(), strict=True))
+        for source, kind in sorted(kinds.items()):
+            if kind not in config.kinds:
+                raise ConfigError(
+                    f"source {source!r} holds {kind} observations, which are pooled only with --with-labels"
+                )
+
+
+def _per_source(rows: pa.Table, pooled: bool) -> list[dict]:
+    out = []
+    for source in sorted(set(rows.column("source").to_pylist())):
+        these = rows.filter(pc.equal(rows.column("source"), source))
+        steps = these.column("step")
+        out.append(
+            {
+                "source": source,
+                "kind": these.column("kind")[0].as_py(),
+                "models": sorted(set(these.column("model").drop_null().to_pylist())),
+                "datasets": sorted(set(these.column("dataset").to_pylist())),
+                "prompts": len(set(these.column("prompt_id").to_pylist())),
+                "rollouts": int(pc.sum(these.column("n")).as_py() or 0),
+                "steps": (pc.min(steps).as_py(), pc.max(steps).as_py()),
+                "pooled": pooled,
+            }
+        )
+    return out
+
+
+def pooled_summary(observations: pa.Table, config: CurrentConfig) -> list[dict]:
+    """What ``config`` pools, per source (its pooled rows): kind, models, datasets, prompts, rollouts
+    and steps; then each source it leaves out whole, with ``pooled`` False."""
+    pooled = pooled_observations(observations, config)
+    used = set(pooled.column("source").to_pylist())
+    left = observations.filter(pc.invert(pc.is_in(observations.column("source"), pa.array(sorted(used), pa.string()))))
+    return _per_source(pooled, True) + _per_source(left, False)
 
 
 def _weights(step: np.ndarray, latest: np.ndarray, forgetting: float) -> np.ndarray:
@@ -117,7 +187,7 @@ def latest_steps(obs: pa.Table) -> np.ndarray:
 def current_difficulty(observations: pa.Table, config: CurrentConfig | None = None) -> pa.Table:
     """Per (dataset, prompt) the discounted counts and the posterior summaries (``CURRENT``)."""
     config = config or CurrentConfig()
-    obs = observations.filter(pc.is_in(observations.column("kind"), pa.array(list(config.kinds))))
+    obs = pooled_observations(observations, config)
     if obs.num_rows == 0:
         return CURRENT.empty_table()
     step = obs.column("step").to_numpy().astype(float)
@@ -186,6 +256,7 @@ def moved_prompts(
     mean) at their first observed step differs from their current band, among prompts observed
     again since: what became easy or hard."""
     config = config or CurrentConfig()
+    observations = pooled_observations(observations, config)
     now = current_difficulty(observations, config)
     if now.num_rows == 0:
         return pa.table({"dataset": [], "prompt_id": [], "before": [], "now": [], "mean_before": [], "mean_now": []})

@@ -22,7 +22,7 @@ from pipeline.analyze import OBSERVATIONS_BACKEND as BACKEND
 from pipeline.errors import ConfigError
 from pipeline.finish import finish_from_counts
 from pipeline.observe import record
-from pipeline.observe.current import CurrentConfig, current_difficulty
+from pipeline.observe.current import CurrentConfig, current_difficulty, pooled_observations
 from pipeline.store import RunRecord, Store
 
 
@@ -32,8 +32,9 @@ def snapshot_counts(observations: pa.Table, dataset: str, config: CurrentConfig)
     obs = observations.filter(pc.equal(observations.column("dataset"), dataset))
     now = current_difficulty(obs, config)
     if now.num_rows == 0:
+        chosen = "".join(f", {k} {list(getattr(config, k))}" for k in ("sources", "models") if getattr(config, k))
         raise ConfigError(
-            f"no observations of dataset {dataset!r} of kinds {list(config.kinds)}: `difficulty track` first"
+            f"no observations of dataset {dataset!r} of kinds {list(config.kinds)}{chosen}: `difficulty track` first"
         )
     n = np.rint(now.column("n_eff").to_numpy()).astype(np.int64)
     c = np.minimum(np.rint(now.column("c_eff").to_numpy()).astype(np.int64), n)
@@ -51,7 +52,8 @@ def save_current(store: Store, dataset: str, config: CurrentConfig | None = None
         "kinds": list(config.kinds),
         "prior": [config.prior_a, config.prior_b],
     }
-    used = obs.filter(pc.equal(obs.column("dataset"), dataset))
+    # The sources and models pooled (a selection's) are in the id through the sources and the counts.
+    used = pooled_observations(obs.filter(pc.equal(obs.column("dataset"), dataset)), config)
     sources = sorted(set(used.column("source").to_pylist()))
     digest = hashlib.sha256(
         json.dumps({"dataset": dataset, "settings": settings, "sources": sources}, sort_keys=True).encode()

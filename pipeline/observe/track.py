@@ -295,7 +295,7 @@ class TrackConfig:
             return "run"
         if self.kind is not None:
             if self.kind not in TRACK_KINDS:
-                raise ConfigError(f"format {self.kind!r} is unknown: allowed {', '.join(TRACK_KINDS[:3])}")
+                raise ConfigError(f"--input-format {self.kind!r} is unknown: allowed {', '.join(TRACK_KINDS[:3])}")
             return self.kind
         if self.label is not None:
             return "label"
@@ -312,7 +312,7 @@ def run_track(store: Store, config: TrackConfig) -> TrackResult:
     problems = dataset_problems(store, config.dataset, config.data_file)
     if kind == "label":
         if config.label is None:
-            raise ConfigError("--format label needs --label COLUMN")
+            raise ConfigError("--input-format label needs --label COLUMN")
         return track_labels(
             store,
             problems,
@@ -323,7 +323,7 @@ def run_track(store: Store, config: TrackConfig) -> TrackResult:
             counts=config.counts,
         )
     if config.path is None:
-        raise ConfigError(f"--format {kind} needs the PATH of the source")
+        raise ConfigError(f"--input-format {kind} needs the PATH of the source")
     if kind == "verl":
         return track_verl(
             store,
