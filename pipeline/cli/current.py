@@ -9,6 +9,7 @@ import typer
 
 from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import check_format, emit, say
+from pipeline.cli.run_summary import print_verdict
 from pipeline.errors import ConfigError
 
 
@@ -66,6 +67,7 @@ def current_cmd(
             f"run {run_id}: the current difficulty of {dataset} (forgetting {forgetting:g}); "
             f"`difficulty export --run {run_id} --output ...` or `difficulty allocate --run {run_id}`"
         )
+        print_verdict(store, run_id)
         return
     obs = record.read_observations(store)
     if dataset is not None:
