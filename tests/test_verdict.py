@@ -147,3 +147,64 @@ def test_analyze_prints_the_verdict_and_the_five_band_shares(tmp_path):
     assert f"verdict for training at G = 8 (run {run_id})" in text
     assert "informative_mid" in text and "extreme" not in text
     assert "hit the token limit" in text
+
+
+# --- the report's first screen --------------------------------------------------------------------
+
+_FIRST_SCREEN = """() => {
+  const nav = document.querySelector('nav');
+  const rows = new Set(Array.from(nav.querySelectorAll('a')).map(a => Math.round(a.getBoundingClientRect().top)));
+  const links = Array.from(nav.querySelectorAll('a')).map(a => a.getBoundingClientRect());
+  const block = document.querySelector('#verdict');
+  const box = block ? block.getBoundingClientRect() : null;
+  return {
+    rows: rows.size,
+    clipped: links.filter(r => r.right > window.innerWidth || r.left < 0).length,
+    overflow: nav.scrollWidth > nav.clientWidth,
+    verdict_top: box ? box.top : null,
+    verdict_bottom: box ? box.bottom : null,
+    verdict_text: block ? block.innerText : '',
+    first_section_top: document.querySelector('main section').getBoundingClientRect().top,
+  };
+}"""
+
+
+def test_report_first_screen_shows_the_verdict_and_a_wrapping_nav(tmp_path):
+    from report_fixtures import build_run, chromium_missing_message, open_browser
+
+    from pipeline.report import render_report
+
+    missing = chromium_missing_message()
+    if missing:  # a missing browser is a broken set-up, not a skip
+        pytest.fail(missing, pytrace=False)
+    store = Store(tmp_path / "data")
+    run_id = build_run(store, "example-run", n_prompts=90, n_samples=32)
+    html = render_report(store, run_id, tmp_path / "report.html", G=8)
+    with open_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(html.resolve().as_uri(), wait_until="load")
+        got = page.evaluate(_FIRST_SCREEN)
+        page.set_viewport_size({"width": 800, "height": 900})
+        narrow = page.evaluate(_FIRST_SCREEN)
+        page.close()
+    # the section bar wraps (twelve links do not fit one line at 1,400 px) and clips none of them
+    assert got["rows"] >= 2 and got["clipped"] == 0 and not got["overflow"]
+    assert narrow["rows"] > got["rows"] and narrow["clipped"] == 0
+    # the verdict is the first thing under the bar, whole on the first screen, before section 1
+    assert got["verdict_top"] is not None and got["verdict_bottom"] <= 900
+    assert got["verdict_bottom"] <= got["first_section_top"]
+    text = got["verdict_text"]
+    assert "What this run means for training (G = 8)" in text
+    assert f"difficulty export --run {run_id} --keep informative" in text
+    assert "silent" in text and "halves the silence" in text
+
+
+def test_report_of_an_always_wrong_run_warns_at_the_top(tmp_path):
+    from pipeline.report import render_report
+
+    data_dir, run_id, _ = _wrong_and_cut(tmp_path)
+    html = render_report(Store(data_dir), run_id, tmp_path / "r.html").read_text()
+    block = html[html.index('id="verdict"') : html.index("</div>", html.index('id="verdict"'))]
+    assert block.count('class="warning"') == 3
+    assert "hit the token limit" in block and "never answered right" in block and "posterior estimates" in block
+    assert html.index('id="verdict"') < html.index("<section ")
