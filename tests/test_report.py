@@ -364,6 +364,7 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.observe",
         "pipeline.observe.current",
         "pipeline.curriculum",
+        "pipeline.verdict",
     }
     # the order of the report's own modules is ROOMS["report"] and ROOMS["report.sections"] in tests/layout.py
     files = sorted(REPORT_PACKAGE.rglob("*.py"))

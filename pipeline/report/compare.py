@@ -184,8 +184,8 @@ def _gradient_share(runs: list[RunData], charts: Charts, cfg: ReportConfig) -> S
             f"Share of {spec} update mass per band",
             "difficulty band",
             "share of update mass",
-            "Where each run's signal would go under this estimator: a shift toward 'extreme' means the "
-            "dataset is getting too easy or too hard for the model.",
+            "Where each run's signal would go under this estimator: a shift toward 'hard' or 'easy' means "
+            "the dataset is getting too hard or too easy for the model.",
         )
     )
     return sec
