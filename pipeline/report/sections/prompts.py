@@ -83,13 +83,12 @@ def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
         .filter((pl.col("wilson_lo") < 0.1) | (pl.col("wilson_hi") > 0.9))
         .with_columns(pl.min_horizontal(pl.col("pass_rate"), 1 - pl.col("pass_rate")).alias("edge"))
         .sort(["edge", "n", "prompt_id"])
-        .head(cfg.top)
     )
     sec.tables.append(
         TableView(
-            f"Nearly silent: {near.height:,} shown",
+            f"Nearly silent: {near.height:,} prompts ({pct(near.height / s.height)}), nearest the edge first",
             base + ["distance to the silent edge"],
-            _prompt_rows(near, [("edge", "edge", pct)]),
+            _prompt_rows(near.head(cfg.top), [("edge", "edge", pct)]),
             "Right and wrong answers so far, but the Wilson interval reaches p < 0.1 or p > 0.9: rarely right or "
             "rarely wrong. More samples here decide whether export --keep informative should keep them.",
         )

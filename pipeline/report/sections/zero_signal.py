@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
@@ -68,6 +70,18 @@ def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: li
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     if data.G in Gs:
         fig.add_vline(x=data.G, line={"dash": "dot", "color": "grey"})
+    post = _series(df, Gs, "share_posterior")
+    estimated = [G for G, v in zip(Gs, post, strict=True) if v]
+    if estimated:  # shade where the rates are the posterior's estimates, from halfway (log) to the first
+        before = [G for G in Gs if G < estimated[0]]
+        x0 = math.sqrt(before[-1] * estimated[0]) if before else estimated[0]
+        fig.add_vrect(
+            x0=x0,
+            x1=Gs[-1],
+            fillcolor="grey",
+            opacity=0.12,
+            line_width=0,
+        )  # no annotation: plotly places a shape's annotation in log units on a log axis
     sec.charts.append(
         charts.make(
             fig,
@@ -75,7 +89,8 @@ def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: li
             "group size G (log scale)",
             "share of groups with no signal",
             "The blue line is what this dataset wastes at each G; its distance above the orange line is "
-            "the Jensen gap: spread-out difficulty wastes more than the mean pass rate suggests.",
+            "the Jensen gap: spread-out difficulty wastes more than the mean pass rate suggests. In the grey "
+            "band some prompts have fewer than G answers: the values there are Beta-posterior estimates.",
         )
     )
 
