@@ -208,3 +208,21 @@ def test_report_of_an_always_wrong_run_warns_at_the_top(tmp_path):
     assert block.count('class="warning"') == 3
     assert "hit the token limit" in block and "never answered right" in block and "posterior estimates" in block
     assert html.index('id="verdict"') < html.index("<section ")
+
+
+def test_current_save_ends_with_the_verdict(tmp_path, data_dir):
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "3"]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    table = tmp_path / "rewards.csv"
+    rows = ["step,prompt_id,reward"] + [f"1,{ids[0]},{r}" for r in (1, 1, 0, 0)]
+    rows += [f"1,{ids[1]},{r}" for r in (0, 0, 0, 0)]
+    table.write_text("\n".join(rows) + "\n")
+    out = runner.invoke(app, ["track", str(table), "--dataset", "arithmetic"])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(app, ["current", "--dataset", "arithmetic", "--save"])
+    assert out.exit_code == 0, out.output
+    run_id = next(w for w in out.stdout.split() if w.startswith("current-")).rstrip(":")
+    text = " ".join(out.stdout.split())
+    assert f"verdict for training at G = 8 (run {run_id})" in text
+    assert "keeps 1 of 2 prompts (50%)" in text  # 2 of 4 right: informative; 0 of 4: hard
+    assert "values at G > n" in text  # 4 answers each, read at G = 8
