@@ -352,9 +352,10 @@ def verdict(
             lines.append(
                 Line(
                     f"G = {half} halves the silence{guess}",
-                    f"difficulty report --run {run_id} --G {half}"
-                    if not guess
-                    else _profile_command(run, f"--n {half}"),
+                    # a fixed-n run measures it with n = G'; an adaptive run's n is its own choice
+                    _profile_command(run, f"--n {half}")
+                    if guess and not posterior
+                    else f"difficulty report --run {run_id} --G {half}",
                 )
             )
     gain = reallocation_gain(allocation)

@@ -226,3 +226,30 @@ def test_current_save_ends_with_the_verdict(tmp_path, data_dir):
     assert f"verdict for training at G = 8 (run {run_id})" in text
     assert "keeps 1 of 2 prompts (50%)" in text  # 2 of 4 right: informative; 0 of 4: hard
     assert "values at G > n" in text  # 4 answers each, read at G = 8
+
+
+def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
+    data_dir = tmp_path / "data"
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "120", "--adaptive", "band"]
+    args += ["--grade-workers", "1", "--no-report", "--data-dir", str(data_dir)]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    line = next(x for x in out.output.splitlines() if "adaptive sampling used" in x)
+    run_id = Store(data_dir).list_runs().column("run_id")[0].as_py()
+    # the same numbers as the report's rounds section: verdict.adaptive_savings is the one computation
+    store = Store(data_dir)
+    analysis, _ = analyze.analysis_of_run(store, run_id, weights=False)
+    run = store.get_run(run_id)
+    ps = analysis.prompt_stats
+    sv = verdict.adaptive_savings(
+        ps.column("n").to_numpy(),
+        ps.column("band_prob").to_numpy(zero_copy_only=False),
+        ps.column("undecided").to_numpy(zero_copy_only=False),
+        run.adaptive,
+        run.prior,
+    )
+    assert f"{sv.per_prompt:.1f} answers per prompt" in line
+    if sv.where == "inside":
+        assert f"a fixed n of {sv.fixed_n:.1f}" in line and sv.saved > 0
+    assert f"difficulty report --run {run_id}" in text
