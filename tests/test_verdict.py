@@ -253,3 +253,14 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     if sv.where == "inside":
         assert f"a fixed n of {sv.fixed_n:.1f}" in line and sv.saved > 0
     assert f"difficulty report --run {run_id}" in text
+
+
+def test_report_command_takes_the_estimator(tmp_path):
+    data_dir, run_id, _ = _wrong_and_cut(tmp_path, prompts=4)
+    html = tmp_path / "r.html"
+    where = ["--data-dir", str(data_dir), "--output", str(html)]
+    out = runner.invoke(app, ["report", "--run", run_id, "--estimator", "rloo", *where])
+    assert out.exit_code == 0, out.output
+    assert '"name":"rloo (yours)"' in html.read_text()
+    out = runner.invoke(app, ["report", "--run", run_id, "--estimator", "nope", *where])
+    assert out.exit_code == 1 and "nope" in out.output
