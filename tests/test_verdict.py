@@ -147,6 +147,10 @@ def test_analyze_prints_the_verdict_and_the_five_band_shares(tmp_path):
     assert f"verdict for training at G = 8 (run {run_id})" in text
     assert "informative_mid" in text and "extreme" not in text
     assert "hit the token limit" in text
+    # the verdict is read at the G the analysis was asked for (8 when it is among them)
+    out = runner.invoke(app, ["analyze", "--run", run_id, "--G", "4,16", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert f"verdict for training at G = 4 (run {run_id})" in " ".join(out.output.split())
 
 
 # --- the report's first screen --------------------------------------------------------------------

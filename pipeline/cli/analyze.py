@@ -65,4 +65,4 @@ def analyze_cmd(
     G = 8 if 8 in config.group_sizes else config.group_sizes[0]
     emit_sections(run_tables(result, run_id, G), fmt)
     if fmt == "table":
-        print_verdict(store, run_id, result)
+        print_verdict(store, run_id, result, G)

@@ -67,7 +67,7 @@ def current_cmd(
             f"run {run_id}: the current difficulty of {dataset} (forgetting {forgetting:g}); "
             f"`difficulty export --run {run_id} --output ...` or `difficulty allocate --run {run_id}`"
         )
-        print_verdict(store, run_id)
+        print_verdict(store, run_id, G=group_size)
         return
     obs = record.read_observations(store)
     if dataset is not None:
