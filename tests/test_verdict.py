@@ -268,3 +268,20 @@ def test_report_command_takes_the_estimator(tmp_path):
     assert '"name":"rloo (yours)"' in html.read_text()
     out = runner.invoke(app, ["report", "--run", run_id, "--estimator", "nope", *where])
     assert out.exit_code == 1 and "nope" in out.output
+
+
+def test_the_report_says_when_hard_and_easy_shares_are_zero_by_construction(tmp_path):
+    from report_fixtures import build_run
+
+    from pipeline import report
+    from pipeline.report.sections import build_sections
+
+    store = Store(tmp_path / "data")
+    for run_id, n in (("few", 8), ("many", 32)):
+        build_run(store, run_id, n_prompts=40, n_samples=n)
+        data = report.load_run(store, run_id)
+        share = next(s for s in build_sections(data, report.ReportConfig()) if s.id == "gradient-share")
+        said = any("0 by construction" in note for note in share.notes)
+        assert said is (n == 8), run_id
+        if n == 8:  # and so it is: no prompt of the hard band carries mass at n = 8
+            assert all(row[1] == "0.0%" for row in share.tables[0].rows)
