@@ -50,13 +50,13 @@ RUN_INTERRUPTED = "interrupted"
 # ``hard`` (it (nearly) never answers right: a group of its answers is all wrong), ``informative`` (its
 # groups mix right and wrong: GRPO-style training learns from it) or ``easy`` (its groups are all
 # right). Where a band is finer, its name starts with one of these (``informative_mid``).
-Band = Literal["hard", "informative", "easy"]
-BANDS: tuple[Band, ...] = get_args(Band)
+BandName = Literal["hard", "informative", "easy"]
+BANDS: tuple[BandName, ...] = get_args(BandName)
 # Names earlier versions printed or took, read as today's where a user types a band.
-OLD_BAND_NAMES: dict[str, Band] = {"silent_hard": "hard", "silent_easy": "easy", "medium": "informative"}
+OLD_BAND_NAMES: dict[str, BandName] = {"silent_hard": "hard", "silent_easy": "easy", "medium": "informative"}
 
 
-def band_name(name: str) -> Band:
+def band_name(name: str) -> BandName:
     """The band a user typed, in today's vocabulary (``silent_hard`` is ``hard``)."""
     key = name.strip().lower()
     key = OLD_BAND_NAMES.get(key, key)
