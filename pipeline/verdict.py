@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, export, stats
+from pipeline import adaptive, allocate, export, stats
 from pipeline.checks import check_int
 
 if TYPE_CHECKING:
@@ -367,7 +367,8 @@ def verdict(
                 f"reallocating rollouts across prompts does not pay ({gain:.2f}x the uniform allocation's signal): "
                 "keep the same G for every prompt"
             )
-        lines.append(Line(text, f"difficulty allocate --run {run_id} --budget {16 * measured}"))
+        budget = allocate.DEFAULT_BUDGET_PER_PROMPT * measured  # the default allocation's own budget
+        lines.append(Line(text, f"difficulty allocate --run {run_id} --budget {budget}"))
     if posterior and "undecided" in prompt_stats.column_names and run.prior is not None:
         lines.extend(_adaptive_line(run_id, prompt_stats, run))
     lines.extend(_warnings(run_id, n, c, silence, sample_info, run))
