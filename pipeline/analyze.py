@@ -91,9 +91,14 @@ class Band:
         return out
 
 
+# The gradient share's bands: five that cover [0, 1] without overlap, so their shares sum to 1. Named
+# in the one vocabulary (``schema.BANDS``): the informative band split where GRPO's weight peaks.
 DEFAULT_BANDS: tuple[Band, ...] = (
-    Band("extreme", ((0.0, 0.1, True, False), (0.9, 1.0, False, True))),
-    Band("medium", ((0.4, 0.6, True, True),)),
+    Band("hard", ((0.0, 0.1, True, False),)),
+    Band("informative_hard", ((0.1, 0.4, True, False),)),
+    Band("informative_mid", ((0.4, 0.6, True, True),)),
+    Band("informative_easy", ((0.6, 0.9, False, True),)),
+    Band("easy", ((0.9, 1.0, False, True),)),
 )
 
 

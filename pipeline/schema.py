@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
+from pipeline.errors import ConfigError
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -42,6 +44,25 @@ RunStatus = Literal["created", "sampling", "done", "failed"]
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 # Never stored: what a `sampling` run whose process is gone (no one holds its lock) is shown as.
 RUN_INTERRUPTED = "interrupted"
+
+
+# Difficulty bands: the one vocabulary of every table, command, report and export. A prompt is
+# ``hard`` (it (nearly) never answers right: a group of its answers is all wrong), ``informative`` (its
+# groups mix right and wrong: GRPO-style training learns from it) or ``easy`` (its groups are all
+# right). Where a band is finer, its name starts with one of these (``informative_mid``).
+BandName = Literal["hard", "informative", "easy"]
+BANDS: tuple[BandName, ...] = get_args(BandName)
+# Names earlier versions printed or took, read as today's where a user types a band.
+OLD_BAND_NAMES: dict[str, BandName] = {"silent_hard": "hard", "silent_easy": "easy", "medium": "informative"}
+
+
+def band_name(name: str) -> BandName:
+    """The band a user typed, in today's vocabulary (``silent_hard`` is ``hard``)."""
+    key = name.strip().lower()
+    key = OLD_BAND_NAMES.get(key, key)
+    if key not in BANDS:
+        raise ConfigError(f"band {name!r} is not one of {', '.join(BANDS)}")
+    return key
 
 
 class Column(NamedTuple):

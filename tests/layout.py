@@ -28,6 +28,8 @@ LAYERS = (
     "export",
     "observe",
     "curriculum",
+    # what a run means for training, from its tables: the CLI prints it, the report shows it first
+    "verdict",
     "report",
     "run",
     "history",

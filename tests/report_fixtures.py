@@ -13,6 +13,7 @@ with every non-file request blocked, and reports JavaScript errors and how many 
 Run as a script to write the README screenshot::
 
     python tests/report_fixtures.py --screenshot docs/report-screenshot.png [--section weights]
+    python tests/report_fixtures.py --screenshot docs/report-first-screen.png --first-screen
 """
 
 from __future__ import annotations
@@ -262,6 +263,7 @@ def check_page(
     section: str | None = None,
     width: int = 1280,
     timeout_ms: int = 30_000,
+    full_page: bool = True,
 ) -> BrowserResult:
     """Open ``html_path`` from disk with every non-file request blocked; probe its charts.
 
@@ -272,6 +274,7 @@ def check_page(
         section: id of the section to screenshot (e.g. ``weights``) instead of the full page.
         width: viewport width in pixels.
         timeout_ms: page-load timeout.
+        full_page: the whole page, or (False) only what the first screen (``width`` x 900) shows.
     """
     result = BrowserResult()
     page = browser.new_page(viewport={"width": width, "height": 900})
@@ -306,7 +309,7 @@ def check_page(
                 page.add_style_tag(content="nav { position: static !important; }")
                 page.locator(f"section#{section}").screenshot(path=str(screenshot))
             else:
-                page.screenshot(path=str(screenshot), full_page=True)
+                page.screenshot(path=str(screenshot), full_page=full_page)
     finally:
         page.close()
     return result
@@ -326,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", help="use this data directory's run instead of a synthetic one")
     parser.add_argument("--run", help="run to report (default: newest)")
     parser.add_argument("--G", type=int, default=8)
+    parser.add_argument("--first-screen", action="store_true", help="only the first screen, 1400 x 900")
     args = parser.parse_args(argv)
     from pipeline.report import render_report
 
@@ -347,7 +351,10 @@ def main(argv: list[str] | None = None) -> int:
                 model="SmolLM2-135M-Instruct (synthetic)",
             )
         html = render_report(store, run_id, Path(tmp) / "report.html", G=args.G)
-        res = check_in_browser(html, args.screenshot, section=args.section or None)
+        if args.first_screen:
+            res = check_in_browser(html, args.screenshot, width=1400, full_page=False)
+        else:
+            res = check_in_browser(html, args.screenshot, section=args.section or None)
     print(
         json.dumps(
             {

@@ -312,12 +312,24 @@ def test_default_bands_and_jensen_gap_positive_on_u_shaped_data():
     s = an.summary(counts, "r").to_pylist()
     gaps = [r["value"] for r in s if r["metric"] == "jensen_gap"]
     assert len(gaps) == 5 and all(g > 0 for g in gaps)
-    extreme = an.DEFAULT_BANDS[0]
+    bands = {b.name: b for b in an.DEFAULT_BANDS}
     np.testing.assert_array_equal(
-        extreme.contains(np.array([0.0, 0.1, 0.5, 0.9, 0.95, 1.0])), [True, False, False, False, True, True]
+        bands["hard"].contains(np.array([0.0, 0.1, 0.5, 0.9, 0.95, 1.0])), [True, False, False, False, False, False]
     )
-    medium = an.DEFAULT_BANDS[1]
-    np.testing.assert_array_equal(medium.contains(np.array([0.39, 0.4, 0.6, 0.61])), [False, True, True, False])
+    np.testing.assert_array_equal(
+        bands["easy"].contains(np.array([0.0, 0.1, 0.5, 0.9, 0.95, 1.0])), [False, False, False, False, True, True]
+    )
+    mid = bands["informative_mid"]
+    np.testing.assert_array_equal(mid.contains(np.array([0.39, 0.4, 0.6, 0.61])), [False, True, True, False])
+    # the five bands cover [0, 1] once each, so every estimator's shares sum to 1 at every G
+    grid = np.linspace(0, 1, 1001)
+    np.testing.assert_array_equal(sum(b.contains(grid).astype(int) for b in an.DEFAULT_BANDS), np.ones(1001))
+    assert all(b.name.split("_")[0] in schema.BANDS for b in an.DEFAULT_BANDS)
+    sums: dict = {}
+    for r in s:
+        if r["section"] == "gradient_share" and r["band"] != "all":
+            sums[(r["estimator"], r["G"])] = sums.get((r["estimator"], r["G"]), 0.0) + r["value"]
+    assert len(sums) > 10 and all(v == pytest.approx(1.0) for v in sums.values())
 
 
 def test_raw_answer_lists_equal_histograms():

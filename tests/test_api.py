@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ def simulate(data_dir: str | Path, *extra: str) -> str:
     args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "12", "--n", "4", "--grade-workers", "1"]
     out = runner.invoke(app, [*args, "--data-dir", str(data_dir), *extra])
     assert out.exit_code == 0, out.output
-    return out.output.split("run ")[-1].split()[0]
+    return re.search(r"^run (\S+) done", out.output, re.M).group(1)  # the verdict follows that line
 
 
 @pytest.fixture(scope="module")

@@ -98,7 +98,8 @@ def test_analyze_and_allocate_on_dataset_priors(data_dir, tmp_path):
     store.write_table("problems", _problems(), {"dataset": "mini"})
     res = invoke("analyze", "--dataset", "mini", "--data-dir", str(data_dir))
     assert res.exit_code == 0, res.output
-    assert "zero-signal rate by G" in " ".join(res.output.split()) and "observed" in res.output
+    assert "zero-signal (silent group) rate by group size G" in " ".join(res.output.split())
+    assert "all_wrong" in res.output and "verdict for training at G = 8" in res.output
     for name in ("prompt_stats", "weights", "summary"):
         t = store.read_table(name, {"run_id": "prior-mini"})
         assert t.num_rows > 0
@@ -286,7 +287,7 @@ def test_analyze_replaces_the_earlier_analysis_and_prints_formats(data_dir):
     assert set(summary.column("G").drop_null().to_pylist()) <= {8, 16}
     res = invoke("analyze", "--dataset", "mini", "--format", "csv")
     assert res.exit_code == 0, res.output
-    assert res.stdout.startswith("# zero_signal\nG,observed,")
+    assert res.stdout.startswith("# zero_signal\nG,silent,all_wrong,all_right,estimated,")
     bad = invoke("analyze", "--dataset", "mini", "--G", "4,x")
     assert bad.exit_code == 1 and "--G must be a comma-separated list" in bad.output
     bad = invoke("analyze", "--dataset", "mini", "--level", "2")

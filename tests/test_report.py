@@ -18,11 +18,13 @@ from typer.testing import CliRunner
 
 from pipeline import allocate, analyze, report, schema
 from pipeline.errors import ConfigError, StoreError
+from pipeline.report.charts import estimator_colors
+from pipeline.report.sections import build_sections
 from pipeline.report.sections.allocation import allocation_parts
 from pipeline.store import Store
 
 REPORT_PACKAGE = Path(report.__file__).parent
-N_SECTIONS = 12  # ten, the calibration of the dataset's difficulty labels, and training since the profile
+N_SECTIONS = 12  # thirteen for an adaptive run (its rounds); docs/guide/report.md lists them
 
 
 def _plotly_banner() -> str:
@@ -364,6 +366,7 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.observe",
         "pipeline.observe.current",
         "pipeline.curriculum",
+        "pipeline.verdict",
     }
     # the order of the report's own modules is ROOMS["report"] and ROOMS["report.sections"] in tests/layout.py
     files = sorted(REPORT_PACKAGE.rglob("*.py"))
@@ -444,3 +447,60 @@ def test_cli_errors_are_one_clear_line(runs, tmp_path):
     assert result.exit_code == 1 and "'cdn'" in result.output and "inline, shared" in result.output
     result = runner.invoke(_app(), ["report", "--data-dir", str(tmp_path / "empty")])
     assert result.exit_code == 1 and "no runs" in result.output
+
+
+# --- what a team reads first (issue 34) ----------------------------------------------------------
+
+
+def _section(sections, sid):
+    return next(s for s in sections if s.id == sid)
+
+
+def test_the_chosen_estimator_is_drawn_and_the_others_are_one_click_away(runs):
+    data = report.load_run(runs, "run-a")
+    sections = build_sections(data, report.ReportConfig(estimator="rloo"))
+    html = str(_section(sections, "weights").charts[0].html)
+    assert html.count('"visible":"legendonly"') == len(data.estimators) - 1
+    assert '"name":"rloo (yours)"' in html
+    colors = set(re.findall(r'"line":\{"color":"(#[0-9a-f]{6})"', html))
+    want = estimator_colors(data.estimators)
+    assert len(set(want.values())) == len(data.estimators) and set(want.values()) <= colors  # none shared
+    share = _section(sections, "gradient-share")
+    assert share.tables[0].rows[0][0] == "rloo (yours)"
+    # the five bands cover every pass rate: each estimator's shares add up to 100%
+    for row in share.tables[0].rows:
+        assert sum(float(cell.rstrip("%")) for cell in row[1:6]) == pytest.approx(100, abs=0.3)
+
+
+def test_the_prompt_tables_never_list_a_prompt_twice(runs):
+    data = report.load_run(runs, "run-a")
+    tables = _section(build_sections(data, report.ReportConfig()), "prompts").tables
+    assert len(tables) == 3
+    ids = [[row[0] for row in t.rows] for t in tables]
+    assert all(ids) and len({i for t in ids for i in t}) == sum(len(t) for t in ids)
+    silent = tables[0].rows
+    assert [r[3].split("/")[0] == "0" for r in silent] == sorted(
+        (r[3].split("/")[0] == "0" for r in silent), reverse=True
+    )
+
+
+def test_latex_reads_as_plain_text():
+    from pipeline.report.charts import plain_math, short
+
+    assert plain_math(r"What is $\frac{3}{4} + \dfrac{1}{2}$?") == "What is 3/4 + 1/2?"
+    assert plain_math(r"$\sqrt{x^{2}+1} \le 2\pi$") == "√(x^2+1) ≤ 2π"
+    assert plain_math(r"$\boxed{\text{yes}}$, 100\%") == "yes, 100%"
+    assert plain_math("no math here: 3 < 4") == "no math here: 3 < 4"
+    assert "\\" not in short(r"Find $\frac{\sqrt{3}}{2} \cdot \left(1 + \tfrac{1}{n}\right)$")
+
+
+def test_pass_at_k_ticks_and_an_undefined_spearman_read_plainly(tmp_path):
+    store = Store(tmp_path / "data")
+    build_run(store, "flat", n_prompts=12, n_samples=6, skill=-40.0)  # every answer wrong
+    data = report.load_run(store, "flat")
+    sections = build_sections(data, report.ReportConfig())
+    html = str(_section(sections, "pass-at-k").charts[0].html)
+    assert '"tickvals":[1,2,4,6]' in html
+    calibration = _section(sections, "calibration")
+    text = " ".join(c.caption for c in calibration.charts)
+    assert "undefined, undefined" not in text and "Spearman rho is undefined" in text

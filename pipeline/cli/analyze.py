@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -11,45 +11,11 @@ from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.cli.counts import counts_of
 from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
 from pipeline.cli.output import check_format, emit_sections, say
+from pipeline.cli.run_summary import print_verdict, run_tables
 from pipeline.specs import split_specs
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 
 # The options' defaults are the configs' own.
 _ANALYSIS_G = ",".join(map(str, AnalyzeConfig.group_sizes))
-
-
-def _pivot_zero_signal(summary: pa.Table) -> pa.Table:
-    import pyarrow as pa
-
-    by_g: dict[int, dict] = {}
-    for r in summary.to_pylist():
-        if r["section"] == "zero_signal" or (r["section"] == "dapo" and r["metric"] == "oversampling_fill"):
-            by_g.setdefault(r["G"], {"G": r["G"]})[r["metric"]] = r["value"]
-    keep = [
-        "G",
-        "observed",
-        "predicted_plugin",
-        "iid",
-        "jensen_gap",
-        "observed_all_correct",
-        "observed_all_wrong",
-        "oversampling_fill",
-    ]
-    return pa.Table.from_pylist([{k: e.get(k) for k in keep} for e in by_g.values()])
-
-
-def _pivot_shares(summary: pa.Table, G: int) -> pa.Table:
-    import pyarrow as pa
-
-    by_e: dict[str, dict] = {}
-    for r in summary.to_pylist():
-        if r["section"] == "gradient_share" and r["G"] == G:
-            entry = by_e.setdefault(r["estimator"], {"estimator": r["estimator"]})
-            entry[r["metric"] if r["band"] == "all" else f"share_{r['band']}"] = r["value"]
-    return pa.Table.from_pylist(list(by_e.values()))
 
 
 def analyze_cmd(
@@ -97,10 +63,6 @@ def analyze_cmd(
         fmt,
     )
     G = 8 if 8 in config.group_sizes else config.group_sizes[0]
-    emit_sections(
-        [
-            ("zero_signal", f"zero-signal rate by G ({run_id})", _pivot_zero_signal(result.summary)),
-            ("gradient_share", f"gradient share by band at G={G}", _pivot_shares(result.summary, G)),
-        ],
-        fmt,
-    )
+    emit_sections(run_tables(result, run_id, G), fmt)
+    if fmt == "table":
+        print_verdict(store, run_id, result, G)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pipeline.cli import profile_options as opt
 from pipeline.cli.options import DataDir, open_store
 from pipeline.cli.output import err_console, say
-from pipeline.cli.run_summary import print_adaptive_summary, print_run_summary
+from pipeline.cli.run_summary import print_adaptive_summary, print_run_summary, print_verdict
 
 if TYPE_CHECKING:
     from pipeline.run import ProfileConfig
@@ -45,3 +45,4 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
     say(f"run {result['run_id']} done; tables under {store.root}")
     if result.get("report"):
         say(f"report: {result['report']}")
+    print_verdict(store, result["run_id"], result["finished"].analysis)

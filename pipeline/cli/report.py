@@ -90,10 +90,18 @@ def report_cmd(
         typer.Option("--plotly-js", help="inline: self-contained files; shared: one plotly.min.js beside the reports."),
     ] = ReportConfig.plotly_js,
     G: Annotated[int, typer.Option("--G", help="Group size the report is read at.")] = ReportConfig.G,
+    estimator: Annotated[
+        str,
+        typer.Option(
+            "--estimator",
+            help="The estimator you train with: highlighted in the charts (the others one click away in the "
+            "legend) and used by the prompt tables.",
+        ),
+    ] = ReportConfig.estimator,
     data_dir: DataDir = None,
 ) -> None:
     """Write the HTML report of a run (several runs: one report each plus a comparison)."""
-    config = ReportConfig(plotly_js=plotly_js, G=G)  # checked before any work
+    config = ReportConfig(plotly_js=plotly_js, G=G, estimator=estimator)  # checked before any work
     store = open_store(data_dir)
     run_ids = list(dict.fromkeys(runs or []))
     if not run_ids:

@@ -1,5 +1,7 @@
-"""What the commands that make a run (``profile``, ``grade``, ``regrade``) print after it:
-the pass-rate spread, zero-signal rates, gradient shares, and an adaptive run's rounds."""
+"""What the commands that make or analyse a run (``profile``, ``grade``, ``regrade``, ``analyze``,
+``current --save``) print after it: the pass-rate spread, zero-signal rates, gradient shares, an
+adaptive run's rounds, and last the run's verdict (``pipeline.verdict``): what it means for training
+and the commands to act on it."""
 
 from __future__ import annotations
 
@@ -10,8 +12,34 @@ from pipeline.cli.output import print_table, say
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from pipeline.analyze import Analysis
     from pipeline.finish import FinishedRun
     from pipeline.store import Store
+
+
+# The trainer's group size the summary and the verdict are read at.
+SUMMARY_G = 8
+
+ZERO_SIGNAL_TITLE = (
+    "zero-signal (silent group) rate by group size G; estimated: some prompt has fewer than G answers, "
+    "so the value is a Beta-posterior estimate, not a count"
+)
+
+
+def run_tables(analysis: Analysis, run_id: str, G: int) -> list[tuple[str, str, pa.Table]]:
+    """The zero-signal and gradient-share tables of an analysis, ``(key, title, table)`` each, by the
+    named queries every command prints them with."""
+    from pipeline.store import Store
+
+    tables = {"prompt_stats": analysis.prompt_stats, "summary": analysis.summary}
+    return [
+        ("zero_signal", ZERO_SIGNAL_TITLE, Store.tables_query("zero_signal_summary", tables, {"run_id": run_id})),
+        (
+            "gradient_share",
+            f"gradient share by difficulty band at G = {G} (the bands cover every pass rate; a row sums to 1)",
+            Store.tables_query("gradient_shares", tables, {"run_id": run_id, "G": G}),
+        ),
+    ]
 
 
 def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = None) -> None:
@@ -25,10 +53,34 @@ def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = 
         return store.tables_query(name, tables, params)
 
     print_table(rows("pass_rate_spread", {"run_id": run_id}), title=f"pass-rate spread, run {run_id}")
-    silent = rows("zero_signal_summary", {"run_id": run_id})
-    print_table(silent, title="zero-signal (silent group) rate by group size G")
-    shares = rows("gradient_shares", {"run_id": run_id, "G": 8})
-    print_table(shares, title="gradient share by difficulty band at G = 8")
+    print_table(rows("zero_signal_summary", {"run_id": run_id}), title=ZERO_SIGNAL_TITLE)
+    shares = rows("gradient_shares", {"run_id": run_id, "G": SUMMARY_G})
+    print_table(shares, title=f"gradient share by difficulty band at G = {SUMMARY_G} (the bands cover every pass rate)")
+    if shares.num_rows and not any(shares.column("mean_mass").to_pylist()):
+        say(f"no estimator has any update mass at G = {SUMMARY_G}: every group is silent, so there are no shares")
+
+
+def print_verdict(store: Store, run_id: str, analysis: Analysis | None = None, G: int = SUMMARY_G) -> None:
+    """The run's verdict (``pipeline.verdict``), last: what it means for training, a command per line.
+    ``analysis``: what the caller computed (not read back); else the stored one."""
+    from pipeline import analyze, verdict
+    from pipeline.errors import StoreError
+
+    if analysis is None:
+        analysis, _ = analyze.analysis_of_run(store, run_id, weights=False)
+    try:
+        run = store.get_run(run_id)
+    except StoreError:  # a dataset's prior counts (``analyze --dataset``): no run, no samples
+        run, sample_info = None, None
+    else:
+        sample_info = store.named_query("sample_info", {"run_id": run_id}).to_pylist()[0]
+    allocation = store.read_table("allocation", {"run_id": run_id})
+    v = verdict.verdict(
+        run_id, analysis.prompt_stats, analysis.summary, G=G, allocation=allocation, sample_info=sample_info, run=run
+    )
+    say(f"verdict for training at G = {G} (run {run_id}):")
+    for line in v.lines:
+        say(f"  {'! ' if line.kind == 'warning' else '- '}{line.text}\n      {line.command}")
 
 
 def print_adaptive_summary(finished: FinishedRun) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -25,13 +26,17 @@ __all__ = [
     "Charts",
     "Section",
     "TableView",
+    "BAND_COLORS",
     "band_text",
+    "estimator_colors",
+    "estimator_trace",
     "figure",
     "floats",
     "fmt",
     "hist",
     "pass_rate_bins",
     "pct",
+    "plain_math",
     "sample_rows",
     "short",
 ]
@@ -180,11 +185,43 @@ def pct(value) -> str:
     return f"{100 * value:.1f}%"
 
 
+# LaTeX a math problem commonly holds, as plain text: the report reads offline, with no math
+# renderer, so a problem shows as ``a/b ≤ √(x)`` rather than ``\frac{a}{b} \le \sqrt{x}``.
+_SYMBOLS = {
+    "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "times": "×", "cdot": "·",
+    "div": "÷", "pm": "±", "mp": "∓", "infty": "∞", "pi": "π", "theta": "θ", "alpha": "α", "beta": "β",
+    "gamma": "γ", "delta": "δ", "lambda": "λ", "mu": "μ", "sigma": "σ", "phi": "φ", "omega": "ω",
+    "Delta": "Δ", "circ": "°", "degree": "°", "ldots": "…", "cdots": "⋯", "dots": "…", "approx": "≈",
+    "in": "∈", "cup": "∪", "cap": "∩", "to": "→", "rightarrow": "→", "angle": "∠", "triangle": "△",
+    "sum": "Σ", "prod": "Π", "int": "∫", "equiv": "≡", "mid": "|", "perp": "⊥", "parallel": "∥",
+    "quad": " ", "qquad": " ", "displaystyle": "", "left": "", "right": "", "{": "{", "}": "}", "%": "%",
+    "$": "$", ",": " ", ";": " ", "!": "", " ": " ",
+}  # fmt: skip
+_GROUP = r"\{((?:[^{}]|\{[^{}]*\})*)\}"  # one {...} level deep, with one nested level inside
+
+
+def plain_math(text: str) -> str:
+    """Problem text with its LaTeX turned into plain Unicode text (fractions ``a/b``, roots ``√(x)``,
+    powers ``x^2``, symbols), for the report's tables."""
+    if "\\" not in text and "$" not in text:
+        return text
+    for _ in range(3):  # nested fractions and roots, innermost first
+        text = re.sub(r"\\[dt]?frac\s*" + _GROUP + r"\s*" + _GROUP, r"(\1)/(\2)", text)
+        text = re.sub(r"\\sqrt\s*\[([^\]]*)\]\s*" + _GROUP, r"\1√(\2)", text)
+        text = re.sub(r"\\sqrt\s*" + _GROUP, r"√(\1)", text)
+        text = re.sub(r"\\(?:text|mathrm|mathbf|textbf|mathit|operatorname|boxed|overline)\s*" + _GROUP, r"\1", text)
+    text = re.sub(r"\(([0-9A-Za-z.]+)\)/\(([0-9A-Za-z.]+)\)", r"\1/\2", text)  # (3)/(4) -> 3/4
+    text = re.sub(r"\^\{([^{}]*)\}", r"^\1", text)
+    text = re.sub(r"_\{([^{}]*)\}", r"_\1", text)
+    text = re.sub(r"\\([A-Za-z]+|.)", lambda m: _SYMBOLS.get(m.group(1), m.group(1)), text)
+    return text.replace("$", "")
+
+
 def short(text: str | None, limit: int = 160) -> str:
-    """Text on one line, cut to ``limit`` characters with an ellipsis."""
+    """Text on one line (its LaTeX as plain text), cut to ``limit`` characters with an ellipsis."""
     if not text:
         return ""
-    text = " ".join(text.split())
+    text = " ".join(plain_math(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -217,8 +254,41 @@ def hist(p: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return counts / len(p)
 
 
+# Twelve colours told apart at a glance (Paul Tol's "muted" set and four of his "bright"): the
+# estimators are eleven by default, and plotly's ten-colour cycle gave grpo, reco_binary and rloo
+# three near-identical reds.
+_DISTINCT = (
+    "#332288", "#117733", "#cc6677", "#88ccee", "#ddcc77", "#aa4499",
+    "#44aa99", "#999933", "#882255", "#4477aa", "#ee6677", "#bbbbbb",
+)  # fmt: skip
+# The difficulty bands, hard to easy: warm where no signal is, cool where it is.
+BAND_COLORS = {
+    "hard": "#cc3311",
+    "informative_hard": "#88ccee",
+    "informative_mid": "#0077bb",
+    "informative_easy": "#44aa99",
+    "easy": "#ee7733",
+}
+
+
+def estimator_colors(specs: list[str]) -> dict[str, str]:
+    """One distinct colour per estimator, the same in every chart of a report."""
+    return {spec: _DISTINCT[i % len(_DISTINCT)] for i, spec in enumerate(specs)}
+
+
+def estimator_trace(spec: str, chosen: str, colors: dict[str, str]) -> dict:
+    """A line's style: the user's estimator bold and shown, the others thin and one click away in
+    the legend (plotly leaves a hidden line out of the axis range, so none runs the chart off)."""
+    mine = spec == chosen
+    return {
+        "name": f"{spec} (yours)" if mine else spec,
+        "line": {"color": colors.get(spec), "width": 3.5 if mine else 1.5},
+        "visible": True if mine else "legendonly",
+    }
+
+
 def band_text(name: str) -> str:
-    """A difficulty band's name with its intervals of p (``extreme: p in [0, 0.1) or (0.9, 1]``)."""
+    """A difficulty band's name with its intervals of p (``hard: p in [0, 0.1)``)."""
     for band in analyze.DEFAULT_BANDS:
         if band.name == name:
             parts = [f"{'[' if lc else '('}{lo:g}, {hi:g}{']' if hc else ')'}" for lo, hi, lc, hc in band.intervals]

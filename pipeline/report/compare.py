@@ -144,17 +144,36 @@ def _zero_signal(runs: list[RunData], charts: Charts) -> Section:
     sec = Section("zero-signal", "Zero-signal rate against G")
     fig = figure()
     allG: set[int] = set()
+    estimated: list[str] = []
     for d in runs:
         df = summary_rows(d.summary, "zero_signal", metric="observed").sort("G")
         allG |= set(df["G"].to_list())
-        fig.add_scatter(x=df["G"].to_numpy(), y=df["value"].to_numpy(), mode="lines+markers", name=d.label)
+        post = summary_rows(d.summary, "zero_signal", metric="share_posterior").filter(pl.col("value") > 0)
+        # a hollow marker where the value is the posterior's estimate (some prompt has n < G), not a count
+        est_G = set(post["G"].to_list())
+        if est_G:
+            estimated.append(f"{d.label} from G = {min(est_G)}")
+        symbols = ["circle-open" if G in est_G else "circle" for G in df["G"].to_list()]
+        fig.add_scatter(
+            x=df["G"].to_numpy(),
+            y=df["value"].to_numpy(),
+            mode="lines+markers",
+            name=d.label,
+            marker={"symbol": symbols, "size": 8},
+        )
+    if estimated:
+        sec.notes.append(
+            "Hollow markers are Beta-posterior estimates, not counts (some prompts have fewer than G answers): "
+            + "; ".join(estimated)
+            + "."
+        )
     Gs = sorted(allG)
     fig.update_xaxes(type="log", tickvals=Gs, ticktext=[str(g) for g in Gs])
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     sec.charts.append(
         charts.make(
             fig,
-            "Observed share of silent groups by group size",
+            "Share of silent groups by group size",
             "group size G (log scale)",
             "share of groups with no signal",
             "A higher line wastes more rollouts at every G; the run whose line falls fastest gains most "
@@ -184,8 +203,8 @@ def _gradient_share(runs: list[RunData], charts: Charts, cfg: ReportConfig) -> S
             f"Share of {spec} update mass per band",
             "difficulty band",
             "share of update mass",
-            "Where each run's signal would go under this estimator: a shift toward 'extreme' means the "
-            "dataset is getting too easy or too hard for the model.",
+            "Where each run's signal would go under this estimator: a shift toward 'hard' or 'easy' means "
+            "the dataset is getting too hard or too easy for the model.",
         )
     )
     return sec

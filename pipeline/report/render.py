@@ -18,10 +18,11 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
+from pipeline import verdict as verdicts
 from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
 from pipeline.report.compare import compare_sections
-from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, load_run
+from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
 from pipeline.report.sections import build_sections
 from pipeline.store import Location, Store
 
@@ -77,6 +78,19 @@ def _render(store: Store, template: str, output: str | os.PathLike, mode: str, *
     return output
 
 
+def run_verdict(data: RunData) -> verdicts.Verdict:
+    """The run's verdict (``pipeline.verdict``) from what the report read: the block at its top."""
+    return verdicts.verdict(
+        data.run_id,
+        data.stats.to_arrow(),
+        data.summary.to_arrow(),
+        G=data.G,
+        allocation=data.allocation.to_arrow() if data.allocation.height else None,
+        sample_info=data.sample_info,
+        run=data.run,
+    )
+
+
 def render_report(
     store: Store,
     run_id: str,
@@ -117,6 +131,7 @@ def render_report(
         subtitle=" · ".join(str(v) for v in (data.run.dataset, data.run.model, data.run.backend) if v),
         sections=sections,
         G=data.G,
+        verdict=run_verdict(data),
     )
     log.info("report of %s written to %s in %.1f s", run_id, path, time.perf_counter() - start)
     return path

@@ -1,11 +1,17 @@
--- Silent-group rate per G: observed (unbiased), predicted from per-prompt rates, iid from the mean.
+-- Silent-group rate per G: the share of groups of G answers that are all wrong or all right (no
+-- signal). Where some prompt has fewer than G answers (estimated), its rate is the Beta posterior's
+-- estimate, not a count; the Jensen gap against the iid rate is left out there.
 SELECT
     G,
-    round(max(value) FILTER (WHERE metric = 'observed'), 4) AS observed,
-    round(max(value) FILTER (WHERE metric = 'observed_all_correct'), 4) AS all_correct,
+    round(max(value) FILTER (WHERE metric = 'observed'), 4) AS silent,
     round(max(value) FILTER (WHERE metric = 'observed_all_wrong'), 4) AS all_wrong,
+    round(max(value) FILTER (WHERE metric = 'observed_all_correct'), 4) AS all_right,
+    coalesce(max(value) FILTER (WHERE metric = 'share_posterior'), 0) > 0 AS estimated,
     round(max(value) FILTER (WHERE metric = 'iid'), 4) AS iid_from_mean,
-    round(max(value) FILTER (WHERE metric = 'jensen_gap'), 4) AS jensen_gap
+    CASE
+        WHEN coalesce(max(value) FILTER (WHERE metric = 'share_posterior'), 0) > 0 THEN NULL
+        ELSE round(max(value) FILTER (WHERE metric = 'jensen_gap'), 4)
+    END AS jensen_gap
 FROM summary
 WHERE run_id = $run_id AND section = 'zero_signal'
 GROUP BY G

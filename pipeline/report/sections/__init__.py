@@ -41,8 +41,8 @@ def build_sections(data: RunData, cfg: ReportConfig, prefix: str = "r") -> list[
     if rounds is not None:
         sections.append(rounds)
     return sections + [
-        weights_section(data, charts),
-        gradient_share_section(data, charts),
+        weights_section(data, charts, cfg),
+        gradient_share_section(data, charts, cfg),
         zero_signal_section(data, charts),
         allocation_section(data, charts, cfg),
         pass_at_k_section(data, charts),

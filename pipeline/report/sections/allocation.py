@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
+from pipeline import verdict
 from pipeline.report.charts import Charts, Section, TableView, figure, fmt
 from pipeline.report.load import ReportConfig, RunData
 
@@ -101,13 +102,10 @@ def _against_uniform(sec: Section, charts: Charts, parts: list[tuple[str, pl.Dat
     labels = [label for label, _ in parts]
     rows, ratios = [], []
     for label, part in parts:
-        objective = part["objective"][0]
         total = float(part["expected_value"].sum())
         utotal = float(part["uniform_value"].sum())
-        if objective == "variance":  # minimised: better is smaller
-            ratio = utotal / total if total else float("nan")
-        else:
-            ratio = total / utotal if utotal else float("nan")
+        gain = verdict.reallocation_gain(part.to_arrow())  # the verdict's rule, one place
+        ratio = float("nan") if gain is None else gain
         ratios.append(ratio)
         rows.append(
             [
@@ -143,6 +141,12 @@ def _against_uniform(sec: Section, charts: Charts, parts: list[tuple[str, pl.Dat
             height=380,
         )
     )
+    if ratios and all(not r >= verdict.REALLOCATION_PAYS for r in ratios):
+        sec.notes.append(
+            f"Reallocation does not pay here: no allocation gets {verdict.REALLOCATION_PAYS:.2f}x the uniform "
+            "allocation's value or more. Keep the same G for every prompt; filtering the silent prompts "
+            "(`difficulty export --keep informative`) is what changes the signal."
+        )
     sec.tables.append(
         TableView(
             "Allocations",

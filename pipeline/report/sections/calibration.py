@@ -48,9 +48,18 @@ def _in_memory(data: RunData) -> tuple[cal.Calibration | None, str | None]:
 
 def _interval(c: cal.Calibration) -> str:
     if not math.isfinite(c.lo):
-        return "undefined"
+        return "—"
     level = f"{c.level:.0%} " if math.isfinite(c.level) else ""
     return f"{level}[{c.lo:.3f}, {c.hi:.3f}]"
+
+
+def _rho_text(c: cal.Calibration) -> str:
+    """Spearman's rho and its interval in words, or why there is none."""
+    if not math.isfinite(c.rho):
+        return (
+            "Spearman rho is undefined: the pass rates (or the labels) are all equal, so there is no ranking to compare"
+        )
+    return f"Spearman rho = {fmt(c.rho)}" + (f", {_interval(c)}" if math.isfinite(c.lo) else "")
 
 
 def calibration_section(data: RunData, charts: Charts) -> Section:
@@ -77,7 +86,11 @@ def calibration_section(data: RunData, charts: Charts) -> Section:
         TableView(
             "Rank correlation of label and pass rate",
             ["label", "Spearman rho", "interval (bootstrap)", "prompts", "without a label"],
-            [[c.label, fmt(c.rho), _interval(c), fmt(c.n_prompts), fmt(c.n_unlabelled)] for c in calibrations],
+            [
+                [c.label, fmt(c.rho) if math.isfinite(c.rho) else "undefined (no ranking)", _interval(c)]
+                + [fmt(c.n_prompts), fmt(c.n_unlabelled)]
+                for c in calibrations
+            ],
             "A negative rho: a larger label is harder (a level, a rating); positive: a larger label is easier "
             "(a solve rate). Near 0: the label says little about this model's pass rates.",
         )
@@ -98,7 +111,6 @@ def calibration_section(data: RunData, charts: Charts) -> Section:
             hovertemplate="%{x}<br>mean pass rate %{y:.3f}<br>%{text}<extra></extra>",
         )
         fig.update_yaxes(range=[0, 1])
-        rho = fmt(c.rho) if math.isfinite(c.rho) else "undefined"
         sec.charts.append(
             charts.make(
                 fig,
@@ -106,7 +118,7 @@ def calibration_section(data: RunData, charts: Charts) -> Section:
                 c.label,
                 "mean pass rate",
                 f"Each point: the prompts with one value of {c.label} (or a quantile bin of them). "
-                f"Spearman rho = {rho}, {_interval(c)}, over {c.n_prompts:,} prompts.",
+                f"{_rho_text(c)}; over {c.n_prompts:,} prompts.",
             )
         )
         sec.tables.append(

@@ -30,7 +30,10 @@ def pass_at_k_section(data: RunData, charts: Charts) -> Section:
         name="mean pass@k",
         text=[f"{n} prompts" for n in df["n_prompts"].to_list()],
     )
-    fig.update_xaxes(type="log")
+    # ticks at the powers of two and the largest k: plotly's own log ticks label stray digits ("9")
+    kmax = int(df["k"].max())
+    ticks = sorted({2**i for i in range(kmax.bit_length()) if 2**i <= kmax} | {kmax})
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(k) for k in ticks])
     fig.update_yaxes(tickformat=".0%", range=[0, 1.02])
     sec.charts.append(
         charts.make(

@@ -1,4 +1,7 @@
-"""Prompts worth a look: silent at G, most weighted, least certain."""
+"""Prompts worth a look, three tables that never list the same prompt: silent at G (all wrong first:
+what ``export --keep informative`` drops), most weighted by the report's estimator, and nearly
+silent (mixed answers so far, but an interval that reaches the hard or easy band: where more samples
+decide whether a prompt is worth keeping)."""
 
 from __future__ import annotations
 
@@ -30,7 +33,12 @@ def _prompt_rows(df: pl.DataFrame, extra: list[tuple[str, str, callable]]) -> li
 
 def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
     G = data.G
-    sec = Section("prompts", "Prompts worth a look", f"Silent at G = {G}, most weighted, least certain.")
+    sec = Section(
+        "prompts",
+        "Prompts worth a look",
+        f"Silent at G = {G} (all wrong first), most weighted by {est.get(cfg.estimator).spec}, and nearly silent; "
+        "no prompt is in two tables.",
+    )
     s = data.stats.filter(pl.col("n") > 0)
     if not s.height:
         sec.notes.append("No prompt has samples yet.")
@@ -44,7 +52,7 @@ def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
             f"{n_c:,} all correct, {silent.height - n_c:,} all wrong)",
             base + [f"silent rate at G = {G}"],
             _prompt_rows(
-                silent.sort(["n", "prompt_id"], descending=[True, False]).head(cfg.top),
+                silent.sort(["c", "n", "prompt_id"], descending=[False, True, False]).head(cfg.top),
                 [("z", "zero_signal_G", pct)],
             ),
             "Every group of these prompts is unanimous: they cost rollouts and teach nothing at this G.",
@@ -68,17 +76,21 @@ def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
             f"Largest update mass m = w p (1 - p) ({source}): where this estimator's signal goes.",
         )
     )
-    uncertain = (
-        s.with_columns((pl.col("wilson_hi") - pl.col("wilson_lo")).alias("width"))
-        .sort(["width", "prompt_id"], descending=[True, False])
-        .head(cfg.top)
+    shown = set(top.head(cfg.top)["prompt_id"].to_list())
+    # 0 < c < n, but the interval reaches p < 0.1 or p > 0.9: nearest the silent edge first
+    near = (
+        s.filter((pl.col("c") > 0) & (pl.col("c") < pl.col("n")) & ~pl.col("prompt_id").is_in(list(shown)))
+        .filter((pl.col("wilson_lo") < 0.1) | (pl.col("wilson_hi") > 0.9))
+        .with_columns(pl.min_horizontal(pl.col("pass_rate"), 1 - pl.col("pass_rate")).alias("edge"))
+        .sort(["edge", "n", "prompt_id"])
     )
     sec.tables.append(
         TableView(
-            "Least certain",
-            base + ["interval width"],
-            _prompt_rows(uncertain, [("width", "width", pct)]),
-            "Widest Wilson intervals: more samples here would change the picture most.",
+            f"Nearly silent: {near.height:,} prompts ({pct(near.height / s.height)}), nearest the edge first",
+            base + ["distance to the silent edge"],
+            _prompt_rows(near.head(cfg.top), [("edge", "edge", pct)]),
+            "Right and wrong answers so far, but the Wilson interval reaches p < 0.1 or p > 0.9: rarely right or "
+            "rarely wrong. More samples here decide whether export --keep informative should keep them.",
         )
     )
     return sec

@@ -8,12 +8,10 @@ rollouts saved against the fixed n that the same prior expects to give the same 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import polars as pl
 
-from pipeline import adaptive
+from pipeline import adaptive, verdict
 from pipeline.report.charts import Charts, Section, TableView, figure, floats, fmt, hist, pct
 from pipeline.report.load import RunData
 from pipeline.store import RoundCount
@@ -210,19 +208,15 @@ def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.
 
 
 def _savings(sec: Section, s: pl.DataFrame, acfg: adaptive.AdaptiveConfig, prior: adaptive.Prior) -> None:
-    """Rollouts saved against the fixed n expected to give the same misclassification."""
+    """Rollouts saved against the fixed n expected to give the same misclassification (the verdict's
+    numbers, ``verdict.adaptive_savings``)."""
     t = acfg.target
-    per_prompt = float(s["n"].mean())
-    if t.kind == "band" and "band_prob" in s.columns:
-        mis = float((1.0 - s["band_prob"].cast(pl.Float64)).mean())
-        decided = float((~s["undecided"].fill_null(False)).mean())
-    elif "undecided" in s.columns:
-        mis = math.nan
-        decided = float((~s["undecided"].fill_null(False)).mean())
-    else:
+    if "undecided" not in s.columns or (t.kind == "band" and "band_prob" not in s.columns):
         return
-    top = max(256, 4 * acfg.n_max)
-    n_eq, where, curve = adaptive.equivalent_fixed_n(prior, t, mis, decided, top)
+    band_prob = s["band_prob"].cast(pl.Float64).to_numpy() if t.kind == "band" else None
+    sv = verdict.adaptive_savings(s["n"].to_numpy(), band_prob, s["undecided"].fill_null(False).to_numpy(), acfg, prior)
+    per_prompt, mis, decided, top, curve = sv.per_prompt, sv.misclassification, sv.decided, sv.n_top, sv.curve
+    n_eq, where = sv.fixed_n, sv.where
     measure = (
         f"expected band misclassification {pct(mis)} (the mean posterior probability that a prompt's reported "
         "band is wrong)"
@@ -231,19 +225,19 @@ def _savings(sec: Section, s: pl.DataFrame, acfg: adaptive.AdaptiveConfig, prior
     )
     if where == "inside":
         saved = 1.0 - per_prompt / n_eq
-        verdict = (
+        finding = (
             f"A fixed n of {n_eq:.1f} per prompt is expected to give the same; this run used {per_prompt:.2f} per "
             f"prompt: {pct(saved)} of the rollouts saved."
         )
     elif where == "below":
-        verdict = f"Even the smallest fixed n ({n_eq:.0f}) matches it; this run used {per_prompt:.2f} per prompt."
+        finding = f"Even the smallest fixed n ({n_eq:.0f}) matches it; this run used {per_prompt:.2f} per prompt."
     else:
-        verdict = (
+        finding = (
             f"No fixed n up to {top} is expected to match it: more than {pct(1 - per_prompt / top)} of the rollouts "
             "saved."
         )
     sec.notes.append(
-        f"This run: {measure}. {verdict} Both sides are expectations under the fitted prior (the fixed-n side "
+        f"This run: {measure}. {finding} Both sides are expectations under the fitted prior (the fixed-n side "
         "gives each prompt its most probable band), so they compare like with like."
     )
     grid = [n for n in (4, 8, 16, 32, 64, 128, 256) if n <= top]

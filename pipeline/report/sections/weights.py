@@ -8,8 +8,17 @@ import plotly.graph_objects as go
 import polars as pl
 
 from pipeline import estimators as est
-from pipeline.report.charts import Charts, Section, figure, floats, hist, pass_rate_bins
-from pipeline.report.load import RunData
+from pipeline.report.charts import (
+    Charts,
+    Section,
+    estimator_colors,
+    estimator_trace,
+    figure,
+    floats,
+    hist,
+    pass_rate_bins,
+)
+from pipeline.report.load import ReportConfig, RunData
 
 __all__ = ["weights_section"]
 
@@ -30,8 +39,10 @@ def _density_trace(fig: go.Figure, data: RunData, secondary: bool = True) -> Non
     )
 
 
-def weights_section(data: RunData, charts: Charts) -> Section:
+def weights_section(data: RunData, charts: Charts, cfg: ReportConfig) -> Section:
     G = data.G
+    chosen = est.get(cfg.estimator).spec
+    colors = estimator_colors(data.estimators)
     sec = Section(
         "weights",
         f"Implied weight w(p, G) at G = {G}",
@@ -47,7 +58,8 @@ def weights_section(data: RunData, charts: Charts) -> Section:
             (
                 "Each line is an estimator's push on a prompt of pass rate p; grey bars (right axis) are "
                 "this run's prompts, so a line that is high where the bars are tall spends its signal "
-                "there."
+                f"there. The bold line is {chosen} (the report's --estimator); click another name in the "
+                "legend to draw it."
             ),
         ),
         (
@@ -65,7 +77,7 @@ def weights_section(data: RunData, charts: Charts) -> Section:
         for spec in data.estimators:
             e = est.get(spec)
             y = e.weight(grid, G) if kind == "weight" else e.mass(grid, G)
-            fig.add_scatter(x=grid, y=y, mode="lines", name=spec)
+            fig.add_scatter(x=grid, y=y, mode="lines", **estimator_trace(spec, chosen, colors))
         fig.update_layout(
             yaxis2={
                 "overlaying": "y",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
@@ -50,7 +52,7 @@ def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: li
     styles = [
         (
             "observed",
-            "observed (unbiased; posterior mean when n < G)",
+            "silent (counted; the posterior's estimate where n < G)",
             {"width": 3, "color": "#3366cc"},
         ),
         (
@@ -59,8 +61,8 @@ def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: li
             {"dash": "dot", "color": "#dc3912"},
         ),
         ("iid", "iid from the mean pass rate", {"dash": "dash", "color": "#ff9900"}),
-        ("observed_all_correct", "observed: all correct", {"width": 1.5, "color": "#109618"}),
-        ("observed_all_wrong", "observed: all wrong", {"width": 1.5, "color": "#990099"}),
+        ("observed_all_correct", "all right", {"width": 1.5, "color": "#109618"}),
+        ("observed_all_wrong", "all wrong", {"width": 1.5, "color": "#990099"}),
     ]
     for metric, name, line in styles:
         fig.add_scatter(x=Gs, y=_series(df, Gs, metric), mode="lines+markers", name=name, line=line)
@@ -68,6 +70,18 @@ def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: li
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     if data.G in Gs:
         fig.add_vline(x=data.G, line={"dash": "dot", "color": "grey"})
+    post = _series(df, Gs, "share_posterior")
+    estimated = [G for G, v in zip(Gs, post, strict=True) if v]
+    if estimated:  # shade where the rates are the posterior's estimates, from halfway (log) to the first
+        before = [G for G in Gs if G < estimated[0]]
+        x0 = math.sqrt(before[-1] * estimated[0]) if before else estimated[0]
+        fig.add_vrect(
+            x0=x0,
+            x1=Gs[-1],
+            fillcolor="grey",
+            opacity=0.12,
+            line_width=0,
+        )  # no annotation: plotly places a shape's annotation in log units on a log axis
     sec.charts.append(
         charts.make(
             fig,
@@ -75,37 +89,39 @@ def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: li
             "group size G (log scale)",
             "share of groups with no signal",
             "The blue line is what this dataset wastes at each G; its distance above the orange line is "
-            "the Jensen gap: spread-out difficulty wastes more than the mean pass rate suggests.",
+            "the Jensen gap: spread-out difficulty wastes more than the mean pass rate suggests. In the grey "
+            "band some prompts have fewer than G answers: the values there are Beta-posterior estimates.",
         )
     )
 
 
 def _rates_table(data: RunData, df: pl.DataFrame, Gs: list[int]) -> TableView:
-    """The rates at each G, with the DAPO oversampling factor that fills a batch."""
+    """The rates at each G, with the DAPO oversampling factor that fills a batch. Where some prompt
+    has fewer than G answers the rates are the posterior's estimates: labelled so, and the Jensen
+    gap (a comparison of counts) left out."""
     fill = {
         r["G"]: r["value"] for r in summary_rows(data.summary, "dapo", metric="oversampling_fill").iter_rows(named=True)
     }
     rows = []
-    for G, obs, iid, gap, allc, allw in zip(
+    for G, obs, iid, gap, allc, allw, post in zip(
         Gs,
         _series(df, Gs, "observed"),
         _series(df, Gs, "iid"),
         _series(df, Gs, "jensen_gap"),
         _series(df, Gs, "observed_all_correct"),
         _series(df, Gs, "observed_all_wrong"),
+        _series(df, Gs, "share_posterior"),
         strict=True,
     ):
-        rows.append([str(G), pct(obs), pct(allc), pct(allw), pct(iid), pct(gap), fmt(fill.get(G))])
+        estimated = bool(post)
+        kind = f"estimate ({pct(post)} of prompts have n < G)" if estimated else "counted"
+        rows.append(
+            [str(G), pct(obs), pct(allw), pct(allc), kind, pct(iid), "" if estimated else pct(gap), fmt(fill.get(G))]
+        )
     return TableView(
         "Zero-signal rates",
-        [
-            "G",
-            "observed",
-            "all correct",
-            "all wrong",
-            "iid",
-            "Jensen gap",
-            "DAPO oversampling 1/(1-D)",
-        ],
+        ["G", "silent", "all wrong", "all right", "source", "iid", "Jensen gap", "DAPO oversampling 1/(1-D)"],
         rows,
+        "counted: from the answers (unbiased); estimate: the Beta posterior's mean for prompts with fewer than G "
+        "answers, which leans on the prior. The Jensen gap is shown only where every rate is counted.",
     )

@@ -1,0 +1,401 @@
+"""What a run means for training, in a few lines, each ending with the command that acts on it.
+
+The end of ``difficulty profile``, ``analyze`` and ``current --save`` prints it, and the report shows
+it first. Every number comes from the run's own tables (its analysis, default allocation and sample
+counts); nothing is computed here that a section of the report computes another way:
+
+- the silent share at the trainer's G (groups of G answers all wrong or all right: no GRPO signal),
+  split into all wrong and all right, and labelled an estimate where some prompt has fewer than G
+  answers (the Beta posterior's value there, not a count);
+- what ``difficulty export --keep informative`` keeps (export's own band rule, ``export.band_of``);
+- the G that halves the silence (the same zero-signal rates, ``stats.silent_rates``, over larger G);
+- whether reallocating rollouts pays (the default allocation against the uniform one), saying so
+  when it does not;
+- what adaptive sampling saved against the fixed n expected to classify as well
+  (``adaptive.equivalent_fixed_n``; the report's rounds section shows the same numbers);
+- warnings: answers cut at the token limit, a model that never or always answers right, values at
+  G > n that are estimates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import adaptive, allocate, export, stats
+from pipeline.checks import check_int
+
+if TYPE_CHECKING:
+    from pipeline.prior import Prior
+    from pipeline.store import RunRecord
+
+__all__ = [
+    "REALLOCATION_PAYS",
+    "TRUNCATION_WARNING",
+    "Line",
+    "Savings",
+    "Silence",
+    "Verdict",
+    "adaptive_savings",
+    "halving_group_size",
+    "informative_kept",
+    "reallocation_gain",
+    "silence_at",
+    "verdict",
+]
+
+# A share of answers cut at the token limit above which the verdict warns: past it, "hard" may mean
+# "did not finish" rather than "could not solve".
+TRUNCATION_WARNING = 0.10
+# The default allocation's signal over the uniform one's below which reallocating is not worth the
+# bookkeeping (GRPO signal, the same budget).
+REALLOCATION_PAYS = 1.05
+# The largest G searched for the one that halves the silence.
+MAX_GROUP_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a verdict: what it says, the command to act on it, and whether it is a warning."""
+
+    text: str
+    command: str
+    kind: Literal["finding", "warning"] = "finding"
+
+    def __str__(self) -> str:
+        mark = "warning: " if self.kind == "warning" else ""
+        return f"{mark}{self.text} -> {self.command}"
+
+
+@dataclass(frozen=True)
+class Silence:
+    """The silent share of groups of G answers, split, and whether it is a posterior estimate."""
+
+    G: int
+    silent: float
+    all_wrong: float
+    all_right: float
+    estimated: bool  # some prompt has fewer than G answers: its rate is the posterior's, not a count
+
+
+@dataclass(frozen=True)
+class Savings:
+    """An adaptive run's rollouts against the fixed n expected to classify as well (``where``:
+    ``inside``, ``below`` or ``above``, as ``adaptive.log_n_crossing``)."""
+
+    per_prompt: float
+    fixed_n: float | None
+    where: str
+    misclassification: float
+    decided: float
+    n_top: int
+    curve: list[tuple[int, float, float]]
+
+    @property
+    def saved(self) -> float | None:
+        """The share of rollouts saved, or a lower bound where no fixed n up to ``n_top`` matches."""
+        if self.where == "inside":
+            return 1.0 - self.per_prompt / self.fixed_n
+        if self.where == "above":
+            return 1.0 - self.per_prompt / self.n_top
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A run's verdict: its findings and warnings (each with its command) and the numbers behind them."""
+
+    run_id: str
+    G: int
+    silence: Silence
+    kept: int
+    prompts: int
+    lines: tuple[Line, ...]
+
+    @property
+    def warnings(self) -> tuple[Line, ...]:
+        return tuple(line for line in self.lines if line.kind == "warning")
+
+    def text(self) -> str:
+        return "\n".join(str(line) for line in self.lines)
+
+
+# --- the parts ----------------------------------------------------------------------------------
+
+
+def _metric(summary: pa.Table, section: str, metric: str, G: int) -> float | None:
+    mask = pc.and_(
+        pc.and_(pc.equal(summary.column("section"), section), pc.equal(summary.column("metric"), metric)),
+        pc.equal(summary.column("G"), G),
+    )
+    values = summary.filter(pc.fill_null(mask, False)).column("value").to_pylist()
+    return values[0] if values and values[0] is not None else None
+
+
+def _counts(prompt_stats: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each measured prompt's ``(n, c)`` (prompts without samples carry no measurement)."""
+    n = np.asarray(prompt_stats.column("n").to_numpy(zero_copy_only=False), float)
+    c = np.asarray(prompt_stats.column("c").to_numpy(zero_copy_only=False), float)
+    known = n > 0
+    return n[known], c[known]
+
+
+def silence_at(prompt_stats: pa.Table, summary: pa.Table, G: int, prior: tuple[float, float] = (0.5, 0.5)) -> Silence:
+    """The silent share at G: the analysis's own values when it analysed G, else the same
+    rates (``stats.silent_rates``) from the counts."""
+    check_int("G", G, 1)
+    silent = _metric(summary, "zero_signal", "observed", G)
+    n, c = _counts(prompt_stats)
+    if silent is not None:
+        wrong = _metric(summary, "zero_signal", "observed_all_wrong", G) or 0.0
+        right = _metric(summary, "zero_signal", "observed_all_correct", G) or 0.0
+        estimated = (_metric(summary, "zero_signal", "share_posterior", G) or 0.0) > 0
+        return Silence(G, silent, wrong, right, estimated)
+    if not len(n):
+        return Silence(G, math.nan, math.nan, math.nan, False)
+    plus, minus = stats.silent_rates(n, c, G, *prior)
+    return Silence(G, float((plus + minus).mean()), float(minus.mean()), float(plus.mean()), bool((n < G).any()))
+
+
+def informative_kept(prompt_stats: pa.Table) -> tuple[int, int]:
+    """``(kept, measured)``: the prompts ``difficulty export --keep informative`` keeps, by export's
+    own rule at its default edges (at least one right and one wrong answer)."""
+    lo, hi = export.ExportConfig(keep="informative").edges
+    rates = [p for p in prompt_stats.column("pass_rate").to_pylist() if p is not None and not math.isnan(p)]
+    return sum(export.band_of(p, lo, hi) == "informative" for p in rates), len(rates)
+
+
+def halving_group_size(
+    prompt_stats: pa.Table,
+    G: int,
+    silent: float,
+    prior: tuple[float, float] = (0.5, 0.5),
+    posterior: bool = False,
+) -> int | None:
+    """The smallest G' > G whose silent share is at most half of ``silent`` (the rates of the
+    analysis, ``stats.silent_rates``), or None when none up to ``MAX_GROUP_SIZE`` does."""
+    n, c = _counts(prompt_stats)
+    if not len(n) or not silent > 0:
+        return None
+    # distinct (n, c) pairs: a few dozen, however many prompts
+    pairs, mult = np.unique(np.stack([n, c], axis=1), axis=0, return_counts=True)
+
+    def halved(g: int) -> bool:
+        plus, minus = stats.silent_rates(pairs[:, 0], pairs[:, 1], g, *prior, posterior=posterior)
+        return float(((plus + minus) * mult).sum() / mult.sum()) <= silent / 2
+
+    # the silent share falls with G: a geometric search, then every G between the last two tried
+    last = G
+    for g in sorted({int(round(g)) for g in np.geomspace(G + 1, MAX_GROUP_SIZE, 48)}):
+        if halved(g):
+            return next(k for k in range(last + 1, g + 1) if halved(k))
+        last = g
+    return None
+
+
+def reallocation_gain(allocation: pa.Table | None) -> float | None:
+    """The first stored allocation's objective over the uniform allocation of its budget (the
+    allocation section's ratio); None without one."""
+    if allocation is None or allocation.num_rows == 0:
+        return None
+    first = allocation.slice(0, 1).to_pylist()[0]
+    same = pc.and_(
+        pc.equal(allocation.column("objective"), first["objective"]),
+        pc.fill_null(pc.equal(allocation.column("budget"), first["budget"]), True),
+    )
+    part = allocation.filter(same)
+    total = float(pc.sum(part.column("expected_value")).as_py() or 0.0)
+    uniform = float(pc.sum(part.column("uniform_value")).as_py() or 0.0)
+    if first["objective"] == "variance":  # minimised: better is smaller
+        return uniform / total if total else None
+    return total / uniform if uniform else None
+
+
+def adaptive_savings(
+    n: np.ndarray, band_prob: np.ndarray | None, undecided: np.ndarray, acfg: adaptive.AdaptiveConfig, prior: Prior
+) -> Savings:
+    """The rollouts an adaptive run used per prompt against the fixed n that the same prior expects
+    to give the same band misclassification (width target: the same share decided)."""
+    target = acfg.target
+    decided = float((~np.asarray(undecided, bool)).mean())
+    mis = float((1.0 - np.asarray(band_prob, float)).mean()) if target.kind == "band" else math.nan
+    top = max(256, 4 * acfg.n_max)
+    fixed_n, where, curve = adaptive.equivalent_fixed_n(prior, target, mis, decided, top)
+    return Savings(float(np.mean(n)), fixed_n, where, mis, decided, top, curve)
+
+
+# --- the verdict --------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    if 0 < x < 0.001:
+        return "<0.1%"
+    return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1f}%"
+
+
+def _profile_command(run: RunRecord | None, option: str) -> str:
+    parts = ["difficulty profile"]
+    if run is not None and run.dataset:
+        parts.append(f"--dataset {run.dataset}")
+    if run is not None and run.backend == "simulate":  # its model is a label, not something to type
+        parts.append("--backend simulate")
+    elif run is not None and run.model:
+        parts.append(f"--model {run.model}")
+    return " ".join([*parts, option])
+
+
+def _warnings(
+    run_id: str, n: np.ndarray, c: np.ndarray, silence: Silence, sample_info: dict | None, run: RunRecord | None
+) -> list[Line]:
+    lines = []
+    samples = int((sample_info or {}).get("samples") or 0)
+    truncated = int((sample_info or {}).get("truncated") or 0)
+    if samples and truncated / samples > TRUNCATION_WARNING:
+        max_tokens = (run.params or {}).get("max_tokens") if run is not None else None
+        raise_to = f"--max-tokens {2 * int(max_tokens)}" if max_tokens else "--max-tokens N (larger)"
+        lines.append(
+            Line(
+                f"{truncated:,} of {samples:,} answers ({_pct(truncated / samples)}) hit the token limit "
+                f"(finish = length): some 'hard' prompts were not finished, not failed",
+                _profile_command(run, raise_to),
+                "warning",
+            )
+        )
+    if len(n) and int(c.sum()) == 0:
+        lines.append(
+            Line(
+                f"the model never answered right ({int(n.sum()):,} answers to {len(n):,} prompts): every prompt is "
+                "hard for it and a GRPO group learns nothing; check the grading and the template, or use a "
+                "stronger model",
+                f"difficulty sql \"select grade_status, count(*) from samples where run_id = '{run_id}' group by all\"",
+                "warning",
+            )
+        )
+    elif len(n) and bool((c == n).all()):
+        lines.append(
+            Line(
+                f"the model answered every one of {int(n.sum()):,} answers right: every prompt is easy for it and a "
+                "GRPO group learns nothing; use harder prompts",
+                _profile_command(None, "--dataset HARDER_DATASET"),
+                "warning",
+            )
+        )
+    if silence.estimated and len(n):
+        few = int(n.min())
+        lines.append(
+            Line(
+                f"values at G > n (this run has {few} answer{'s' if few != 1 else ''} for some prompts) are posterior "
+                "estimates from a Beta prior, not counts; sample at least G answers per prompt to measure them",
+                _profile_command(run, f"--n {silence.G}"),
+                "warning",
+            )
+        )
+    return lines
+
+
+def verdict(
+    run_id: str,
+    prompt_stats: pa.Table,
+    summary: pa.Table,
+    *,
+    G: int = 8,
+    allocation: pa.Table | None = None,
+    sample_info: dict | None = None,
+    run: RunRecord | None = None,
+) -> Verdict:
+    """The verdict of one run at the trainer's group size ``G`` from its analysis tables, default
+    allocation, sample counts (``sql/sample_info.sql``: ``samples``, ``truncated``) and registry row."""
+    check_int("G", G, 1)
+    posterior = run is not None and run.adaptive is not None
+    prior = (run.prior.a, run.prior.b) if posterior and run.prior is not None and not run.prior.is_grid else (0.5, 0.5)
+    silence = silence_at(prompt_stats, summary, G, prior)
+    n, c = _counts(prompt_stats)
+    kept, measured = informative_kept(prompt_stats)
+    lines: list[Line] = []
+    est = " (estimated)" if silence.estimated else ""
+    if measured == 0:
+        lines.append(Line("no prompt of this run has an answer yet", "difficulty runs"))
+        return Verdict(run_id, G, silence, kept, measured, tuple(lines))
+    lines.append(
+        Line(
+            f"at G = {G}, {_pct(silence.silent)} of groups are silent{est} (no signal): {_pct(silence.all_wrong)} "
+            f"all wrong, {_pct(silence.all_right)} all right",
+            f"difficulty report --run {run_id} --G {G}",
+        )
+    )
+    lines.append(
+        Line(
+            f"export --keep informative keeps {kept:,} of {measured:,} prompts ({_pct(kept / measured)}): the ones "
+            "with at least one right and one wrong answer",
+            f"difficulty export --run {run_id} --keep informative --output train.parquet",
+        )
+    )
+    # A model that never (or always) answers right has no rate to extrapolate: the posterior's
+    # "halving" would be the prior speaking, so the warning below says what to do instead.
+    one_sided = int(c.sum()) == 0 or bool((c == n).all())
+    if silence.silent > 0 and not one_sided:
+        half = halving_group_size(prompt_stats, G, silence.silent, prior, posterior)
+        if half is None:
+            lines.append(
+                Line(
+                    f"no G up to {MAX_GROUP_SIZE} halves the silence: the silent prompts stay silent; filter them",
+                    f"difficulty export --run {run_id} --keep informative --output train.parquet",
+                )
+            )
+        else:
+            guess = " (an estimate: more than the answers sampled)" if half > n.min() else ""
+            lines.append(
+                Line(
+                    f"G = {half} halves the silence{guess}",
+                    # a fixed-n run measures it with n = G'; an adaptive run's n is its own choice
+                    _profile_command(run, f"--n {half}")
+                    if guess and not posterior
+                    else f"difficulty report --run {run_id} --G {half}",
+                )
+            )
+    gain = reallocation_gain(allocation)
+    if gain is not None and not math.isnan(gain):
+        if gain >= REALLOCATION_PAYS:
+            text = f"reallocating rollouts across prompts pays: {gain:.2f}x the uniform allocation's signal"
+        else:
+            text = (
+                f"reallocating rollouts across prompts does not pay ({gain:.2f}x the uniform allocation's signal): "
+                "keep the same G for every prompt"
+            )
+        budget = allocate.DEFAULT_BUDGET_PER_PROMPT * measured  # the default allocation's own budget
+        lines.append(Line(text, f"difficulty allocate --run {run_id} --budget {budget}"))
+    if posterior and "undecided" in prompt_stats.column_names and run.prior is not None:
+        lines.extend(_adaptive_line(run_id, prompt_stats, run))
+    lines.extend(_warnings(run_id, n, c, silence, sample_info, run))
+    return Verdict(run_id, G, silence, kept, measured, tuple(lines))
+
+
+def _adaptive_line(run_id: str, prompt_stats: pa.Table, run: RunRecord) -> list[Line]:
+    known = pc.greater(prompt_stats.column("n"), 0)
+    s = prompt_stats.filter(known)
+    if s.num_rows == 0:
+        return []
+    band_prob = s.column("band_prob").to_numpy(zero_copy_only=False) if run.adaptive.target.kind == "band" else None
+    undecided = np.asarray(s.column("undecided").fill_null(False).to_numpy(zero_copy_only=False), bool)
+    sv = adaptive_savings(s.column("n").to_numpy(zero_copy_only=False), band_prob, undecided, run.adaptive, run.prior)
+    if sv.where == "inside":
+        text = (
+            f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt where a fixed n of {sv.fixed_n:.1f} is "
+            f"expected to classify as well: {_pct(sv.saved)} of the rollouts saved"
+        )
+    elif sv.where == "above":
+        text = (
+            f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt; no fixed n up to {sv.n_top} classifies "
+            f"as well: more than {_pct(sv.saved)} of the rollouts saved"
+        )
+    else:
+        text = (
+            f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt, but even a fixed n of {sv.fixed_n:.0f} "
+            "classifies as well: it saved nothing here"
+        )
+    return [Line(text, f"difficulty report --run {run_id}")]

@@ -1,0 +1,287 @@
+"""The verdict (``pipeline.verdict``): what a run means for training, printed by the commands and
+shown first in the report; and the honest tables beside it (estimates labelled, shares summing to 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import analyze, schema, stats, verdict
+from pipeline.cli import app
+from pipeline.errors import ConfigError
+from pipeline.store import Store
+
+runner = CliRunner()
+
+
+def _wrong_and_cut(tmp_path, n: int = 4, prompts: int = 10):
+    """A simulate profile where every answer is wrong (pass rate 0) and cut at the token limit (a wrong
+    answer is four words; three are allowed): the run id and the command's output."""
+    data_dir = tmp_path / "data"
+    out = runner.invoke(app, ["load", "arithmetic", "--limit", str(prompts), "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    ids = Store(data_dir).read_table("problems", {"dataset": "arithmetic"}).column("prompt_id").to_pylist()
+    rates = tmp_path / "rates.csv"
+    rates.write_text("prompt_id,pass_rate\n" + "".join(f"{p},0\n" for p in ids))
+    args = ["profile", "--backend", "simulate", "--pass-rates", str(rates), "--no-prefect", "--limit", str(prompts)]
+    args += ["--n", str(n), "--max-tokens", "3", "--grade-workers", "1", "--no-report", "--data-dir", str(data_dir)]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    return data_dir, Store(data_dir).list_runs().column("run_id")[0].as_py(), out.output
+
+
+def test_profile_of_a_model_that_is_always_wrong_and_cut_off_says_so(tmp_path):
+    data_dir, run_id, output = _wrong_and_cut(tmp_path)
+    text = " ".join(output.split())
+    truncated = Store(data_dir).query("select count(*) filter (where finish_reason = 'length') t from samples")
+    assert truncated.to_pylist() == [{"t": 40}]
+    # the warnings: truncation (with its count), a model that never answers right, G > n estimated
+    assert "40 of 40 answers (100%) hit the token limit" in text
+    assert "--max-tokens 6" in text  # twice the limit the run used
+    assert "the model never answered right" in text
+    assert "values at G > n" in text and "posterior estimates" in text
+    # the zero-signal table labels G > n values as estimates, and hides the Jensen gap there
+    table = [line.split() for line in output.splitlines() if line.strip()[:3].strip().isdigit()]
+    estimated = {int(row[0]): row[4] for row in table if len(row) >= 5 and row[4] in ("True", "False")}
+    assert estimated == {4: "False", 8: "True", 16: "True", 32: "True", 64: "True"}
+    # the verdict names the next command, and no halving G is claimed from the prior alone
+    assert f"difficulty export --run {run_id} --keep informative" in text
+    assert "keeps 0 of 10 prompts" in text
+    assert "halves the silence" not in text
+    assert "no estimator has any update mass" in text
+    # the run's tables say the same: all wrong, nothing right
+    analysis, _ = analyze.analysis_of_run(Store(data_dir), run_id, weights=False)
+    v = verdict.verdict(
+        run_id, analysis.prompt_stats, analysis.summary, G=8, sample_info={"samples": 40, "truncated": 40}
+    )
+    assert v.silence.estimated and v.silence.all_right < 0.001 and v.silence.all_wrong > 0.5
+    assert len(v.warnings) == 3 and all(line.command.startswith("difficulty ") for line in v.lines)
+
+
+def _tables(n, c, G=(4, 8, 16)):
+    counts = pa.table({"prompt_id": [f"p{i}" for i in range(len(n))], "n": n, "c": c})
+    return analyze.analyze(counts, "r", analyze.AnalyzeConfig(group_sizes=G))
+
+
+def test_silence_split_kept_and_halving_on_a_measured_run():
+    rng = np.random.default_rng(0)
+    p = rng.beta(0.4, 0.4, 400)
+    n = np.full(400, 32)
+    c = rng.binomial(32, p)
+    a = _tables(n, c)
+    v = verdict.verdict("r", a.prompt_stats, a.summary, G=8)
+    s = v.silence
+    assert not s.estimated and s.silent == pytest.approx(s.all_wrong + s.all_right)
+    assert v.kept == int(((c > 0) & (c < n)).sum()) and v.prompts == 400
+    half = verdict.halving_group_size(a.prompt_stats, 8, s.silent)
+    assert half is not None and half > 8
+    # the halving G is the first one at or under half: one less is still above it
+    for g, below in ((half, True), (half - 1, False)):
+        plus, minus = stats.silent_rates(n, c, g)
+        assert (float((plus + minus).mean()) <= s.silent / 2) is below
+    assert any(f"G = {half} halves the silence" in line.text for line in v.lines)
+    assert not v.warnings  # 32 answers each, nothing truncated, both outcomes seen
+
+
+def test_reallocation_says_when_it_does_not_pay():
+    def alloc(values, uniform):
+        k = len(values)
+        return pa.table(
+            {
+                "objective": ["signal"] * k,
+                "budget": [16 * k] * k,
+                "expected_value": values,
+                "uniform_value": uniform,
+            }
+        )
+
+    assert verdict.reallocation_gain(alloc([1.0, 1.0], [1.0, 1.0])) == pytest.approx(1.0)
+    assert verdict.reallocation_gain(alloc([3.0, 1.0], [1.0, 1.0])) == pytest.approx(2.0)
+    assert verdict.reallocation_gain(None) is None
+    a = _tables(np.full(50, 16), np.arange(50) % 17)
+    flat = verdict.verdict("r", a.prompt_stats, a.summary, allocation=alloc([1.0, 1.0], [1.0, 1.0]))
+    assert any("does not pay" in line.text for line in flat.lines)
+    pays = verdict.verdict("r", a.prompt_stats, a.summary, allocation=alloc([3.0, 1.0], [1.0, 1.0]))
+    assert any("reallocating rollouts across prompts pays: 2.00x" in line.text for line in pays.lines)
+
+
+def test_always_right_warns_and_truncation_under_the_threshold_does_not():
+    a = _tables(np.full(20, 8), np.full(20, 8))
+    v = verdict.verdict("r", a.prompt_stats, a.summary, sample_info={"samples": 160, "truncated": 10})
+    texts = [line.text for line in v.warnings]
+    assert len(texts) == 1 and "every one of 160 answers right" in texts[0]
+    assert v.silence.all_right == pytest.approx(1.0) and not v.silence.estimated
+
+
+def test_silence_at_an_unanalysed_G_comes_from_the_counts():
+    a = _tables(np.full(30, 16), np.arange(30) % 17, G=(4,))
+    s = verdict.silence_at(a.prompt_stats, a.summary, 8)
+    direct = _tables(np.full(30, 16), np.arange(30) % 17, G=(8,))
+    t = verdict.silence_at(direct.prompt_stats, direct.summary, 8)
+    assert s.silent == pytest.approx(t.silent) and s.all_wrong == pytest.approx(t.all_wrong)
+    with pytest.raises(ConfigError, match="G"):
+        verdict.silence_at(a.prompt_stats, a.summary, 0)
+
+
+def test_one_band_vocabulary_and_old_names():
+    assert schema.BANDS == ("hard", "informative", "easy")
+    assert [schema.band_name(x) for x in ("silent_hard", "Medium", "silent_easy", "easy")] == [
+        "hard",
+        "informative",
+        "easy",
+        "easy",
+    ]
+    with pytest.raises(ConfigError, match="'extreme'"):
+        schema.band_name("extreme")
+    for band in analyze.DEFAULT_BANDS:
+        assert band.name.split("_")[0] in schema.BANDS
+
+
+def test_analyze_prints_the_verdict_and_the_five_band_shares(tmp_path):
+    data_dir, run_id, _ = _wrong_and_cut(tmp_path, n=8, prompts=6)
+    out = runner.invoke(app, ["analyze", "--run", run_id, "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert f"verdict for training at G = 8 (run {run_id})" in text
+    assert "informative_mid" in text and "extreme" not in text
+    assert "hit the token limit" in text
+    # the verdict is read at the G the analysis was asked for (8 when it is among them)
+    out = runner.invoke(app, ["analyze", "--run", run_id, "--G", "4,16", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert f"verdict for training at G = 4 (run {run_id})" in " ".join(out.output.split())
+
+
+# --- the report's first screen --------------------------------------------------------------------
+
+_FIRST_SCREEN = """() => {
+  const nav = document.querySelector('nav');
+  const rows = new Set(Array.from(nav.querySelectorAll('a')).map(a => Math.round(a.getBoundingClientRect().top)));
+  const links = Array.from(nav.querySelectorAll('a')).map(a => a.getBoundingClientRect());
+  const block = document.querySelector('#verdict');
+  const box = block ? block.getBoundingClientRect() : null;
+  return {
+    rows: rows.size,
+    clipped: links.filter(r => r.right > window.innerWidth || r.left < 0).length,
+    overflow: nav.scrollWidth > nav.clientWidth,
+    verdict_top: box ? box.top : null,
+    verdict_bottom: box ? box.bottom : null,
+    verdict_text: block ? block.innerText : '',
+    first_section_top: document.querySelector('main section').getBoundingClientRect().top,
+  };
+}"""
+
+
+def test_report_first_screen_shows_the_verdict_and_a_wrapping_nav(tmp_path):
+    from report_fixtures import build_run, chromium_missing_message, open_browser
+
+    from pipeline.report import render_report
+
+    missing = chromium_missing_message()
+    if missing:  # a missing browser is a broken set-up, not a skip
+        pytest.fail(missing, pytrace=False)
+    store = Store(tmp_path / "data")
+    run_id = build_run(store, "example-run", n_prompts=90, n_samples=32)
+    html = render_report(store, run_id, tmp_path / "report.html", G=8)
+    with open_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(html.resolve().as_uri(), wait_until="load")
+        got = page.evaluate(_FIRST_SCREEN)
+        page.set_viewport_size({"width": 800, "height": 900})
+        narrow = page.evaluate(_FIRST_SCREEN)
+        page.close()
+    # the section bar wraps (twelve links do not fit one line at 1,400 px) and clips none of them
+    assert got["rows"] >= 2 and got["clipped"] == 0 and not got["overflow"]
+    assert narrow["rows"] > got["rows"] and narrow["clipped"] == 0
+    # the verdict is the first thing under the bar, whole on the first screen, before section 1
+    assert got["verdict_top"] is not None and got["verdict_bottom"] <= 900
+    assert got["verdict_bottom"] <= got["first_section_top"]
+    text = got["verdict_text"]
+    assert "What this run means for training (G = 8)" in text
+    assert f"difficulty export --run {run_id} --keep informative" in text
+    assert "silent" in text and "halves the silence" in text
+
+
+def test_report_of_an_always_wrong_run_warns_at_the_top(tmp_path):
+    from pipeline.report import render_report
+
+    data_dir, run_id, _ = _wrong_and_cut(tmp_path)
+    html = render_report(Store(data_dir), run_id, tmp_path / "r.html").read_text()
+    block = html[html.index('id="verdict"') : html.index("</div>", html.index('id="verdict"'))]
+    assert block.count('class="warning"') == 3
+    assert "hit the token limit" in block and "never answered right" in block and "posterior estimates" in block
+    assert html.index('id="verdict"') < html.index("<section ")
+
+
+def test_current_save_ends_with_the_verdict(tmp_path, data_dir):
+    assert runner.invoke(app, ["load", "arithmetic", "--limit", "3"]).exit_code == 0
+    ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
+    table = tmp_path / "rewards.csv"
+    rows = ["step,prompt_id,reward"] + [f"1,{ids[0]},{r}" for r in (1, 1, 0, 0)]
+    rows += [f"1,{ids[1]},{r}" for r in (0, 0, 0, 0)]
+    table.write_text("\n".join(rows) + "\n")
+    out = runner.invoke(app, ["track", str(table), "--dataset", "arithmetic"])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(app, ["current", "--dataset", "arithmetic", "--save"])
+    assert out.exit_code == 0, out.output
+    run_id = next(w for w in out.stdout.split() if w.startswith("current-")).rstrip(":")
+    text = " ".join(out.stdout.split())
+    assert f"verdict for training at G = 8 (run {run_id})" in text
+    assert "keeps 1 of 2 prompts (50%)" in text  # 2 of 4 right: informative; 0 of 4: hard
+    assert "values at G > n" in text  # 4 answers each, read at G = 8
+
+
+def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
+    data_dir = tmp_path / "data"
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "120", "--adaptive", "band"]
+    args += ["--grade-workers", "1", "--no-report", "--data-dir", str(data_dir)]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    line = next(x for x in out.output.splitlines() if "adaptive sampling used" in x)
+    run_id = Store(data_dir).list_runs().column("run_id")[0].as_py()
+    # the same numbers as the report's rounds section: verdict.adaptive_savings is the one computation
+    store = Store(data_dir)
+    analysis, _ = analyze.analysis_of_run(store, run_id, weights=False)
+    run = store.get_run(run_id)
+    ps = analysis.prompt_stats
+    sv = verdict.adaptive_savings(
+        ps.column("n").to_numpy(),
+        ps.column("band_prob").to_numpy(zero_copy_only=False),
+        ps.column("undecided").to_numpy(zero_copy_only=False),
+        run.adaptive,
+        run.prior,
+    )
+    assert f"{sv.per_prompt:.1f} answers per prompt" in line
+    if sv.where == "inside":
+        assert f"a fixed n of {sv.fixed_n:.1f}" in line and sv.saved > 0
+    assert f"difficulty report --run {run_id}" in text
+
+
+def test_report_command_takes_the_estimator(tmp_path):
+    data_dir, run_id, _ = _wrong_and_cut(tmp_path, prompts=4)
+    html = tmp_path / "r.html"
+    where = ["--data-dir", str(data_dir), "--output", str(html)]
+    out = runner.invoke(app, ["report", "--run", run_id, "--estimator", "rloo", *where])
+    assert out.exit_code == 0, out.output
+    assert '"name":"rloo (yours)"' in html.read_text()
+    out = runner.invoke(app, ["report", "--run", run_id, "--estimator", "nope", *where])
+    assert out.exit_code == 1 and "nope" in out.output
+
+
+def test_the_report_says_when_hard_and_easy_shares_are_zero_by_construction(tmp_path):
+    from report_fixtures import build_run
+
+    from pipeline import report
+    from pipeline.report.sections import build_sections
+
+    store = Store(tmp_path / "data")
+    for run_id, n in (("few", 8), ("many", 32)):
+        build_run(store, run_id, n_prompts=40, n_samples=n)
+        data = report.load_run(store, run_id)
+        share = next(s for s in build_sections(data, report.ReportConfig()) if s.id == "gradient-share")
+        said = any("0 by construction" in note for note in share.notes)
+        assert said is (n == 8), run_id
+        if n == 8:  # and so it is: no prompt of the hard band carries mass at n = 8
+            assert all(row[1] == "0.0%" for row in share.tables[0].rows)
