@@ -446,7 +446,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=5000, help="prompts per distribution (default 5000)")
     ap.add_argument("--distributions", default=",".join(DISTRIBUTIONS), help="comma-separated subset")
     ap.add_argument("--target", default="band", help="the band target's spec (default: band, priced stopping)")
-    ap.add_argument("--round-rule", default=adaptive.AdaptiveConfig().rule.spec)
+    ap.add_argument("--round-rule", default=adaptive.DEFAULT_ROUND_RULE)
     ap.add_argument("--n-min", type=int, default=adaptive.AdaptiveConfig().n_min)
     ap.add_argument("--n-max", type=int, default=adaptive.AdaptiveConfig().n_max)
     ap.add_argument("--shard-size", type=int, default=1000)
