@@ -46,13 +46,14 @@ from pipeline import adaptive  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 N_MIN, N_MAX = 4, 64
+N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less than a fixed n = 64
 PRICES = (0.016, 0.008, 0.004, 0.002, 0.001, 0.0005, 0.00025, 0.000125, 0.0000625)
 
 
 def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The fixed-n curve ``M(n)`` for n = 1..N_MAX, and the frontier's (cost, misclassification)
     points by price, sorted by cost."""
-    M = np.array([adaptive.fixed_n_expected(n, prior, target)[0] for n in range(1, N_MAX + 1)])
+    M = np.array([adaptive.fixed_n_expected(n, prior, target)[0] for n in range(1, N_FIXED + 1)])
     pts = []
     for lam in PRICES:
         t = adaptive.Target(lo=target.lo, hi=target.hi, delta=target.delta, cost=lam)
@@ -63,13 +64,13 @@ def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[np.ndarray
 
 
 def fixed_n_at(M: np.ndarray, mis: float) -> float | None:
-    n, where = adaptive.log_n_crossing(range(1, N_MAX + 1), M, mis)
+    n, where = adaptive.log_n_crossing(range(1, N_FIXED + 1), M, mis)
     return n if where == "inside" else None
 
 
 def fixed_mis_at(M: np.ndarray, cost: float) -> float:
     """``M`` at a fractional n, linear in log n."""
-    return float(np.interp(math.log(cost), np.log(np.arange(1, N_MAX + 1)), M))
+    return float(np.interp(math.log(cost), np.log(np.arange(1, N_FIXED + 1)), M))
 
 
 def frontier_cost_at(fc: np.ndarray, fe: np.ndarray, mis: float) -> float:

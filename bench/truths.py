@@ -165,3 +165,31 @@ def get(name: str) -> Truth | None:
     if name not in TRUTHS:
         raise SystemExit(f"unknown truth {name!r}; known: {', '.join([*TRUTHS, 'real'])}")
     return TRUTHS[name]
+
+
+def store_profile(data_dir: Path, run_id: str, name: str, made: str) -> Path:
+    """Write the per-prompt counts of a stored fixed-n run as a profile ``real_truth`` reads."""
+    from pipeline.store import Store
+
+    ps = Store.open(data_dir).read_table("prompt_stats", {"run_id": run_id})
+    out = PROFILES / f"{name}.json"
+    PROFILES.mkdir(exist_ok=True)
+    n, c = ps.column("n").to_pylist(), ps.column("c").to_pylist()
+    out.write_text(json.dumps({"name": name, "made": made, "run_id": run_id, "n": n, "c": c}) + "\n")
+    return out
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Store a fixed-n profile as the bench's real truth.")
+    ap.add_argument("--data-dir", type=Path, required=True, help="the store the profile ran in")
+    ap.add_argument("--run", required=True, help="the run id of a fixed-n profile")
+    ap.add_argument("--name", default=REAL_PROFILE.stem)
+    ap.add_argument("--made", required=True, help="how the profile was made (the command), kept in the file")
+    args = ap.parse_args()
+    print(store_profile(args.data_dir, args.run, args.name, args.made))
+
+
+if __name__ == "__main__":
+    main()

@@ -68,6 +68,9 @@ DEFAULT_PRIOR = "auto"
 # this times log(prompts): the grid always fits a little better (it has ~200 free masses), by a few
 # nats on counts drawn from a Beta, by hundreds when the dataset has masses at 0 and 1 (bench/adaptive.py).
 AUTO_MARGIN = 2.0
+# The auto prior weighs the families by exp((log-likelihood - penalty) / AUTO_TEMPERATURE): 1 is the
+# evidence itself (the penalties standing for the log-evidence's price of parameters).
+AUTO_TEMPERATURE = 1.0
 # Points of the grid prior (``grid_points``); 201 x (distinct pairs) stays a small matrix.
 GRID_SIZE = 201
 # EM stops when a sweep raises the log-likelihood by less than this per prompt, or after EM_MAX_ITER
@@ -477,7 +480,7 @@ def choose_prior(n, c) -> Prior:
     }
     penalty = {"beta": 0.0, "inflated": log_n, "grid": AUTO_MARGIN * log_n}
     ll = {f: _grid_loglik(points, w, n_u, c_u, mult) for f, w in held.items()}
-    score = np.array([(ll[f] - penalty[f]) / log_n for f in held])
+    score = np.array([(ll[f] - penalty[f]) / AUTO_TEMPERATURE for f in held])
     share = np.exp(score - logsumexp(score))
     weights = sum(s * held[f] for s, f in zip(share, held, strict=True))
     weights = weights / weights.sum()
