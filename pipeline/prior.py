@@ -60,7 +60,7 @@ PRIOR_FLOOR = 0.05
 PRIOR_CEIL = 1e4
 # The priors an adaptive run may decide with (state_prior). grid: the maximum-likelihood mixing
 # distribution on a grid, refitted to every round's counts; inflated: the zero-one-inflated Beta;
-# fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2); auto: the one the likelihood prefers
+# fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2); auto: the three fits mixed by their evidence
 # (``choose_prior``).
 PRIORS = ("auto", "grid", "inflated", "fit", "jeffreys")
 DEFAULT_PRIOR = "auto"
@@ -70,7 +70,7 @@ DEFAULT_PRIOR = "auto"
 # 40% of the weight in one round of one seed and the rollouts moved 11% across seeds (8% at 3).
 AUTO_MARGIN = 3.0
 # The auto prior weighs the families by exp((log-likelihood - penalty) / AUTO_TEMPERATURE): 1 is the
-# evidence itself (the penalties standing for the log-evidence's price of parameters).
+# evidence itself (the penalties standing for the log-evidence's price of parameters; choose_prior).
 AUTO_TEMPERATURE = 1.0
 # Points of the grid prior (``grid_points``); 201 x (distinct pairs) stays a small matrix.
 GRID_SIZE = 201
@@ -457,14 +457,15 @@ def choose_prior(n, c) -> Prior:
     parameters), the zero-one-inflated Beta (four) and the grid prior (one mass per grid point),
     each held on the grid (docs/adaptive.md §2).
 
-    Family ``f`` gets the weight ``exp((l_f - pen_f) / T)``, normalised: ``l_f`` the log-likelihood of
-    the counts under its held prior, ``pen_f`` its price in parameters (0 for the Beta, ``log N`` for
-    the inflated Beta, ``AUTO_MARGIN log N`` for the grid; ``N`` the prompts) and ``T = log N``. The
-    prior is ``sum_f weight_f g_f`` on the grid. No family is ever switched in or out: a weight moves
-    smoothly with the evidence, and at the temperature ``log N`` a lead of a few nats (the noise of
-    the likelihoods from one draw of a dataset to the next) moves it a little, not from 0 to 1. A
-    hard choice between the families (the rule before) flipped between replicates of the same
-    dataset and the rollouts with it (30 against 41 per prompt on a real dataset)."""
+    Family ``f`` gets the weight ``exp((l_f - pen_f) / AUTO_TEMPERATURE)``, normalised: ``l_f`` the
+    log-likelihood of the counts under its held prior, ``pen_f`` its price in parameters (0 for the
+    Beta, ``log N`` for the inflated Beta, ``AUTO_MARGIN log N`` for the grid; ``N`` the prompts).
+    The prior is ``sum_f weight_f g_f`` on the grid. No family is switched in or out: a weight moves
+    continuously with the evidence (equal weights where a lead equals its margin). A hard choice
+    between the families (the rule before) flipped between replicates of the same dataset and the
+    rollouts with it (30 against 41 per prompt on a real dataset). A temperature of ``log N`` was
+    tried: it gave the grid a third of the weight on a truth that is an inflated Beta, and 20%
+    more rollouts there."""
     from scipy.special import logsumexp
 
     beta = fit_prior(n, c)
