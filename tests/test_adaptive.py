@@ -353,7 +353,10 @@ def test_plain_analysis_is_unchanged_without_posterior():
         ({"adaptive": "band:h=0.1"}, "bad parameter 'h=0.1'"),
         ({"adaptive": "band:lo=x"}, "lo='x' is not a number"),
         ({"adaptive": "width:h=0.7"}, r"h=0.7 is out of range: allowed \(0, 0.5\]"),
-        ({"adaptive": "band", "round_rule": "random"}, "round rule 'random' is unknown: allowed plan, double, greedy, step, auto"),
+        (
+            {"adaptive": "band", "round_rule": "random"},
+            "round rule 'random' is unknown: allowed plan, double, greedy, step, auto",
+        ),
         ({"adaptive": "band", "round_rule": "step:k=0"}, "k=0 must be an integer >= 1"),
         ({"adaptive": "band", "round_rule": "greedy:budget=0"}, "budget=0.0 must be a number > 0"),
         (
