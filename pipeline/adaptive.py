@@ -78,7 +78,7 @@ ROUND_RULES = ("plan", "double", "greedy", "step")
 DEFAULT_ROUND_RULE = "auto"
 # The plan rule's defaults: a round costs each prompt in it as much as PLAN_ROUND_COST rollouts, and
 # a prompt's samples grow fast enough to reach n_max in PLAN_ROUNDS rounds, round 0 included.
-PLAN_ROUND_COST = 4.0
+PLAN_ROUND_COST = 2.0
 PLAN_ROUNDS = 8
 # ... and no jump takes a prompt past PLAN_MOST_GROWTH times its samples: a round's plan rests on the
 # prior fitted so far, which 4 samples a prompt identify poorly (the Beta and the inflated Beta trade
@@ -198,7 +198,7 @@ class RoundRule:
 
     @classmethod
     def parse(cls, spec: str) -> RoundRule:
-        """``plan[:cost=4,rounds=8]``, ``double[:k=1]``, ``greedy[:k=1,budget=8,jumps=0]``,
+        """``plan[:cost=2,rounds=8]``, ``double[:k=1]``, ``greedy[:k=1,budget=8,jumps=0]``,
         ``step[:k=4]``, or ``auto`` (the target's default, ``default_rule``)."""
         kind = spec_name(spec)
         if kind not in (*ROUND_RULES, DEFAULT_ROUND_RULE):
