@@ -102,7 +102,7 @@ def test_a_dear_round_jumps_to_where_every_outcome_stops():
 def test_the_default_round_rule_follows_the_target():
     """``plan`` for the priced band target; ``double`` for cost=0 and width (their run ids keep the rule
     they always had); an explicit rule is kept; bad plan settings are config errors naming the value."""
-    assert adaptive.AdaptiveConfig().rule.spec == "plan:cost=4,rounds=8"
+    assert adaptive.AdaptiveConfig().rule.spec == "plan:cost=2,rounds=8"
     assert adaptive.AdaptiveConfig.from_specs("band:cost=0").rule.spec == "double:k=1"
     assert adaptive.AdaptiveConfig.from_specs("width").rule.spec == "double:k=1"
     assert adaptive.AdaptiveConfig.from_specs("band", rule="greedy").rule.spec == "greedy:k=1,budget=8"
