@@ -68,6 +68,7 @@ DISTRIBUTIONS = {
     "uniform": "Beta(1, 1)",
     "easy-skewed": "Beta(4, 1)",
     "mixture": "30% at 0, 25% at 1, 45% Beta(2, 2)",
+    "spiky": "half at 0.05, half at 0.95",
 }
 
 
@@ -78,6 +79,8 @@ def true_rates(name: str, N: int, rng: np.random.Generator) -> np.ndarray:
         return rng.uniform(0.0, 1.0, N)
     if name == "easy-skewed":
         return rng.beta(4.0, 1.0, N)
+    if name == "spiky":  # no family's shape; D(G) at G far above the samples rests on the tails
+        return np.where(rng.uniform(size=N) < 0.5, 0.05, 0.95)
     u = rng.uniform(size=N)
     return np.where(u < 0.30, 0.0, np.where(u < 0.55, 1.0, rng.beta(2.0, 2.0, N)))
 
@@ -444,9 +447,11 @@ def show(r: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=5000, help="prompts per distribution (default 5000)")
-    ap.add_argument("--distributions", default=",".join(DISTRIBUTIONS), help="comma-separated subset")
+    ap.add_argument(
+        "--distributions", default=",".join(list(DISTRIBUTIONS)[:4]), help="comma-separated subset (or spiky)"
+    )
     ap.add_argument("--target", default="band", help="the band target's spec (default: band, priced stopping)")
-    ap.add_argument("--round-rule", default=adaptive.AdaptiveConfig().rule.spec)
+    ap.add_argument("--round-rule", default=adaptive.DEFAULT_ROUND_RULE)
     ap.add_argument("--n-min", type=int, default=adaptive.AdaptiveConfig().n_min)
     ap.add_argument("--n-max", type=int, default=adaptive.AdaptiveConfig().n_max)
     ap.add_argument("--shard-size", type=int, default=1000)

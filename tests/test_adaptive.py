@@ -89,7 +89,7 @@ def test_decided_is_the_spec_definition(target, prior):
     assert want.any() and not want.all()
 
 
-@pytest.mark.parametrize("rule", ["step:k=4", "step:k=1", "greedy", "greedy:k=2,budget=3", "double"])
+@pytest.mark.parametrize("rule", ["step:k=4", "step:k=1", "greedy", "greedy:k=2,budget=3", "double", "plan"])
 @pytest.mark.parametrize("target", ["band:cost=0", "width", "band"])
 def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
     """Rounds of the pure rule on 3,000 prompts: a prompt that gets no more samples has stopped
@@ -114,6 +114,8 @@ def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
         elif acfg.rule.kind == "double":
             got = extra > 0
             assert (n[got] + extra[got] >= np.minimum(2 * n[got], acfg.n_max)).all()
+        elif acfg.rule.kind == "plan":
+            assert (extra[open_] > 0).all(), "the plan gives every open prompt a jump"
         elif open_.any():
             assert 0 < extra.sum() <= max(acfg.rule.k, np.ceil(acfg.rule.budget * open_.sum()))
         if not extra.any():
@@ -205,7 +207,7 @@ def test_greedy_round_with_one_jump_gives_each_prompt_one_and_leaves_the_rest():
 
 
 def test_double_round_gives_each_open_prompt_its_best_jump_at_least_doubling():
-    """The default rule and target: under a grid prior with masses at 0 and 1, each open prompt gets
+    """The default target with ``double``: under a grid prior with masses at 0 and 1, each open prompt gets
     the option with the best gain per rollout (the chance of having stopped, brute force over every
     option) among those taking it to at least twice its samples or to n_max, one jump only; a whole
     run on 3,000 prompts ends within log2(n_max / n_min) rounds after round 0."""
@@ -214,7 +216,7 @@ def test_double_round_gives_each_open_prompt_its_best_jump_at_least_doubling():
     w = 0.45 * dens / dens.sum()
     w[0], w[-1] = 0.30, 0.25
     prior = adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w / w.sum()))
-    acfg = adaptive.AdaptiveConfig()
+    acfg = adaptive.AdaptiveConfig.from_specs("band", rule="double")
     assert acfg.rule.kind == "double" and acfg.rule.spec == "double:k=1"
     n, c = np.array([4, 4, 4, 8, 40]), np.array([0, 4, 1, 1, 5])
     extra = adaptive.next_round(n, c, prior, acfg)
@@ -351,7 +353,10 @@ def test_plain_analysis_is_unchanged_without_posterior():
         ({"adaptive": "band:h=0.1"}, "bad parameter 'h=0.1'"),
         ({"adaptive": "band:lo=x"}, "lo='x' is not a number"),
         ({"adaptive": "width:h=0.7"}, r"h=0.7 is out of range: allowed \(0, 0.5\]"),
-        ({"adaptive": "band", "round_rule": "random"}, "round rule 'random' is unknown: allowed double, greedy, step"),
+        (
+            {"adaptive": "band", "round_rule": "random"},
+            "round rule 'random' is unknown: allowed plan, double, greedy, step, auto",
+        ),
         ({"adaptive": "band", "round_rule": "step:k=0"}, "k=0 must be an integer >= 1"),
         ({"adaptive": "band", "round_rule": "greedy:budget=0"}, "budget=0.0 must be a number > 0"),
         (

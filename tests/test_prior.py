@@ -323,20 +323,55 @@ def _mixture(rng, N: int) -> np.ndarray:
     return np.where(u < 0.30, 0.0, np.where(u < 0.55, 1.0, rng.beta(2.0, 2.0, N)))
 
 
-def test_auto_takes_the_beta_the_inflated_beta_or_the_grid_by_likelihood():
-    """All three fitted to the same 3,000 prompts x 16 samples: counts from Beta(0.3, 0.4) get the
-    Beta (neither richer prior gains its margin); masses at 0 and 1 beside a Beta get the inflated
-    Beta; two spikes inside (0, 1), a shape neither family has, get the grid prior."""
+def test_auto_weighs_the_beta_the_inflated_beta_and_the_grid_by_evidence():
+    """All three fitted to the same 3,000 prompts x 16 samples and held on the grid; the auto prior is
+    their mixture weighted by exp(log-likelihood - penalty): counts from Beta(0.3, 0.4) put nearly all
+    the weight on the Beta (neither richer prior gains its margin); masses at 0 and 1 beside a Beta
+    on the inflated Beta; two spikes inside (0, 1), a shape neither family has, on the grid prior.
+    The prior is exactly the weighted sum of the three held priors, and is stored and read back."""
     rng = np.random.default_rng(9)
     n = np.full(3000, 16)
-    beta_counts = rng.binomial(16, rng.beta(0.3, 0.4, 3000))
-    chosen = priors.choose_prior(n, beta_counts)
-    assert chosen.method == "fit" and chosen.selection.startswith("auto: inflated Beta log-likelihood")
-    assert (chosen.a, chosen.b) == (priors.fit_prior(n, beta_counts).a, priors.fit_prior(n, beta_counts).b)
-    mixed = priors.choose_prior(n, rng.binomial(16, _mixture(rng, 3000)))
-    assert mixed.method == "inflated" and "chosen by auto" in mixed.label and "at p = 0" in mixed.label
-    spikes = np.where(rng.random(3000) < 0.5, 0.2, 0.75)
-    assert priors.choose_prior(n, rng.binomial(16, spikes)).method == "grid"
+    cases = {
+        0: rng.binomial(16, rng.beta(0.3, 0.4, 3000)),
+        1: rng.binomial(16, _mixture(rng, 3000)),
+        2: rng.binomial(16, np.where(rng.random(3000) < 0.5, 0.2, 0.75)),
+    }
+    pts = priors.grid_points()
+    for family, c in cases.items():
+        auto = priors.choose_prior(n, c)
+        assert auto.method == "mixture" and auto.is_grid and auto.selection.startswith("auto: weights")
+        assert auto.mixture[family] > 0.9, (family, auto.mixture)
+        assert abs(sum(auto.mixture) - 1) < 1e-9
+        beta, inflated, grid = priors.fit_prior(n, c), priors.fit_inflated_prior(n, c), priors.fit_grid_prior(n, c)
+        held_beta = np.diff(sst.beta.cdf(priors.grid_cells(pts), beta.a, beta.b))
+        parts = [np.r_[0.0, held_beta / held_beta.sum(), 0.0], np.asarray(inflated.weights), np.asarray(grid.weights)]
+        np.testing.assert_allclose(
+            auto.grid()[1], sum(w * g for w, g in zip(auto.mixture, parts, strict=True)), atol=1e-9
+        )
+        assert "mixture of Beta" in auto.label
+        assert adaptive.Prior.from_dict(auto.to_dict()) == auto
+
+
+def test_auto_weights_move_smoothly_with_the_evidence():
+    """No switch between families: as the share of prompts at exactly 0 grows from 0 to 20% of a
+    Beta(2, 2) dataset, the inflated Beta's weight rises from 0 to 1 through values in between, and
+    the prior's mass at 0 never jumps by more than the step of the data."""
+    rng = np.random.default_rng(4)
+    N = 2000
+    base = rng.beta(2.0, 2.0, N)
+    u = rng.random(N)
+    draws = np.random.default_rng(5).random((N, 8))  # the same coins for every share
+    weights, at_zero = [], []
+    for share in np.linspace(0.0, 0.2, 21):
+        p = np.where(u < share, 0.0, base)
+        c = (draws < p[:, None]).sum(axis=1)
+        auto = priors.choose_prior(np.full(N, 8), c)
+        weights.append(auto.mixture[1])
+        at_zero.append(auto.grid()[1][0])
+    weights = np.array(weights)
+    assert weights[0] < 0.05 and weights[-1] > 0.95
+    assert ((weights > 0.05) & (weights < 0.95)).any(), weights
+    assert np.all(np.abs(np.diff(at_zero)) < 0.05), at_zero
 
 
 def test_inflated_fit_recovers_a_known_mixture():
@@ -462,9 +497,9 @@ def test_adaptive_band_shares_are_posterior_expectations():
 
 def test_grid_prior_estimates_are_unbiased_on_a_mixture():
     """Monte Carlo: 30% at p = 0, 25% at 1, 45% Beta(2, 2), the default adaptive run (``auto``, which
-    takes the inflated Beta here, held on the grid, refitted each round). Mean p, D(G) for G = 4..64
-    and GRPO's mean mass are within 3% of the truth over 2 x 3,000 prompts; the Beta prior fitted to
-    round 0 missed D(64) by about -36%."""
+    puts nearly all the weight on the inflated Beta here, held on the grid, refitted each round).
+    Mean p, D(G) for G = 4..64 and GRPO's mean mass are within 3% of the truth over 2 x 3,000
+    prompts; the Beta prior fitted to round 0 missed D(64) by about -36%."""
     acfg = adaptive.AdaptiveConfig()
     assert acfg.prior == "auto"
     grpo = est.get("grpo")
@@ -475,7 +510,7 @@ def test_grid_prior_estimates_are_unbiased_on_a_mixture():
         u = rng.random(3000)
         p = np.where(u < 0.30, 0.0, np.where(u < 0.55, 1.0, rng.beta(2.0, 2.0, 3000)))
         n, c, prior = _adaptive_counts(p, acfg, rng)
-        assert prior.method == "inflated" and prior.is_grid
+        assert prior.method == "mixture" and prior.is_grid and prior.mixture[1] > 0.9
         cfg = analyze.AnalyzeConfig(
             group_sizes=Gs, prior_a=prior.a, prior_b=prior.b, posterior=True, prior=prior, pass_at_k=False
         )

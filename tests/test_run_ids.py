@@ -24,7 +24,11 @@ PINNED = [
     # spec names the price, so every run with the default target has a new id. cost=0, the rule of
     # stopping as soon as decided, keeps the spec, and so the id, that such a run always had:
     # 039a81cdb788 (double, auto), c7ccdbb77e19 (greedy, auto), cf26fff8d594 (greedy:jumps=1).
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "72bdd61288fd"),
+    # The priced band target's default round rule became plan (docs/adaptive.md §5): a new id for its
+    # default runs (4b49d686ea9a, grid 358d49be33b5, fit 77dc77b83e50); those made before keep theirs
+    # with --round-rule double (72bdd61288fd, 4707e0d4562d, 97954b70f4bc).
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "4b49d686ea9a"),
+    ({"backend": "simulate", "adaptive": "band", "round_rule": "double", "limit": 200}, "simulate", "72bdd61288fd"),
     ({"backend": "simulate", "adaptive": "band:cost=0", "limit": 200}, "simulate", "039a81cdb788"),
     ({"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "limit": 200}, "simulate", "7c0f75c7e5f7"),
     (
@@ -32,8 +36,18 @@ PINNED = [
         "simulate",
         "c7ccdbb77e19",
     ),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "4707e0d4562d"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "97954b70f4bc"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "358d49be33b5"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "77dc77b83e50"),
+    (
+        {"backend": "simulate", "adaptive": "band", "round_rule": "double", "adaptive_prior": "grid", "limit": 200},
+        "simulate",
+        "4707e0d4562d",
+    ),
+    (
+        {"backend": "simulate", "adaptive": "band", "round_rule": "double", "adaptive_prior": "fit", "limit": 200},
+        "simulate",
+        "97954b70f4bc",
+    ),
     (
         {"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "adaptive_prior": "fit", "limit": 200},
         "simulate",

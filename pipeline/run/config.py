@@ -262,7 +262,7 @@ def flat_fields() -> dict[str, tuple[str, str, Any]]:
     grading = _profile_grading()
     for flat, (part, attr) in _RENAMED.items():
         out[flat] = (part, attr, getattr(grading, attr))
-    acfg = adaptive.AdaptiveConfig().to_dict()
+    acfg = adaptive.AdaptiveConfig.defaults()  # the round rule "auto": the target decides it
     out["adaptive"] = ("adaptive", "target", None)
     for attr, flat in ADAPTIVE_SETTINGS.items():
         out[flat] = ("adaptive", attr, acfg[attr])

@@ -1,0 +1,205 @@
+"""How much of the frontier's saving the adaptive pipeline realises, per truth (docs/adaptive.md §10).
+
+For each truth of ``bench/truths.py``:
+
+1. **The frontier**, exactly, with the truth held as the prior (``bench/stopping_frontier.py``'s
+   ``one_sample_rule``: the Bayes-optimal priced rule, one sample per round, at prices from 0.016 down
+   to 0.00006): expected rollouts and misclassification per price, and the fixed-n curve ``M(n)``
+   (expected misclassification of a fixed n under the truth, each prompt in its most probable band).
+2. **The pipeline**: per seed, fresh rates and samples, the rounds of the adaptive run in process
+   (``adaptive.simulate``: the prior fit and round rule of ``run.plan_next_round``), its rollouts per
+   prompt, rounds, and misclassification (the expected one given each prompt's final counts under
+   the truth, which averages out the coin flips of which prompts near an edge land on which side;
+   the realised one against the drawn rates beside it).
+3. **The comparison**, per seed, then mean and spread over the seeds:
+   - *share at equal misclassification*: the pipeline's saving ``1 - cost / n*`` (``n*`` the fixed n
+     with its misclassification, log-n interpolation) over the frontier's saving at that
+     misclassification (``1 - C_f / n*``, ``C_f`` the frontier's cost there);
+   - *misclassification at equal cost*: the pipeline's, the frontier's and the fixed n's at the
+     pipeline's cost, and the share of the fixed n's excess the pipeline removes,
+     ``(M(cost) - mis) / (M(cost) - M_f(cost))`` (this one does not swing where ``M`` is flat).
+   The cost spread is ``(max - min) / mean`` of the rollouts per prompt over the seeds.
+
+    python bench/frontier_gap.py                          # every truth, 5 seeds x 4,000 prompts
+    python bench/frontier_gap.py --truths hard,edge-hard --seeds 6 --prompts 8000
+    python bench/frontier_gap.py --round-rule double --target band:cost=0.001   # another rule
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import truths  # noqa: E402
+from stopping_frontier import one_sample_rule  # noqa: E402
+
+from pipeline import adaptive  # noqa: E402
+from pipeline import prior as priors  # noqa: E402
+
+N_MIN, N_MAX = 4, 64
+N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less than a fixed n = 64
+PRICES = (0.016, 0.008, 0.004, 0.002, 0.001, 0.0005, 0.00025, 0.000125, 0.0000625)
+
+
+def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fixed-n curve ``M(n)`` for n = 1..N_MAX, and the frontier's (cost, misclassification)
+    points by price, sorted by cost."""
+    M = np.array([adaptive.fixed_n_expected(n, prior, target)[0] for n in range(1, N_FIXED + 1)])
+    pts = []
+    for lam in PRICES:
+        t = adaptive.Target(lo=target.lo, hi=target.hi, delta=target.delta, cost=lam)
+        pts.append(one_sample_rule(prior, t))
+    pts.sort()
+    cost, err = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    return M, cost, err
+
+
+def fixed_n_at(M: np.ndarray, mis: float) -> float | None:
+    n, where = adaptive.log_n_crossing(range(1, N_FIXED + 1), M, mis)
+    return n if where == "inside" else None
+
+
+def fixed_mis_at(M: np.ndarray, cost: float) -> float:
+    """``M`` at a fractional n, linear in log n."""
+    return float(np.interp(math.log(cost), np.log(np.arange(1, N_FIXED + 1)), M))
+
+
+def frontier_cost_at(fc: np.ndarray, fe: np.ndarray, mis: float) -> float:
+    """The frontier's cost at a misclassification (its error falls with cost; log-cost interpolation)."""
+    order = np.argsort(fe)
+    return float(np.exp(np.interp(mis, fe[order], np.log(fc[order]))))
+
+
+def frontier_mis_at(fc: np.ndarray, fe: np.ndarray, cost: float) -> float:
+    return float(np.interp(math.log(cost), np.log(fc), fe))
+
+
+def expected_error(n: np.ndarray, c: np.ndarray, truth_prior: adaptive.Prior, reported: np.ndarray, t) -> float:
+    """The mean chance, under the truth as the prior, that each prompt's reported band is wrong given
+    its final counts."""
+    probs = np.stack(_band_probs(n, c, truth_prior, t))
+    return float(1.0 - np.take_along_axis(probs, reported[None], axis=0)[0].mean())
+
+
+def _band_probs(n, c, prior: adaptive.Prior, t):
+    if not prior.is_grid:
+        return adaptive.band_probabilities(prior.a + c, prior.b + n - c, t.lo, t.hi)
+    from pipeline import stats
+
+    n_u, c_u, inv = stats.unique_pairs(n, c)
+    p, w = prior.grid()
+    W = priors.grid_posterior(p, w, n_u, c_u)
+    hard = W @ priors.cell_share(p, 0.0, t.lo)
+    easy = W @ priors.cell_share(p, t.hi, 1.0)
+    return hard[inv], np.clip(1 - hard - easy, 0, 1)[inv], easy[inv]
+
+
+def one_seed(truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConfig, truth_prior) -> dict:
+    rng = np.random.default_rng(seed)
+    p = truth.draw(N, rng)
+    outcomes = rng.random((N, acfg.n_max)) < p[:, None]
+    rounds = [0]
+
+    def count(*a, **k):  # the rounds, by wrapping the round rule
+        rounds[0] += 1
+        return _next_round(*a, **k)
+
+    _next_round = adaptive.next_round
+    adaptive.next_round = count
+    try:
+        n, c, prior = adaptive.simulate(outcomes, acfg)
+    finally:
+        adaptive.next_round = _next_round
+    t = acfg.target
+    reported = adaptive.decide(n, c, prior, t).band
+    true_band = np.where(p <= t.lo, 0, np.where(p >= t.hi, 2, 1))
+    return {
+        "cost": float(n.mean()),
+        "rounds": rounds[0],  # round 0 and every later round (the last call finds nothing to do)
+        "mis": expected_error(n, c, truth_prior, reported, t),
+        "realised": float((reported != true_band).mean()),
+        "prior": prior.method,
+    }
+
+
+def compare(r: dict, M, fc, fe) -> dict:
+    cost, mis = r["cost"], r["mis"]
+    n_star = fixed_n_at(M, mis)
+    out = dict(r)
+    if n_star is not None:
+        saving = 1 - cost / n_star
+        front = 1 - frontier_cost_at(fc, fe, mis) / n_star
+        out.update(n_star=n_star, saving=saving, frontier_saving=front, share=saving / front if front > 0 else math.nan)
+    else:
+        out.update(n_star=math.nan, saving=math.nan, frontier_saving=math.nan, share=math.nan)
+    m_fixed, m_front = fixed_mis_at(M, cost), frontier_mis_at(fc, fe, cost)
+    out.update(
+        fixed_mis=m_fixed,
+        frontier_mis=m_front,
+        gain_share=(m_fixed - mis) / (m_fixed - m_front) if m_fixed > m_front else math.nan,
+    )
+    return out
+
+
+def _ms(v) -> str:
+    v = np.asarray(v, float)
+    return f"{np.nanmean(v):.2f} +- {np.nanstd(v, ddof=1):.2f}" if len(v) > 1 else f"{v[0]:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--truths", default=",".join([*truths.TRUTHS, "real"]))
+    ap.add_argument("--prompts", type=int, default=4000)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--target", default="band")
+    ap.add_argument("--round-rule", default=adaptive.DEFAULT_ROUND_RULE)
+    ap.add_argument("--prior", default=priors.DEFAULT_PRIOR, choices=priors.PRIORS)
+    args = ap.parse_args()
+    acfg = adaptive.AdaptiveConfig.from_specs(args.target, N_MIN, N_MAX, args.round_rule, prior=args.prior)
+    start = time.perf_counter()
+    print(
+        f"{args.seeds} seeds x {args.prompts:,} prompts; adaptive {acfg.target.spec}, {acfg.rule.spec}, "
+        f"prior {acfg.prior}; misclassification expected under the truth given the final counts"
+    )
+    head = (
+        f"{'truth':12s} {'rollouts':>14s} {'spread':>7s} {'rounds':>6s} {'misclass %':>13s} {'realised %':>11s} "
+        f"{'saved %':>13s} {'frontier %':>11s} {'share':>13s} {'fixed/front mis % at cost':>26s} {'gain share':>13s}"
+    )
+    print(head)
+    rows = {}
+    for name in args.truths.split(","):
+        truth = truths.get(name)
+        if truth is None:
+            print(f"{name:12s} skipped: no stored profile at {truths.REAL_PROFILE.relative_to(ROOT)}")
+            continue
+        tp = truth.as_prior()
+        M, fc, fe = frontier(tp, acfg.target)
+        seeds = [
+            compare(one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp), M, fc, fe)
+            for s in range(1, args.seeds + 1)
+        ]
+        col = {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}
+        spread = (col["cost"].max() - col["cost"].min()) / col["cost"].mean()
+        rows[name] = {"seeds": seeds, "spread": spread}
+        print(
+            f"{name:12s} {_ms(col['cost']):>14s} {spread:7.1%} {int(col['rounds'].max()):6d} "
+            f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "
+            f"{np.nanmean(100 * col['frontier_saving']):11.1f} {_ms(col['share']):>13s} "
+            f"{np.mean(100 * col['fixed_mis']):12.2f} / {np.mean(100 * col['frontier_mis']):5.2f} "
+            f"{_ms(col['gain_share']):>13s}",
+            flush=True,
+        )
+    print(f"total {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
