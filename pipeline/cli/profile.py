@@ -33,6 +33,9 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
     store = open_store(data_dir)
     with progress_bars():
         if prefect:
+            from pipeline.flows import api_server
+
+            api_server.start()  # before Prefect's import: the server starts while this one runs
             from pipeline.flows.prefect_flows import profile_flow
 
             result = profile_flow(profile, store)

@@ -1,0 +1,130 @@
+"""Benchmark: a one-off ``difficulty profile`` through Prefect against the same with ``--no-prefect``.
+
+Each round runs the same command twice in fresh processes, taking turns (which goes first
+alternates), each into a data directory of its own: a 50-prompt simulate profile by default (real
+grading, storage, analysis and report; the bundled arithmetic set, or ``--data-file``). Prints
+each side's wall and CPU time (user + system, children included: the API server, the grading
+workers) as medians over the rounds with their range, the difference and the ratio, and the load
+average before and after. Then where Prefect's extra time goes, each part in a fresh process:
+importing Prefect, importing its server module (what Prefect itself does before starting its
+temporary server, and what ``pipeline.flows.api_server`` spares the command), and the time until
+a server started by ``api_server`` answers.
+
+    python bench/profile_startup.py [--rounds 5] [--limit 50] [--data-file path/to/test.jsonl]
+
+Target (issue 34): through Prefect at most 5 s slower than ``--no-prefect``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_S = 5.0
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one command (its waited-for children included)."""
+    cpu = cpu_children()
+    t = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t
+    if done.returncode:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return wall, cpu_children() - cpu
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} s (range {min(values):.2f} to {max(values):.2f})"
+
+
+def part(code: str, env: dict[str, str]) -> float:
+    """Wall seconds of ``python -c code`` in a fresh process, less the bare interpreter's start."""
+    bare, _ = timed([sys.executable, "-c", "pass"], env)
+    wall, _ = timed([sys.executable, "-c", code], env)
+    return wall - bare
+
+
+SERVER = """
+import time
+from pipeline.flows import api_server
+t = time.perf_counter()
+api_server.start()
+url = api_server.ensure()
+print(f"{time.perf_counter() - t:.3f}")
+api_server.stop()
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--limit", type=int, default=50)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--data-file", help="a dataset file (default: the bundled arithmetic set)")
+    ap.add_argument("--no-parts", action="store_true", help="skip the breakdown of Prefect's start-up")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="profile-startup-"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(work / "prefect")}
+    env.pop("PREFECT_API_URL", None)  # a one-off run: Prefect's own temporary server, as a first user has
+    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    base = [sys.executable, "-m", "pipeline", "profile", "--backend", "simulate"]
+    base += ["--limit", str(args.limit), "--n", str(args.n)]
+    if args.data_file:
+        base += ["--data-file", args.data_file]
+
+    # One untimed run each way: .pyc files written, Prefect's database created and migrated.
+    for flag in ("--no-prefect", "--prefect"):
+        timed([*base, flag, "--data-dir", str(work / f"warm{flag}")], env)
+
+    print(f"load before: {load()}")
+    times: dict[str, list[tuple[float, float]]] = {"--no-prefect": [], "--prefect": []}
+    for r in range(args.rounds):
+        order = ("--no-prefect", "--prefect") if r % 2 == 0 else ("--prefect", "--no-prefect")
+        for flag in order:
+            times[flag].append(timed([*base, flag, "--data-dir", str(work / f"{r}{flag}")], env))
+    print(f"load after:  {load()}")
+
+    what = f"{args.limit} prompts x n={args.n}, simulate, {args.data_file or 'bundled arithmetic'}"
+    print(f"difficulty profile ({what}), {args.rounds} rounds taking turns; medians:")
+    for flag, label in (("--no-prefect", "without Prefect"), ("--prefect", "through Prefect")):
+        walls, cpus = zip(*times[flag], strict=True)
+        print(f"  {label:16} wall {spread(list(walls))}, CPU {spread(list(cpus))}")
+    direct = statistics.median(w for w, _ in times["--no-prefect"])
+    flow = statistics.median(w for w, _ in times["--prefect"])
+    pairs = [f - d for (f, _), (d, _) in zip(times["--prefect"], times["--no-prefect"], strict=True)]
+    print(
+        f"  Prefect - direct: {flow - direct:+.2f} s median of wall times "
+        f"(per round {', '.join(f'{p:+.2f}' for p in pairs)}); ratio {flow / direct:.2f}x  "
+        f"[target: at most +{TARGET_S:g} s]"
+    )
+
+    if args.no_parts:
+        return
+    print("where Prefect's start-up goes (fresh processes, bare interpreter start subtracted):")
+    print(f"  import prefect: {part('import prefect', env):.2f} s")
+    print(f"  import prefect + its server module: {part('import prefect.server.api.server', env):.2f} s")
+    done = subprocess.run([sys.executable, "-c", SERVER], env=env, capture_output=True, text=True, cwd=ROOT)
+    print(f"  api_server.start() until the server answers: {done.stdout.strip() or done.stderr[-500:]} s")
+
+
+if __name__ == "__main__":
+    main()
