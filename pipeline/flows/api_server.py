@@ -24,6 +24,7 @@ import atexit
 import importlib.util
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -44,10 +45,11 @@ log = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 90.0  # a busy 2-core machine has taken 60 s (Prefect's own default is 20 s)
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this (as Prefect's own server does)
 POLL_S = 0.05
-ADDRESS_IN_USE = 3  # uvicorn's exit status when its port was taken between our pick and its bind
+STARTUP_FAILED = 3  # uvicorn's exit status when it could not bind its port or its app did not start
 PORT_TRIES = 5
 # What Prefect's own temporary server is started with: no UI, ephemeral services only.
 SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b:?")  # a traceback's last line
 HINT = "run with --no-prefect, or point PREFECT_API_URL at a running server (`prefect server start`)"
 
 
@@ -72,12 +74,21 @@ class ApiServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def printed(self, limit: int = 2000) -> str:
-        """The end of what the server printed (for an error message)."""
-        self.output.flush()
-        self.output.seek(0)
-        text = self.output.read().decode(errors="replace").strip()
-        return text[-limit:] or "(nothing)"
+    def printed(self, limit: int = 20_000) -> str:
+        """The end of what the server printed. Read at an offset: the server shares the file's
+        position, which a seek here would move under its writes."""
+        fd = self.output.fileno()
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit)).decode(errors="replace")
+
+    def reason(self) -> str:
+        """Why it failed, in one line: the last exception it printed, else its last line."""
+        lines = [line.strip() for line in self.printed().splitlines() if line.strip()]
+        errors = [line for line in lines if EXCEPTION_LINE.match(line)]
+        return (errors or lines or ["(it printed nothing)"])[-1][:500]
+
+    def port_taken(self) -> bool:
+        return self.process.poll() == STARTUP_FAILED and "address already in use" in self.printed().lower()
 
 
 _server: ApiServer | None = None
@@ -86,13 +97,15 @@ _atexit_registered = False
 
 
 def user_url() -> str | None:
-    """The API URL Prefect is configured with: the current settings' once Prefect is imported
-    (environment, profile, ``temporary_settings``), the environment's before (read without it)."""
+    """The API URL Prefect is configured with: the environment's, else, once Prefect is imported,
+    the current settings' (its profile, ``temporary_settings``); read without importing Prefect."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
     if "prefect.settings" in sys.modules:
         from prefect.settings import PREFECT_API_URL
 
         return PREFECT_API_URL.value() or None
-    return os.environ.get("PREFECT_API_URL") or None
+    return None
 
 
 def _free_port() -> int:
@@ -168,30 +181,29 @@ def _wait(timeout_s: float) -> str:
     tries = 1
     while True:
         status = _server.process.poll()
-        if status == ADDRESS_IN_USE and tries < PORT_TRIES:
+        if tries < PORT_TRIES and _server.port_taken():
             tries += 1
             _server.output.close()
             _server = _launch()
             continue
         if status is not None:
             failed, _server = _server, None
-            printed = failed.printed()
+            reason = failed.reason()
             failed.output.close()
             raise OrchestrationError(
-                f"Prefect's API server on port {failed.port} exited with status {status} before "
-                f"answering; it printed: {printed}; {HINT}"
+                f"Prefect's API server (port {failed.port}) exited with status {status} before "
+                f"answering: {reason}; {HINT}"
             )
         if _server.answers():
             _server.ready = True
             log.debug("Prefect API server answered after %.2f s", time.monotonic() - _server.started)
             return _server.url
         if time.monotonic() > deadline:
-            failed = _server
-            printed = failed.printed()
+            port, reason = _server.port, _server.reason()
             _stop_locked()
             raise OrchestrationError(
-                f"Prefect's API server on port {failed.port} did not answer within {timeout_s:g} s; "
-                f"it printed: {printed}; {HINT}"
+                f"Prefect's API server (port {port}) did not answer within {timeout_s:g} s "
+                f"(its last words: {reason}); {HINT}"
             )
         time.sleep(POLL_S)
 
