@@ -62,14 +62,32 @@ def part(code: str, env: dict[str, str]) -> float:
     return wall - bare
 
 
-SERVER = """
-import time
+# One profile through the flow in a fresh process, as the command runs it, with the time of each
+# step: the server launched, Prefect imported, the run's engines and modules warmed up, the wait
+# for the server, the flow, the server's stop.
+TIMELINE = """
+import sys, time
+t0 = time.perf_counter()
+marks = []
+def mark(what):
+    marks.append((what, time.perf_counter()))
 from pipeline.flows import api_server
-t = time.perf_counter()
-api_server.start()
-url = api_server.ensure()
-print(f"{time.perf_counter() - t:.3f}")
-api_server.stop()
+api_server.start(); mark("api_server.start (launch)")
+from pipeline import run
+from pipeline.flows import prefect_flows
+from pipeline.flows.executors import warm_up
+from pipeline.store import Store
+mark("import Prefect and the flows")
+cfg = run.ProfileConfig.build(**eval(sys.argv[2]))
+warm_up(cfg); mark("warm-up (grading workers, sampler, scipy)")
+api_server.ensure(); mark("wait for the server to answer")
+prefect_flows.profile_flow(cfg, Store(sys.argv[1])); mark("the flow (the run itself)")
+api_server.stop(); mark("stop the server")
+last = t0
+for what, t in marks:
+    print(f"    {what}: {t - last:.2f} s")
+    last = t
+print(f"    total {last - t0:.2f} s")
 """
 
 
@@ -121,9 +139,18 @@ def main() -> None:
         return
     print("where Prefect's start-up goes (fresh processes, bare interpreter start subtracted):")
     print(f"  import prefect: {part('import prefect', env):.2f} s")
-    print(f"  import prefect + its server module: {part('import prefect.server.api.server', env):.2f} s")
-    done = subprocess.run([sys.executable, "-c", SERVER], env=env, capture_output=True, text=True, cwd=ROOT)
-    print(f"  api_server.start() until the server answers: {done.stdout.strip() or done.stderr[-500:]} s")
+    print(
+        f"  import prefect + its server module (what Prefect's own start costs the command's process, "
+        f"spared by api_server): {part('import prefect.server.api.server', env):.2f} s"
+    )
+    settings = {"backend": "simulate", "limit": args.limit, "n": args.n}
+    if args.data_file:
+        settings["data_file"] = args.data_file
+    timeline = [sys.executable, "-c", TIMELINE, str(work / "timeline"), repr(settings)]
+    done = subprocess.run(timeline, env=env, capture_output=True, text=True, cwd=ROOT)
+    print("  one profile through the flow, step by step (in one process, as the command runs it):")
+    print(done.stdout.rstrip() or done.stderr[-2000:])
+    print(f"load at the end: {load()}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import OrchestrationError
+from pipeline.errors import ConfigError, OrchestrationError
 from pipeline.flows import api_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,3 +158,14 @@ def test_a_server_of_the_users_is_used_and_none_started(env, monkeypatch):
     assert api_server.running() is None
     assert api_server.ensure() is None  # the flow then uses the user's URL as it is
     assert api_server.running() is None
+
+
+def test_prefects_startup_timeout_is_honoured_when_longer_and_checked(env, monkeypatch):
+    assert api_server.startup_timeout_s() == api_server.STARTUP_TIMEOUT_S
+    monkeypatch.setenv(api_server.TIMEOUT_ENV, "300")
+    assert api_server.startup_timeout_s() == 300
+    monkeypatch.setenv(api_server.TIMEOUT_ENV, "5")  # shorter than a busy machine needs: ours
+    assert api_server.startup_timeout_s() == api_server.STARTUP_TIMEOUT_S
+    monkeypatch.setenv(api_server.TIMEOUT_ENV, "soon")
+    with pytest.raises(ConfigError, match="'soon'"):
+        api_server.startup_timeout_s()

@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from pipeline.errors import OrchestrationError
+from pipeline.errors import ConfigError, OrchestrationError
 from pipeline.flows import watchdog
 
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 90.0  # a busy 2-core machine has taken 60 s (Prefect's own default is 20 s)
+TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"  # Prefect's own setting, honoured if longer
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this (as Prefect's own server does)
 POLL_S = 0.05
 STARTUP_FAILED = 3  # uvicorn's exit status when it could not bind its port or its app did not start
@@ -150,14 +151,22 @@ def start() -> None:
             _atexit_registered = True
 
 
-def ensure(timeout_s: float = STARTUP_TIMEOUT_S) -> str | None:
+def startup_timeout_s() -> float:
+    """How long a start may take: ``STARTUP_TIMEOUT_S``, or the user's Prefect setting if longer."""
+    try:
+        return max(STARTUP_TIMEOUT_S, float(os.environ.get(TIMEOUT_ENV) or 0))
+    except ValueError:
+        raise ConfigError(f"{TIMEOUT_ENV}={os.environ[TIMEOUT_ENV]!r} is not a number of seconds") from None
+
+
+def ensure(timeout_s: float | None = None) -> str | None:
     """The URL of this process's API server once it answers (started now if ``start()`` was not
     called); None when Prefect is configured with a server of the user's (``PREFECT_API_URL`` in
     the environment, the Prefect profile or the current settings), which is then used as it is.
 
     Raises:
-        OrchestrationError: the server exited or did not answer within ``timeout_s``; the message
-            has its exit status and what it printed.
+        OrchestrationError: the server exited or did not answer within ``timeout_s`` (default
+            ``startup_timeout_s()``); the message has its exit status and its reason.
     """
     configured = user_url()
     with _lock:
@@ -167,7 +176,7 @@ def ensure(timeout_s: float = STARTUP_TIMEOUT_S) -> str | None:
         return None
     start()
     with _lock:
-        return _wait(timeout_s)
+        return _wait(startup_timeout_s() if timeout_s is None else timeout_s)
 
 
 def _wait(timeout_s: float) -> str:

@@ -35,18 +35,22 @@ RUN_IMPORTS = ("scipy.stats", "scipy.special", "pandas")
 
 
 def warm_up(config: run.ProfileConfig) -> None:
-    """Load now what the run will need anyway, while Prefect's API server starts in the background
-    (``api_server.start``): the modules its stages import on first use and, for a local executor,
-    the sampler (a model loads in seconds). A failure here (a model that does not exist) is left to
-    the run, which raises it again inside the flow, where Prefect records it."""
+    """Load now what the run will need, while Prefect's API server starts in the background
+    (``api_server.start``): for a local executor the grading workers (a second or more each to
+    import math-verify; started although a set of plain numbers, decided by the fast path, never
+    uses them) and the sampler (a model loads in seconds); then the modules the stages import on
+    first use. Everything is cached per process, so the flow's run uses what was loaded here. A
+    failure (a model that does not exist) is left to the run, which raises it again inside the
+    flow, where Prefect records it."""
+    if config.execution.executor != "ray":  # Ray's actors load the model and grade; the driver never does
+        run.get_grading_pool(config.grading).start()  # processes: they start beside this one
+        try:
+            run.local_executor(config)
+        except PipelineError as exc:
+            log.debug("warm-up left to the run: %s", exc)
     for name in RUN_IMPORTS:
         if importlib.util.find_spec(name.split(".")[0]) is not None:
             importlib.import_module(name)
-    if config.execution.executor != "ray":  # Ray's actors load the model; the driver never does
-        try:
-            run.local_executor(config)  # cached per process: the flow's executor is this one
-        except PipelineError as exc:
-            log.debug("warm-up left to the run: %s", exc)
 
 
 def after_run(config: run.ProfileConfig, store: Store, finished: FinishedRun) -> dict[str, Any]:

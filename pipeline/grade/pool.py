@@ -359,8 +359,13 @@ class GradingPool:
         self._start_failures = 0
 
     def __enter__(self) -> Self:
-        self._ensure_workers()
+        self.start()
         return self
+
+    def start(self) -> None:
+        """Start the workers now rather than at the first item that needs one (each takes a second
+        or more to import math-verify): a run warms them up while Prefect's API server starts."""
+        self._ensure_workers()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
