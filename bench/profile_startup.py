@@ -10,7 +10,11 @@ importing Prefect, importing its server module (what Prefect itself does before 
 temporary server, and what ``pipeline.flows.api_server`` spares the command), and the time until
 a server started by ``api_server`` answers.
 
-    python bench/profile_startup.py [--rounds 5] [--limit 50] [--data-file path/to/test.jsonl]
+    python bench/profile_startup.py [--rounds 5] [--limit 50] [--data-file path/to/test.jsonl] [--served]
+
+``--served`` adds a third side: the same command through Prefect against a server that is already
+running (``PREFECT_API_URL``; here one the bench starts), what a long-lived ``prefect server start``
+gives every run.
 
 Target (issue 34): through Prefect at most 5 s slower than ``--no-prefect``.
 """
@@ -98,6 +102,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--data-file", help="a dataset file (default: the bundled arithmetic set)")
     ap.add_argument("--no-parts", action="store_true", help="skip the breakdown of Prefect's start-up")
+    ap.add_argument("--served", action="store_true", help="also time runs against a running server")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="profile-startup-"))
@@ -109,31 +114,43 @@ def main() -> None:
     if args.data_file:
         base += ["--data-file", args.data_file]
 
+    sides = {"without Prefect": ([*base, "--no-prefect"], env), "through Prefect": ([*base, "--prefect"], env)}
+    if args.served:
+        # A long-running server of the user's (as `prefect server start` gives): here one started
+        # by api_server in this process and named to the commands by PREFECT_API_URL.
+        from pipeline.flows import api_server
+
+        os.environ["PREFECT_HOME"] = env["PREFECT_HOME"]
+        api_server.start()
+        served_env = {**env, "PREFECT_API_URL": api_server.ensure()}
+        sides["Prefect, running server"] = ([*base, "--prefect"], served_env)
+
     # One untimed run each way: .pyc files written, Prefect's database created and migrated.
-    for flag in ("--no-prefect", "--prefect"):
-        timed([*base, flag, "--data-dir", str(work / f"warm{flag}")], env)
+    for name, (command, side_env) in sides.items():
+        timed([*command, "--data-dir", str(work / f"warm-{len(name)}")], side_env)
 
     print(f"load before: {load()}")
-    times: dict[str, list[tuple[float, float]]] = {"--no-prefect": [], "--prefect": []}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    names = list(sides)
     for r in range(args.rounds):
-        order = ("--no-prefect", "--prefect") if r % 2 == 0 else ("--prefect", "--no-prefect")
-        for flag in order:
-            times[flag].append(timed([*base, flag, "--data-dir", str(work / f"{r}{flag}")], env))
+        for name in names if r % 2 == 0 else names[::-1]:  # which side goes first alternates
+            command, side_env = sides[name]
+            times[name].append(timed([*command, "--data-dir", str(work / f"{r}-{len(name)}")], side_env))
     print(f"load after:  {load()}")
 
     what = f"{args.limit} prompts x n={args.n}, simulate, {args.data_file or 'bundled arithmetic'}"
     print(f"difficulty profile ({what}), {args.rounds} rounds taking turns; medians:")
-    for flag, label in (("--no-prefect", "without Prefect"), ("--prefect", "through Prefect")):
-        walls, cpus = zip(*times[flag], strict=True)
-        print(f"  {label:16} wall {spread(list(walls))}, CPU {spread(list(cpus))}")
-    direct = statistics.median(w for w, _ in times["--no-prefect"])
-    flow = statistics.median(w for w, _ in times["--prefect"])
-    pairs = [f - d for (f, _), (d, _) in zip(times["--prefect"], times["--no-prefect"], strict=True)]
-    print(
-        f"  Prefect - direct: {flow - direct:+.2f} s median of wall times "
-        f"(per round {', '.join(f'{p:+.2f}' for p in pairs)}); ratio {flow / direct:.2f}x  "
-        f"[target: at most +{TARGET_S:g} s]"
-    )
+    for name, got in times.items():
+        walls, cpus = zip(*got, strict=True)
+        print(f"  {name:24} wall {spread(list(walls))}, CPU {spread(list(cpus))}")
+    direct = statistics.median(w for w, _ in times["without Prefect"])
+    for name in names[1:]:
+        flow = statistics.median(w for w, _ in times[name])
+        pairs = [f - d for (f, _), (d, _) in zip(times[name], times["without Prefect"], strict=True)]
+        print(
+            f"  {name} - without: {flow - direct:+.2f} s (medians; per round "
+            f"{', '.join(f'{p:+.2f}' for p in pairs)}); ratio {flow / direct:.2f}x  [target: at most +{TARGET_S:g} s]"
+        )
 
     if args.no_parts:
         return

@@ -35,8 +35,11 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
         if prefect:
             from pipeline.flows import api_server
 
-            api_server.start()  # before Prefect's import: the server starts while this one runs
-            from pipeline.flows.prefect_flows import profile_flow
+            api_server.start()  # first: the server starts while this process imports Prefect
+            from pipeline.flows import executors  # noqa: F401 - the run's modules, as --no-prefect imports them
+
+            with api_server.gc_paused():  # Prefect's own import only
+                from pipeline.flows.prefect_flows import profile_flow
 
             result = profile_flow(profile, store)
         else:
