@@ -78,12 +78,13 @@ def mark(what):
 from pipeline.flows import api_server
 api_server.start(); mark("api_server.start (launch)")
 from pipeline import run
-from pipeline.flows import prefect_flows
 from pipeline.flows.executors import warm_up
 from pipeline.store import Store
-mark("import Prefect and the flows")
+with api_server.gc_paused():
+    from pipeline.flows import prefect_flows
+mark("import the run's modules, Prefect and the flows")
 cfg = run.ProfileConfig.build(**eval(sys.argv[2]))
-warm_up(cfg); mark("warm-up (grading workers, sampler, scipy)")
+warm_up(cfg); mark("warm-up (sampler, scipy, pandas)")
 api_server.ensure(); mark("wait for the server to answer")
 prefect_flows.profile_flow(cfg, Store(sys.argv[1])); mark("the flow (the run itself)")
 api_server.stop(); mark("stop the server")

@@ -359,13 +359,8 @@ class GradingPool:
         self._start_failures = 0
 
     def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def start(self) -> None:
-        """Start the workers now rather than at the first item that needs one (each takes a second
-        or more to import math-verify): a run warms them up while Prefect's API server starts."""
         self._ensure_workers()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
