@@ -105,6 +105,7 @@ bench: $(VENV)/.test
 	$(BIN)/python bench/observations.py
 	$(BIN)/python bench/trl_recorder.py
 	$(BIN)/python bench/verl_curriculum.py
+	$(BIN)/python bench/profile_startup.py
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check pipeline tests bench examples

@@ -65,3 +65,8 @@ class MissingDependencyError(PipelineError, ImportError):
 
 class MissingFileError(PipelineError, FileNotFoundError):
     """A file the user named (a model, a checkpoint folder, a data file) does not exist."""
+
+
+class OrchestrationError(PipelineError):
+    """Prefect's API server did not start or stopped answering; the message says what it printed
+    and how to run without it (``--no-prefect``) or against a running server (``PREFECT_API_URL``)."""

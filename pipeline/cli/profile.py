@@ -33,7 +33,13 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
     store = open_store(data_dir)
     with progress_bars():
         if prefect:
-            from pipeline.flows.prefect_flows import profile_flow
+            from pipeline.flows import api_server
+
+            api_server.start()  # first: the server starts while this process imports Prefect
+            from pipeline.flows import executors  # noqa: F401 - the run's modules, as --no-prefect imports them
+
+            with api_server.gc_paused():  # Prefect's own import only
+                from pipeline.flows.prefect_flows import profile_flow
 
             result = profile_flow(profile, store)
         else:

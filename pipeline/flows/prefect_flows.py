@@ -31,8 +31,8 @@ from prefect.utilities.annotations import quote
 
 from pipeline import history, run
 from pipeline.errors import BackendUnavailableError, PipelineError
-from pipeline.flows import watchdog
-from pipeline.flows.executors import after_run, open_executor
+from pipeline.flows import api_server, watchdog
+from pipeline.flows.executors import after_run, open_executor, warm_up
 from pipeline.observe.track import TrackConfig, run_track
 from pipeline.store import Store
 
@@ -204,37 +204,39 @@ def track_source(config: TrackConfig | dict[str, Any], store: Store) -> dict[str
     return track_task(_store(store), cfg).to_dict()
 
 
-def prefect_settings(**extra: Any):
+def prefect_settings():
     """Settings that make an interactive flow run cheap, as a context manager.
 
-    Turns off the flow-run heartbeat (its thread costs about a second per flow run, and a
-    profile is watched by the user anyway) and result persistence (results live in the store),
-    and gives the ephemeral API server time to start on a busy machine. Served (scheduled) runs
-    keep Prefect's defaults: there, heartbeats detect crashed runs.
+    Points Prefect at this process's API server (``api_server.ensure``: started early by the
+    command, or now), unless the user configured one of their own; turns off the flow-run
+    heartbeat (its thread costs about a second per flow run, and a profile is watched by the user
+    anyway) and result persistence (results live in the store). Served (scheduled) runs keep
+    Prefect's defaults: there, heartbeats detect crashed runs.
     """
     from prefect.settings import (
+        PREFECT_API_URL,
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
         PREFECT_RESULTS_PERSIST_BY_DEFAULT,
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
         temporary_settings,
     )
 
+    watchdog.guard()  # the API server this starts must not outlive a kill -9
     updates = {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None, PREFECT_RESULTS_PERSIST_BY_DEFAULT: False}
-    if PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() < 90:
-        updates[PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS] = 90
-    updates.update(extra)
+    if url := api_server.ensure():
+        updates[PREFECT_API_URL] = url
     return temporary_settings(updates=updates)
 
 
 def profile_flow(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
-    """Run the profile as a Prefect flow (named ``<dataset>/<model>/<run id>`` in Prefect)."""
-    watchdog.guard()  # the ephemeral API server this may start must not outlive a kill -9
+    """Run the profile as a Prefect flow (named ``<dataset>/<model>/<run id>`` in Prefect); its
+    model and modules load while Prefect's API server starts."""
+    api_server.start()  # at once (the command line started it already, before importing Prefect)
+    warm_up(config)
     with prefect_settings():
         return profile(config=config, store=store)
 
 
 def checkpoints_flow(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:
     """One pass over the checkpoints as the Prefect ``profile-checkpoints`` flow."""
-    watchdog.guard()
     with prefect_settings():
         return profile_checkpoints(config=config, store=store)
