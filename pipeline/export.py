@@ -94,7 +94,7 @@ PROMPT_ID = "prompt_id"  # the top-level id column every format gets
 LABEL_FIELD = "difficulty_label"  # a rebuilt row's difficulty label (its ``difficulty`` is the measurements')
 TRL_COLUMNS = ("prompt", "answer")  # what GRPOTrainer reads: the prompt, and the gold answer for the reward
 KEEP = ("all", "informative", "easy", "hard")
-BANDS = ("informative", "easy", "hard")
+BANDS = schema.BANDS
 UNMEASURED = "unmeasured"  # the band of a row the run has no samples for
 METADATA_KEY = "difficulty"  # Parquet footer key of the export's metadata (JSON)
 
@@ -143,6 +143,10 @@ class ExportConfig:
     def __post_init__(self) -> None:
         if self.format is not None:
             check_choice("format", self.format, FORMATS)
+        if self.keep is not None and self.keep != "all":
+            # One band vocabulary (schema.BANDS); the old names users typed still read.
+            old = schema.OLD_BAND_NAMES.get(str(self.keep).strip().lower())
+            object.__setattr__(self, "keep", old or self.keep)
         if self.keep is not None:
             check_choice("keep", self.keep, KEEP)
         if self.band is not None:

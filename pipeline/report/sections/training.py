@@ -97,12 +97,12 @@ def training_section(data: RunData, charts: Charts) -> Section:
         )
         if obs.filter(pc.equal(obs.column("source"), profile)).num_rows:
             sec.tables.append(_prediction_table(obs, profile, source))
-    moved = current.moved_prompts(obs, current.CurrentConfig(forgetting=0.9))
+    moved = current.moved_prompts(obs, current.CurrentConfig(forgetting=current.FORGETTING))
     if moved.num_rows:
         kinds = Counter(zip(moved.column("before").to_pylist(), moved.column("now").to_pylist(), strict=True))
         sec.tables.append(
             TableView(
-                "Prompts that moved between bands (forgetting 0.9)",
+                f"Prompts that moved between bands (forgetting {current.FORGETTING:g})",
                 ["from", "to", "prompts"],
                 [[a, b, fmt(k)] for (a, b), k in kinds.most_common()],
                 "Band by posterior mean (hard < 0.1 < medium < 0.9 < easy) at a prompt's first observation and "
