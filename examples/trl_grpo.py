@@ -1,13 +1,14 @@
 """GRPO with TRL on the CPU: the bundled model trains on the prompts a curriculum picks from a profile,
 and every step's outcomes are recorded back into the data directory.
 
-Usage: python examples/trl_grpo.py --data-dir DATA_DIR [--steps 2] [--G 4] [--prompts-per-step 2]
+Usage: python examples/trl_grpo.py --data-dir DATA_DIR [--steps 2] [--G 4] [--prompts-per-step 2] [--threads N]
 """
 
 import argparse
 import re
 from pathlib import Path
 
+import torch
 from datasets import load_dataset
 from trl import GRPOConfig
 
@@ -24,7 +25,11 @@ parser.add_argument("--data-dir", default="difficulty-data")
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--G", type=int, default=4, help="completions per prompt (num_generations)")
 parser.add_argument("--prompts-per-step", type=int, default=2)
+# On cores shared with other work, torch's threads spin-wait on each other: 1 thread ran twice as fast.
+parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
 args = parser.parse_args()
+if args.threads:
+    torch.set_num_threads(args.threads)
 
 # The newest profile, written back as TRL reads it: prompt, answer, prompt_id and its difficulty.
 run = pipeline.open(args.data_dir).runs().pl().row(0, named=True)
