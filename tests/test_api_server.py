@@ -71,6 +71,9 @@ time.sleep(600)
 def env(tmp_path, monkeypatch):
     """A Prefect home of the test's own, and no server of the user's."""
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    # Earlier tests of the session import Prefect and may leave its settings pointing at their own
+    # harness's server, which `user_url` would take for the user's: only the environment counts here.
+    monkeypatch.setattr(api_server, "user_url", lambda: os.environ.get("PREFECT_API_URL") or None)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     yield {**os.environ, "PYTHONPATH": str(ROOT)}
