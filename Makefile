@@ -90,12 +90,12 @@ profile: $(VENV)/.cpu
 
 # The verl venv too: tests/test_verl_curriculum.py runs verl's dataset loading in it.
 test: $(VENV)/.test $(VERL_VENV)/.verl
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
 # The edit loop's tier: no real model, server or browser (markers: tests/conftest.py SLOW_FIXTURES),
 # and every module of pipeline imported by the tests that ran.
 test-fast: $(VENV)/.test
-	$(BIN)/python -m pytest -q -m "not slow and not vllm_cpu" --every-module
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not vllm_cpu" --every-module
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/analysis.py

@@ -167,23 +167,51 @@ def pytest_addoption(parser):
     )
 
 
+# Tests that must share one process under `pytest -n 2` (make test): one real vLLM engine in memory at
+# a time, as the suite runs them one after the other without xdist.
+XDIST_GROUPS = {"vllm_cpu": "vllm"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        for marker, group in XDIST_GROUPS.items():
+            if item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
-def pytest_sessionfinish(session, exitstatus):
-    """With ``--every-module``: the modules of ``pipeline`` that no test imported in this process
-    (a tier that skips a module entirely is not a tier for editing it)."""
-    if not session.config.getoption("--every-module") or exitstatus != 0:
-        return
+def _pipeline_modules() -> set[str]:
     modules = set()
     for path in (ROOT / "pipeline").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return modules
+
+
+_WORKER_IMPORTS: set[str] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Under xdist: the modules of ``pipeline`` each worker imported (for ``--every-module``)."""
+    _WORKER_IMPORTS.update(getattr(node, "workeroutput", {}).get("pipeline_modules", ()))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With ``--every-module``: the modules of ``pipeline`` that no test imported, in this process or
+    in any xdist worker (a tier that skips a module entirely is not a tier for editing it)."""
+    if not session.config.getoption("--every-module"):
+        return
+    imported = _pipeline_modules() & set(sys.modules)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its controller checks the union
+        workeroutput["pipeline_modules"] = sorted(imported)
+        return
+    if exitstatus != 0:
+        return
     # __main__ is the three lines of `python -m pipeline`, which the CLI tests run in subprocesses.
-    missing = sorted(modules - set(sys.modules) - {"pipeline.__main__"})
+    missing = sorted(_pipeline_modules() - imported - _WORKER_IMPORTS - {"pipeline.__main__"})
     if missing:
         session.config.get_terminal_writer().line(f"modules no test of this tier imported: {missing}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
