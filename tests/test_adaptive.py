@@ -681,6 +681,11 @@ def test_report_shows_the_rounds(store, close_engines):
     assert "dataset's pass rates: fitted grid prior" in html and "an artefact of stopping" in html
     assert re.search(r"of the rollouts saved|saved", html)
     assert "posterior expectations under the fitted prior, grid prior (" in html
+    auto = executors.profile_direct(run.ProfileConfig.build(**{**ADAPTIVE, "report": True}), store)
+    html = Path(auto["report"]).read_text().replace("&#x27;", "'")
+    assert store.get_run(auto["run_id"]).prior.method == "mixture"  # the default prior, named as such
+    assert "dataset's pass rates: fitted mixture prior" in html and "fitted grid prior" not in html
+    assert "The red bars are the mixture prior auto fitted" in html
     fixed = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
     assert 'id="adaptive"' not in Path(fixed["report"]).read_text()
 

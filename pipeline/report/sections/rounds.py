@@ -136,6 +136,10 @@ def _rounds_chart(sec: Section, charts: Charts, rounds: tuple[RoundCount, ...]) 
     )
 
 
+#: How the chart names a prior held on the grid, by its method.
+_GRID_KIND = {"inflated": "inflated Beta", "mixture": "mixture prior", "grid": "grid prior"}
+
+
 def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.Prior) -> None:
     """The dataset's pass-rate distribution as the fitted prior estimates it, beside the per-prompt
     histograms: those show where stopping left the prompts (a prompt decided "informative" at 2 of 4
@@ -152,7 +156,7 @@ def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.
             x=centres,
             y=mass / width,
             width=width * 0.9,
-            name="dataset's pass rates: fitted " + ("inflated Beta" if prior.method == "inflated" else "grid prior"),
+            name="dataset's pass rates: fitted " + _GRID_KIND.get(prior.method, "grid prior"),
             marker_color="rgba(220,57,18,0.75)",
         )
     fig.add_bar(
@@ -184,7 +188,11 @@ def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(range=[-0.02, 1.02])
     fitted = (
-        "The red bars are the zero-one-inflated Beta prior fitted to every prompt's counts (maximum likelihood): "
+        "The red bars are the mixture prior auto fitted to every prompt's counts (a Beta, a zero-one-inflated "
+        f"Beta and the grid prior, weighted by their evidence): {prior.label}; the bars at the ends hold the "
+        "point masses at 0 and 1."
+        if prior.method == "mixture"
+        else "The red bars are the zero-one-inflated Beta prior fitted to every prompt's counts (maximum likelihood): "
         f"{prior.label}; the bars at the ends hold the point masses at 0 and 1."
         if prior.method == "inflated"
         else "The red bars are the grid prior: the maximum-likelihood distribution of pass rates fitted to every "
