@@ -21,6 +21,7 @@ from pipeline.observe.current import (
     moved_prompts,
     profile_vs_training,
 )
+from pipeline.schema import BANDS
 
 
 def _obs(rows, kind="training", source="verl:run", dataset="d"):
@@ -104,9 +105,14 @@ def test_labels_are_not_pooled_unless_asked():
 
 
 def test_moved_prompts_name_what_became_easy_or_hard():
-    obs = _obs([(0, "a", 16, 0), (5, "a", 16, 16), (0, "b", 16, 8), (5, "b", 16, 8), (3, "c", 16, 16)])
+    obs = _obs(
+        [(0, "a", 16, 0), (5, "a", 16, 16), (0, "b", 16, 8), (5, "b", 16, 8), (3, "c", 16, 16)]
+        + [(0, "d", 16, 8), (5, "d", 16, 16)]
+    )
     moved = moved_prompts(obs, CurrentConfig(forgetting=0.1)).to_pylist()
-    assert [(r["prompt_id"], r["before"], r["now"]) for r in moved] == [("a", "hard", "easy")]
+    got = [(r["prompt_id"], r["before"], r["now"]) for r in moved]
+    assert got == [("a", "hard", "easy"), ("d", "informative", "easy")]
+    assert {band for _, *bands in got for band in bands} <= set(BANDS)  # the profile tables' names
 
 
 def test_a_calibrated_profile_predicts_what_training_sees():

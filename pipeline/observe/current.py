@@ -246,13 +246,13 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
 
 
 def _band(p: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    return np.where(p < lo, "hard", np.where(p > hi, "easy", "medium"))
+    return np.where(p < lo, "hard", np.where(p > hi, "easy", "informative"))
 
 
 def moved_prompts(
     observations: pa.Table, config: CurrentConfig | None = None, lo: float = 0.1, hi: float = 0.9
 ) -> pa.Table:
-    """Prompts whose band (hard below ``lo``, easy above ``hi``, medium between; by posterior
+    """Prompts whose band (hard below ``lo``, easy above ``hi``, informative between; by posterior
     mean) at their first observed step differs from their current band, among prompts observed
     again since: what became easy or hard."""
     config = config or CurrentConfig()

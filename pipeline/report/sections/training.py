@@ -105,7 +105,7 @@ def training_section(data: RunData, charts: Charts) -> Section:
                 f"Prompts that moved between bands (forgetting {current.FORGETTING:g})",
                 ["from", "to", "prompts"],
                 [[a, b, fmt(k)] for (a, b), k in kinds.most_common()],
-                "Band by posterior mean (hard < 0.1 < medium < 0.9 < easy) at a prompt's first observation and "
+                "Band by posterior mean (hard < 0.1 < informative < 0.9 < easy) at a prompt's first observation and "
                 "now; `difficulty current --moved` lists them.",
             )
         )
