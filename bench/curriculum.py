@@ -3,7 +3,8 @@
 ``--prompts`` prompts x ``--steps`` steps, groups of ``--G``, every prompt observed at every step (a log
 where the trainer drew every prompt, so any policy can be replayed on it). Truths (``TRUTHS``): the
 drifting U-shape; atoms at 0 and 1 that persist; a third of the prompts near the hard edge
-(0.01-0.15); a minority learning slowly out of the hard edge; forgetting (easy prompts getting harder).
+(0.01-0.15); a minority learning slowly out of the hard edge; forgetting (easy prompts getting harder);
+a hard-skewed set (90% never solved, as with a weak model on a hard set or late in training).
 Each starts from a mixture of point masses and Beta shapes and moves on the logit scale (a per-prompt
 rate plus a small random walk); a prompt at exactly 0 or 1 stays there.
 
@@ -118,12 +119,21 @@ def forgetting_log(prompts: int, steps: int, G: int, *, seed: int = 0) -> pa.Tab
     return _log(p0, rate, steps, G, rng, 0.05)
 
 
+def mostly_hard_log(prompts: int, steps: int, G: int, *, seed: int = 0) -> pa.Table:
+    """A hard-skewed dataset: 90% of the prompts never solved for the whole run (a weak model on a hard
+    set, or late training, where most groups are silent), 10% Beta(2, 5), slowly wandering."""
+    rng = np.random.default_rng(seed)
+    p0 = _mixture(rng, prompts, [(0.9, 0.0), (0.1, lambda r, k: r.beta(2, 5, k))])
+    return _log(p0, np.zeros(prompts), steps, G, rng, 0.05)
+
+
 TRUTHS = {
     "u-drift": drifting_log,
     "atoms": atoms_log,
     "hard-edge": hard_edge_log,
     "slow-learning": slow_learning_log,
     "forgetting": forgetting_log,
+    "mostly-hard": mostly_hard_log,
 }
 
 # Family -> (spec template with {x} the knob, knob values in order of rising coverage, baseline?).

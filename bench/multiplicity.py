@@ -44,7 +44,7 @@ POLICIES = {
 }
 #: The rows the bench's verdict compares: selection with multiplicity against selection alone.
 SELECTION, MULTIPLICITY = "selection (signal, default)", "multiplicity (signal, mass, max_groups=4)"
-HARD_SKEWED = "hard-edge"
+HARD_SKEWED = "mostly-hard"  # 90% never solved: fewer prompts worth a group than a batch has groups
 COVERAGE_WINDOW = curriculum.COVERAGE_WINDOW
 
 
@@ -101,8 +101,8 @@ def run(args) -> dict:
 
 
 def report(out: dict, batch: int) -> bool:
-    """Prints every table; True when multiplicity is never below selection and, on the hard-skewed truth
-    where the batch is at least half the prompts, at least 1.15x it."""
+    """Prints every table; True when multiplicity is never below selection and, on the hard-skewed truth,
+    at least 1.15x it."""
     ok = True
     for (prompts, truth), rows in out.items():
         print(f"\n== {truth}, {prompts} prompts, {batch} groups a step == per 1,000 rollouts (mean +- sd over seeds)")
@@ -119,7 +119,7 @@ def report(out: dict, batch: int) -> bool:
                 f" {col['coverage'].mean():9.3f} {col['distinct'].mean():12.1f}"
             )
         ratio = mean[MULTIPLICITY] / mean[SELECTION]
-        need = 1.15 if truth == HARD_SKEWED and 2 * batch >= prompts else 1.0
+        need = 1.15 if truth == HARD_SKEWED else 1.0
         print(f"  multiplicity / selection, update mass: {ratio:.3f}x (bar: at least {need}x)")
         ok &= ratio >= need
     print(f"\nmultiplicity meets the bench's bar on every truth: {'yes' if ok else 'NO'}")
