@@ -2,10 +2,11 @@
 
 For each truth of ``bench/truths.py``:
 
-1. **The frontier**, exactly, with the truth held as the prior (``bench/stopping_frontier.py``'s
-   ``one_sample_rule``: the Bayes-optimal priced rule, one sample per round, at prices from 0.016 down
-   to 0.00006): expected rollouts and misclassification per price, and the fixed-n curve ``M(n)``
-   (expected misclassification of a fixed n under the truth, each prompt in its most probable band).
+1. **The frontier**, exactly, with the truth held as the prior (``adaptive.frontier``:
+   ``adaptive.one_sample_rule`` at each price, the Bayes-optimal priced rule, one sample per round,
+   at prices from 0.016 down to 0.00006, and every prompt stopped at n_min): expected rollouts and
+   misclassification per price, and the fixed-n curve ``M(n)`` (expected misclassification of a
+   fixed n under the truth, each prompt in its most probable band).
 2. **The pipeline**: per seed, fresh rates and samples, the rounds of the adaptive run in process
    (``adaptive.simulate``: the prior fit and round rule of ``run.plan_next_round``), its rollouts per
    prompt, rounds, and misclassification (the expected one given each prompt's final counts under
@@ -40,26 +41,20 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import truths  # noqa: E402
-from stopping_frontier import one_sample_rule  # noqa: E402
 
 from pipeline import adaptive  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 N_MIN, N_MAX = 4, 64
 N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less than a fixed n = 64
-PRICES = (0.016, 0.008, 0.004, 0.002, 0.001, 0.0005, 0.00025, 0.000125, 0.0000625)
+PRICES = adaptive.FRONTIER_PRICES
 
 
 def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The fixed-n curve ``M(n)`` for n = 1..N_MAX, and the frontier's (cost, misclassification)
-    points by price, sorted by cost."""
+    """The fixed-n curve ``M(n)`` for n = 1..N_FIXED, and the frontier's (cost, misclassification)
+    points by price, sorted by cost (``adaptive.frontier``)."""
     M = np.array([adaptive.fixed_n_expected(n, prior, target)[0] for n in range(1, N_FIXED + 1)])
-    pts = []
-    for lam in PRICES:
-        t = adaptive.Target(lo=target.lo, hi=target.hi, delta=target.delta, cost=lam)
-        pts.append(one_sample_rule(prior, t))
-    pts.sort()
-    cost, err = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    cost, err = adaptive.frontier(prior, target, N_MIN, N_MAX, PRICES)
     return M, cost, err
 
 
@@ -86,21 +81,8 @@ def frontier_mis_at(fc: np.ndarray, fe: np.ndarray, cost: float) -> float:
 def expected_error(n: np.ndarray, c: np.ndarray, truth_prior: adaptive.Prior, reported: np.ndarray, t) -> float:
     """The mean chance, under the truth as the prior, that each prompt's reported band is wrong given
     its final counts."""
-    probs = np.stack(_band_probs(n, c, truth_prior, t))
+    probs = adaptive.band_posteriors(n, c, truth_prior, t)
     return float(1.0 - np.take_along_axis(probs, reported[None], axis=0)[0].mean())
-
-
-def _band_probs(n, c, prior: adaptive.Prior, t):
-    if not prior.is_grid:
-        return adaptive.band_probabilities(prior.a + c, prior.b + n - c, t.lo, t.hi)
-    from pipeline import stats
-
-    n_u, c_u, inv = stats.unique_pairs(n, c)
-    p, w = prior.grid()
-    W = priors.grid_posterior(p, w, n_u, c_u)
-    hard = W @ priors.cell_share(p, 0.0, t.lo)
-    easy = W @ priors.cell_share(p, t.hi, 1.0)
-    return hard[inv], np.clip(1 - hard - easy, 0, 1)[inv], easy[inv]
 
 
 def one_seed(truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConfig, truth_prior) -> dict:

@@ -19,8 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -42,26 +40,6 @@ def truth(name: str) -> adaptive.Prior:
     return adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w))
 
 
-def one_sample_rule(prior: adaptive.Prior, target: adaptive.Target) -> tuple[float, float]:
-    """Expected rollouts and misclassification of the target's stop region, one sample per round."""
-    grid = adaptive.stop_grid(prior, target, N_MAX)
-    reach = np.zeros(N_MAX + 2)
-    reach[: N_MIN + 1] = adaptive.marginal_pmf(N_MIN, prior)
-    cost = err = 0.0
-    for n in range(N_MIN, N_MAX + 1):
-        cs = np.arange(n + 1)
-        here = grid[n, : n + 1]
-        prob = adaptive.decide(np.full(n + 1, n), cs, prior, target).prob
-        err += float(reach[: n + 1][here] @ (1 - prob[here]))
-        cost += n * float(reach[: n + 1][here].sum())
-        go = np.where(here, 0.0, reach[: n + 1])
-        right = adaptive.posterior_mean(np.full(n + 1, n), cs, prior)
-        reach = np.zeros(N_MAX + 2)
-        reach[1 : n + 2] += go * right
-        reach[: n + 1] += go * (1 - right)
-    return cost, err
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--truths", default="u-shaped,uniform,easy-skewed,mixture")
@@ -79,7 +57,7 @@ def main() -> None:
         for spec in rules:
             target = adaptive.Target.parse(spec)
             curve = [adaptive.fixed_n_expected(n, prior, target)[0] for n in ns]
-            cost, err = one_sample_rule(prior, target)
+            cost, err = adaptive.one_sample_rule(prior, target, N_MIN, N_MAX)
             n_star, where = adaptive.log_n_crossing(ns, curve, err)
             saved = f"{1 - cost / n_star:7.1%}" if n_star is not None else "   n/a"
             n_text = f"{n_star:9.1f}" if n_star is not None else f"{'>' + str(N_MAX):>9s}"

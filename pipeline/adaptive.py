@@ -48,6 +48,7 @@ from pipeline.specs import parse_spec, spec_name
 
 __all__ = [
     "BANDS",
+    "FRONTIER_PRICES",
     "ROUND_RULES",
     "TARGETS",
     "AdaptiveConfig",
@@ -59,9 +60,16 @@ __all__ = [
     "credible_interval",
     "decide",
     "decided_grid",
+    "band_posteriors",
+    "fixed_n_mis_at",
+    "frontier",
+    "frontier_cost_at",
+    "frontier_mis_at",
     "next_round",
+    "one_sample_rule",
     "posterior_mean",
     "predictive_stopped",
+    "rule_under_prior",
     "simulate",
     "stop_grid",
     "stopped",
@@ -758,3 +766,102 @@ def equivalent_fixed_n(
     else:
         n, where = log_n_crossing(grid, [-s for _, _, s in curve], -decided_share)
     return n, where, curve
+
+
+# --- the frontier: what any stopping rule can save (docs/adaptive.md §10) ----------------------------
+
+#: The prices of one rollout the frontier is traced at: from where most prompts stop at n_min to where
+#: most go on towards n_max, on every bench truth.
+FRONTIER_PRICES = (0.016, 0.008, 0.004, 0.002, 0.001, 0.0005, 0.00025, 0.000125, 0.0000625)
+
+
+def one_sample_rule(prior: Prior, target: Target, n_min: int, n_max: int) -> tuple[float, float]:
+    """Expected rollouts per prompt and expected misclassification of the priced stop rule of
+    ``target`` (``stop_grid``) taken one sample per round from ``n_min`` to ``n_max``, with pass rates
+    drawn from ``prior``: no sampling, an exact forward pass over the reachable ``(n, c)``."""
+    grid = stop_grid(prior, target, n_max)
+    reach = np.zeros(n_max + 2)
+    reach[: n_min + 1] = marginal_pmf(n_min, prior)
+    cost = err = 0.0
+    for n in range(n_min, n_max + 1):
+        cs = np.arange(n + 1)
+        here = grid[n, : n + 1]
+        prob = decide(np.full(n + 1, n), cs, prior, target).prob
+        err += float(reach[: n + 1][here] @ (1 - prob[here]))
+        cost += n * float(reach[: n + 1][here].sum())
+        go = np.where(here, 0.0, reach[: n + 1])
+        right = posterior_mean(np.full(n + 1, n), cs, prior)
+        reach = np.zeros(n_max + 2)
+        reach[1 : n + 2] += go * right
+        reach[: n + 1] += go * (1 - right)
+    return cost, err
+
+
+def frontier(
+    prior: Prior, target: Target, n_min: int, n_max: int, prices: tuple[float, ...] = FRONTIER_PRICES
+) -> tuple[np.ndarray, np.ndarray]:
+    """The frontier of expected rollouts against expected misclassification for a band target under
+    ``prior``: the one-sample priced rule (Bayes-optimal for "misclassified + price per rollout", so
+    no rule with the same misclassification spends less) at each price, and its cheap end, every
+    prompt stopped at ``n_min``. ``(cost, err)``, by cost."""
+    if target.kind != "band":
+        raise ConfigError(f"the frontier is defined for the band target, not {target.kind!r}")
+    points = [one_sample_rule(prior, replace(target, cost=price), n_min, n_max) for price in prices]
+    # Its cheap end: a price so high that every prompt stops at n_min (the fixed n_min).
+    points = sorted({(float(n_min), fixed_n_expected(n_min, prior, target)[0]), *points})
+    return np.array([p[0] for p in points]), np.array([p[1] for p in points])
+
+
+def frontier_cost_at(cost: np.ndarray, err: np.ndarray, misclassification: float) -> tuple[float | None, str]:
+    """The frontier's rollouts per prompt at a misclassification (log-cost interpolation between
+    its points): ``(cost, "inside")``, or ``(None, "below" | "above")`` when the misclassification is
+    below the frontier's least (more than its dearest point buys) or above its most."""
+    order = np.argsort(err)
+    e, lc = err[order], np.log(cost[order])
+    if misclassification < e[0]:
+        return None, "below"
+    if misclassification > e[-1]:
+        return None, "above"
+    return float(np.exp(np.interp(misclassification, e, lc))), "inside"
+
+
+def frontier_mis_at(cost: np.ndarray, err: np.ndarray, rollouts: float) -> float | None:
+    """The frontier's misclassification at a number of rollouts per prompt (None outside its range)."""
+    if not cost[0] <= rollouts <= cost[-1]:
+        return None
+    return float(np.interp(math.log(rollouts), np.log(cost), err))
+
+
+def band_posteriors(n, c, prior: Prior, target: Target) -> np.ndarray:
+    """``(3, prompts)``: each band's posterior probability given the counts under ``prior``."""
+    n, c = np.asarray(n, float), np.asarray(c, float)
+    if prior.is_grid:
+        return _grid_decision_parts(n, c, prior, target)[2]
+    return np.stack(band_probabilities(prior.a + c, prior.b + n - c, target.lo, target.hi))
+
+
+def rule_under_prior(prior: Prior, acfg: AdaptiveConfig, prompts: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """What ``acfg`` is expected to spend and misclassify on a dataset whose pass rates follow
+    ``prior``: ``prompts`` rates drawn from it, their samples, the rounds as a run makes them
+    (``simulate``: its own prior fits and round rule), and the mean chance under ``prior`` that each
+    prompt's reported band is wrong given its final counts. The frontier's like (both expectations
+    under one prior), so the share of the frontier's saving it gives is at most 1 up to Monte Carlo
+    error, which a run's own measured misclassification is not on a finite dataset."""
+    rng = np.random.default_rng(seed)
+    if prior.is_grid:
+        points, weights = prior.grid()
+        p = rng.choice(points, size=prompts, p=weights / weights.sum())
+    else:
+        p = rng.beta(prior.a, prior.b, prompts)
+    outcomes = rng.random((prompts, acfg.n_max)) < p[:, None]
+    n, c, fitted = simulate(outcomes, acfg)
+    reported = decide(n, c, fitted, acfg.target).band
+    probs = band_posteriors(n, c, prior, acfg.target)
+    return float(n.mean()), float(1.0 - np.take_along_axis(probs, reported[None], axis=0)[0].mean())
+
+
+def fixed_n_mis_at(curve: list[tuple[int, float, float]], rollouts: float) -> float:
+    """A fixed n's expected misclassification at a fractional n (``equivalent_fixed_n``'s curve,
+    linear in log n)."""
+    ns = np.log([n for n, _, _ in curve])
+    return float(np.interp(math.log(max(rollouts, 1.0)), ns, [m for _, m, _ in curve]))

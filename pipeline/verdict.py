@@ -19,6 +19,7 @@ counts); nothing is computed here that a section of the report computes another 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -55,6 +56,10 @@ TRUNCATION_WARNING = 0.10
 # The default allocation's signal over the uniform one's below which reallocating is not worth the
 # bookkeeping (GRPO signal, the same budget).
 REALLOCATION_PAYS = 1.05
+# Prompts drawn from a run's fitted prior to simulate its settings against the frontier (about 2 s, once
+# per run and process): the misclassification's Monte Carlo error is about 3% of itself, which moves the
+# share of the frontier's saving by up to about 0.05 where the fixed-n curve is flat.
+FRONTIER_PROMPTS = 4000
 # The largest G searched for the one that halves the silence.
 MAX_GROUP_SIZE = 4096
 
@@ -95,6 +100,17 @@ class Savings:
     decided: float
     n_top: int
     curve: list[tuple[int, float, float]]
+    # Against the frontier (band target; None otherwise), every number an expectation under the
+    # fitted prior: the run's settings simulated on pass rates drawn from it (``adaptive.rule_under_prior``:
+    # rollouts per prompt and misclassification), the fixed n with that misclassification, and the best
+    # stopping rule's rollouts for it (``adaptive.frontier``); at the settings' rollouts, the
+    # frontier's and the fixed n's misclassification.
+    rule_cost: float | None = None
+    rule_mis: float | None = None
+    rule_fixed_n: float | None = None
+    frontier_cost: float | None = None
+    frontier_mis: float | None = None
+    fixed_mis: float | None = None
 
     @property
     def saved(self) -> float | None:
@@ -104,6 +120,22 @@ class Savings:
         if self.where == "above":
             return 1.0 - self.per_prompt / self.n_top
         return None
+
+    @property
+    def frontier_saved(self) -> float | None:
+        """The share the best stopping rule saves against the fixed n of the settings' misclassification."""
+        if self.rule_fixed_n is None or self.frontier_cost is None:
+            return None
+        return 1.0 - self.frontier_cost / self.rule_fixed_n
+
+    @property
+    def realised(self) -> float | None:
+        """The share of the frontier's saving the run's settings realise on a dataset like this one
+        (None where either saving is undefined or the frontier saves nothing)."""
+        best = self.frontier_saved
+        if best is None or best <= 0:
+            return None
+        return (1.0 - self.rule_cost / self.rule_fixed_n) / best
 
 
 @dataclass(frozen=True)
@@ -226,7 +258,31 @@ def adaptive_savings(
     mis = float((1.0 - np.asarray(band_prob, float)).mean()) if target.kind == "band" else math.nan
     top = max(256, 4 * acfg.n_max)
     fixed_n, where, curve = adaptive.equivalent_fixed_n(prior, target, mis, decided, top)
-    return Savings(float(np.mean(n)), fixed_n, where, mis, decided, top, curve)
+    per_prompt = float(np.mean(n))
+    if target.kind != "band":
+        return Savings(per_prompt, fixed_n, where, mis, decided, top, curve)
+    return Savings(per_prompt, fixed_n, where, mis, decided, top, curve, *_against_frontier(acfg, prior))
+
+
+@functools.lru_cache(maxsize=8)
+def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior) -> tuple:
+    """``Savings``' frontier fields (once per run's settings and prior: the verdict and the report
+    both ask)."""
+    target = acfg.target
+    rule_cost, rule_mis = adaptive.rule_under_prior(prior, acfg, FRONTIER_PROMPTS)
+    top = max(256, 4 * acfg.n_max)
+    curve = [(k, *adaptive.fixed_n_expected(k, prior, target)) for k in range(1, top + 1)]
+    rule_fixed_n, where = adaptive.log_n_crossing([k for k, _, _ in curve], [m for _, m, _ in curve], rule_mis)
+    cost, err = adaptive.frontier(prior, target, acfg.n_min, acfg.n_max)
+    frontier_cost, _ = adaptive.frontier_cost_at(cost, err, rule_mis)
+    return (
+        rule_cost,
+        rule_mis,
+        rule_fixed_n if where == "inside" else None,
+        frontier_cost,
+        adaptive.frontier_mis_at(cost, err, rule_cost),
+        adaptive.fixed_n_mis_at(curve, rule_cost),
+    )
 
 
 # --- the verdict --------------------------------------------------------------------------------
@@ -398,4 +454,24 @@ def _adaptive_line(run_id: str, prompt_stats: pa.Table, run: RunRecord) -> list[
             f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt, but even a fixed n of {sv.fixed_n:.0f} "
             "classifies as well: it saved nothing here"
         )
-    return [Line(text, f"difficulty report --run {run_id}")]
+    return [Line(text + _frontier_text(sv), f"difficulty report --run {run_id}")]
+
+
+def _frontier_text(sv: Savings) -> str:
+    """How far the run's settings are from the best stopping rule for its own fitted prior (band
+    target): both sides expectations under that prior, so the share is at most 1 up to Monte Carlo
+    error (the run's own measured misclassification, on a finite dataset, is not)."""
+    if sv.realised is not None:
+        return (
+            f"; on pass rates like this dataset's (its fitted prior) these settings are expected to spend "
+            f"{sv.rule_cost:.1f} per prompt for {100 * sv.rule_mis:.1f}% misclassified, a fixed n "
+            f"{sv.rule_fixed_n:.1f} and the best stopping rule {sv.frontier_cost:.1f}: they realise about "
+            f"{_pct(sv.realised)} of the best rule's saving"
+        )
+    if sv.frontier_mis is not None and sv.rule_mis is not None:
+        return (
+            f"; on pass rates like this dataset's these settings are expected to misclassify {100 * sv.rule_mis:.1f}% "
+            f"at {sv.rule_cost:.1f} per prompt, the best stopping rule {100 * sv.frontier_mis:.1f}% and a fixed n "
+            f"{100 * sv.fixed_mis:.1f}%"
+        )
+    return ""

@@ -18,9 +18,11 @@ import itertools
 import numpy as np
 import pytest
 import scipy.stats as sst
+from scipy.special import betaln
 
 from pipeline import adaptive
 from pipeline import prior as priors
+from pipeline.errors import ConfigError
 
 
 def _mixture_prior() -> adaptive.Prior:
@@ -216,3 +218,61 @@ def test_a_prior_with_only_masses_at_0_and_1_stops_every_prompt_in_round_0():
     outcomes[:50] = False
     n, c, _ = adaptive.simulate(outcomes, acfg)
     assert (n == 4).all() and (c[:50] == 0).all() and (c[50:] == 4).all()
+
+
+# --- the frontier (adaptive.one_sample_rule, adaptive.frontier) ---------------------------------------
+
+
+def _paths_rule(prior: adaptive.Prior, t, n_min: int, n_max: int) -> tuple[float, float]:
+    """Expected rollouts and misclassification of the one-sample priced rule by brute force: every one
+    of the 2^n_max outcome sequences, weighted by its probability under the prior, walked from n_min
+    until the stop region says stop."""
+    grid = adaptive.stop_grid(prior, t, n_max)
+    if prior.is_grid:
+        pts, w = prior.grid()
+    cost = err = 0.0
+    for seq in itertools.product((0, 1), repeat=n_max):
+        k = sum(seq)
+        if prior.is_grid:
+            weight = float(w @ (pts**k * (1 - pts) ** (n_max - k)))
+        else:
+            weight = float(np.exp(betaln(prior.a + k, prior.b + n_max - k) - betaln(prior.a, prior.b)))
+        n = n_min
+        while not grid[n, sum(seq[:n])]:
+            n += 1
+        c = sum(seq[:n])
+        cost += weight * n
+        err += weight * (1 - adaptive.decide(np.array([n]), np.array([c]), prior, t).prob[0])
+    return cost, err
+
+
+@pytest.mark.parametrize("prior", [adaptive.Prior(0.7, 1.3), adaptive.Prior(0.3, 0.4), _mixture_prior()])
+@pytest.mark.parametrize("price", [0.002, 0.02])
+def test_the_one_sample_rule_equals_its_sum_over_every_outcome_path(prior, price):
+    t = adaptive.Target(cost=price)
+    got = adaptive.one_sample_rule(prior, t, 2, 10)
+    want = _paths_rule(prior, t, 2, 10)
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert 2 <= got[0] <= 10 and 0 <= got[1] < 0.5
+
+
+def test_the_frontier_buys_accuracy_with_rollouts_and_beats_every_fixed_n():
+    """Along the frontier, more rollouts mean less misclassification; at each point no fixed n with
+    as many rollouts misclassifies less (the priced rule is Bayes-optimal, a fixed n is one rule)."""
+    prior = _mixture_prior()
+    t = adaptive.Target()
+    cost, err = adaptive.frontier(prior, t, 4, 64)
+    assert len(cost) == len(adaptive.FRONTIER_PRICES) + 1 and cost[0] == 4  # and the cheap end, all at n_min
+    assert np.all(np.diff(cost) > 0) and np.all(np.diff(err) < 0)
+    curve = [(n, *adaptive.fixed_n_expected(n, prior, t)) for n in range(1, 257)]
+    for c_, e_ in zip(cost, err, strict=True):
+        assert e_ <= adaptive.fixed_n_mis_at(curve, c_) + 1e-12
+    # the interpolations invert each other at the points, and refuse outside the range
+    for i in (0, 4, len(cost) - 1):
+        assert adaptive.frontier_cost_at(cost, err, err[i])[0] == pytest.approx(cost[i])
+        assert adaptive.frontier_mis_at(cost, err, cost[i]) == pytest.approx(err[i])
+    assert adaptive.frontier_cost_at(cost, err, err[-1] / 2) == (None, "below")
+    assert adaptive.frontier_cost_at(cost, err, 0.9) == (None, "above")
+    assert adaptive.frontier_mis_at(cost, err, 1.0) is None
+    with pytest.raises(ConfigError, match="band"):
+        adaptive.frontier(prior, adaptive.Target(kind="width"), 4, 64)

@@ -257,6 +257,22 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     if sv.where == "inside":
         assert f"a fixed n of {sv.fixed_n:.1f}" in line and sv.saved > 0
     assert f"difficulty report --run {run_id}" in text
+    # and how far its settings are from the best stopping rule for its own fitted prior (issue 32.6)
+    assert sv.rule_cost is not None and sv.frontier_mis is not None and sv.fixed_mis is not None
+    assert sv.frontier_mis <= sv.fixed_mis + 1e-12  # nothing beats the frontier, at the same rollouts
+    assert 0 < sv.realised <= 1.15  # an expectation against an expectation: at most 1 up to Monte Carlo error
+    assert sv.frontier_cost <= sv.rule_cost + 1e-9
+    assert f"a fixed n {sv.rule_fixed_n:.1f} and the best stopping rule {sv.frontier_cost:.1f}" in line
+    assert "of the best rule's saving" in line
+
+
+def test_a_width_run_names_no_frontier():
+    """The frontier is a band target's (misclassification against rollouts): a width run gets none."""
+    from pipeline import adaptive
+
+    acfg = adaptive.AdaptiveConfig.from_specs("width", 4, 64)
+    sv = verdict.adaptive_savings(np.full(50, 12), None, np.zeros(50, bool), acfg, adaptive.Prior(1.0, 1.0))
+    assert sv.rule_cost is None and sv.realised is None and verdict._frontier_text(sv) == ""
 
 
 def test_report_command_takes_the_estimator(tmp_path):

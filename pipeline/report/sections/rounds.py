@@ -215,6 +215,30 @@ def _prior_chart(sec: Section, charts: Charts, s: pl.DataFrame, prior: adaptive.
     )
 
 
+def _frontier_note(sv: verdict.Savings) -> str:
+    """The run's settings against the frontier, both expectations under the fitted prior: the best
+    stopping rule's rollouts at the settings' misclassification, and the misclassifications at the
+    settings' rollouts (docs/adaptive.md §10)."""
+    if sv.rule_cost is None:
+        return ""
+    text = (
+        f" Against the best any stopping rule can do (the priced rule, one sample per round; every number an "
+        f"expectation under the fitted prior, these settings simulated on pass rates drawn from it): these settings "
+        f"spend {sv.rule_cost:.2f} per prompt for {pct(sv.rule_mis)} misclassified"
+    )
+    if sv.realised is not None:
+        text += (
+            f", where a fixed n needs {sv.rule_fixed_n:.1f} and the best rule {sv.frontier_cost:.2f}: they realise "
+            f"{pct(sv.realised)} of the best rule's saving"
+        )
+    if sv.frontier_mis is not None:
+        text += (
+            f"; at {sv.rule_cost:.2f} per prompt the best rule misclassifies {pct(sv.frontier_mis)} and a fixed n "
+            f"{pct(sv.fixed_mis)}"
+        )
+    return text + "."
+
+
 def _savings(sec: Section, s: pl.DataFrame, acfg: adaptive.AdaptiveConfig, prior: adaptive.Prior) -> None:
     """Rollouts saved against the fixed n expected to give the same misclassification (the verdict's
     numbers, ``verdict.adaptive_savings``)."""
@@ -246,7 +270,7 @@ def _savings(sec: Section, s: pl.DataFrame, acfg: adaptive.AdaptiveConfig, prior
         )
     sec.notes.append(
         f"This run: {measure}. {finding} Both sides are expectations under the fitted prior (the fixed-n side "
-        "gives each prompt its most probable band), so they compare like with like."
+        "gives each prompt its most probable band), so they compare like with like." + _frontier_note(sv)
     )
     grid = [n for n in (4, 8, 16, 32, 64, 128, 256) if n <= top]
     sec.tables.append(
