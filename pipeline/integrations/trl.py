@@ -25,7 +25,10 @@ prompt, so the compute of the masked ones is spent; only their reward, and with 
 gradient, is dropped (with ``beta > 0`` their KL term still acts, and their tokens still count in the
 loss normaliser). A group is a run of consecutive completions of one prompt, as TRL lays them out for
 one process; so ``rollouts=`` needs a single process, and must be the only reward function (TRL marks
-a completion NaN only when every reward function returned NaN for it).
+a completion NaN only when every reward function returned NaN for it). To give prompts different
+rollouts without generating completions only to mask them, use a curriculum's multiplicity instead
+(``max_groups``, docs/curriculum.md §9): the sampler repeats a prompt's index, and it trains as ``m``
+whole groups of ``num_generations``.
 
 Why each choice:
 
