@@ -50,39 +50,30 @@ N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less t
 PRICES = adaptive.FRONTIER_PRICES
 
 
-def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The fixed-n curve ``M(n)`` for n = 1..N_FIXED, and the frontier's (cost, misclassification)
-    points by price, sorted by cost (``adaptive.frontier``)."""
-    M = np.array([adaptive.fixed_n_expected(n, prior, target)[0] for n in range(1, N_FIXED + 1)])
+def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[list, np.ndarray, np.ndarray]:
+    """The fixed-n curve ``(n, M(n), decided)`` for n = 1..N_FIXED, and the frontier's (cost,
+    misclassification) points by price, sorted by cost (``adaptive.frontier``)."""
+    curve = [(n, *adaptive.fixed_n_expected(n, prior, target)) for n in range(1, N_FIXED + 1)]
     cost, err = adaptive.frontier(prior, target, N_MIN, N_MAX, PRICES)
-    return M, cost, err
+    return curve, cost, err
 
 
-def fixed_n_at(M: np.ndarray, mis: float) -> float | None:
-    n, where = adaptive.log_n_crossing(range(1, N_FIXED + 1), M, mis)
+def fixed_n_at(curve: list, mis: float) -> float | None:
+    n, where = adaptive.log_n_crossing([n for n, _, _ in curve], [m for _, m, _ in curve], mis)
     return n if where == "inside" else None
 
 
-def fixed_mis_at(M: np.ndarray, cost: float) -> float:
-    """``M`` at a fractional n, linear in log n."""
-    return float(np.interp(math.log(cost), np.log(np.arange(1, N_FIXED + 1)), M))
-
-
 def frontier_cost_at(fc: np.ndarray, fe: np.ndarray, mis: float) -> float:
-    """The frontier's cost at a misclassification (its error falls with cost; log-cost interpolation)."""
-    order = np.argsort(fe)
-    return float(np.exp(np.interp(mis, fe[order], np.log(fc[order]))))
+    """``adaptive.frontier_cost_at``, held at the frontier's end points outside its range (a seed that
+    misclassifies less than the dearest price buys is compared with that price)."""
+    cost, where = adaptive.frontier_cost_at(fc, fe, mis)
+    return cost if cost is not None else float(fc[-1] if where == "below" else fc[0])
 
 
 def frontier_mis_at(fc: np.ndarray, fe: np.ndarray, cost: float) -> float:
-    return float(np.interp(math.log(cost), np.log(fc), fe))
-
-
-def expected_error(n: np.ndarray, c: np.ndarray, truth_prior: adaptive.Prior, reported: np.ndarray, t) -> float:
-    """The mean chance, under the truth as the prior, that each prompt's reported band is wrong given
-    its final counts."""
-    probs = adaptive.band_posteriors(n, c, truth_prior, t)
-    return float(1.0 - np.take_along_axis(probs, reported[None], axis=0)[0].mean())
+    """``adaptive.frontier_mis_at``, held at the end points outside the frontier's range."""
+    mis = adaptive.frontier_mis_at(fc, fe, cost)
+    return mis if mis is not None else float(fe[-1] if cost > fc[-1] else fe[0])
 
 
 def one_seed(truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConfig, truth_prior) -> dict:
@@ -107,15 +98,15 @@ def one_seed(truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConf
     return {
         "cost": float(n.mean()),
         "rounds": rounds[0],  # round 0 and every later round (the last call finds nothing to do)
-        "mis": expected_error(n, c, truth_prior, reported, t),
+        "mis": adaptive.expected_misclassification(n, c, reported, truth_prior, t),
         "realised": float((reported != true_band).mean()),
         "prior": prior.method,
     }
 
 
-def compare(r: dict, M, fc, fe) -> dict:
+def compare(r: dict, curve: list, fc, fe) -> dict:
     cost, mis = r["cost"], r["mis"]
-    n_star = fixed_n_at(M, mis)
+    n_star = fixed_n_at(curve, mis)
     out = dict(r)
     if n_star is not None:
         saving = 1 - cost / n_star
@@ -123,7 +114,7 @@ def compare(r: dict, M, fc, fe) -> dict:
         out.update(n_star=n_star, saving=saving, frontier_saving=front, share=saving / front if front > 0 else math.nan)
     else:
         out.update(n_star=math.nan, saving=math.nan, frontier_saving=math.nan, share=math.nan)
-    m_fixed, m_front = fixed_mis_at(M, cost), frontier_mis_at(fc, fe, cost)
+    m_fixed, m_front = adaptive.fixed_n_mis_at(curve, cost), frontier_mis_at(fc, fe, cost)
     out.update(
         fixed_mis=m_fixed,
         frontier_mis=m_front,
@@ -164,9 +155,9 @@ def main() -> None:
             print(f"{name:12s} skipped: no stored profile at {truths.REAL_PROFILE.relative_to(ROOT)}")
             continue
         tp = truth.as_prior()
-        M, fc, fe = frontier(tp, acfg.target)
+        curve, fc, fe = frontier(tp, acfg.target)
         seeds = [
-            compare(one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp), M, fc, fe)
+            compare(one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp), curve, fc, fe)
             for s in range(1, args.seeds + 1)
         ]
         col = {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}

@@ -60,7 +60,9 @@ __all__ = [
     "credible_interval",
     "decide",
     "decided_grid",
+    "expected_misclassification",
     "band_posteriors",
+    "fixed_n_curve",
     "fixed_n_mis_at",
     "frontier",
     "frontier_cost_at",
@@ -752,14 +754,24 @@ def log_n_crossing(grid, values, level: float) -> tuple[float | None, str]:
     return None, "above"
 
 
+def fixed_n_curve(prior: Prior, target: Target, n_top: int) -> list[tuple[int, float, float]]:
+    """``(n, expected misclassification, expected decided share)`` of a fixed n, ``n = 1..n_top``."""
+    return [(n, *fixed_n_expected(n, prior, target)) for n in range(1, n_top + 1)]
+
+
 def equivalent_fixed_n(
-    prior: Prior, target: Target, misclassification: float, decided_share: float, n_top: int
+    prior: Prior,
+    target: Target,
+    misclassification: float,
+    decided_share: float,
+    n_top: int,
+    curve: list[tuple[int, float, float]] | None = None,
 ) -> tuple[float | None, str, list[tuple[int, float, float]]]:
     """The fixed n expected (under the prior) to match an adaptive run: for ``band``, the n whose
     expected misclassification equals the run's expected one; for ``width``, the n whose expected
     decided share equals the run's. Returns ``(n, where, curve)`` (see ``log_n_crossing``; the
-    curve is ``(n, misclassification, decided share)`` for ``n = 1..n_top``)."""
-    curve = [(n, *fixed_n_expected(n, prior, target)) for n in range(1, n_top + 1)]
+    curve is ``fixed_n_curve``'s, computed unless given)."""
+    curve = fixed_n_curve(prior, target, n_top) if curve is None else curve
     grid = [n for n, _, _ in curve]
     if target.kind == "band":
         n, where = log_n_crossing(grid, [m for _, m, _ in curve], misclassification)
@@ -856,8 +868,14 @@ def rule_under_prior(prior: Prior, acfg: AdaptiveConfig, prompts: int = 4000, se
     outcomes = rng.random((prompts, acfg.n_max)) < p[:, None]
     n, c, fitted = simulate(outcomes, acfg)
     reported = decide(n, c, fitted, acfg.target).band
-    probs = band_posteriors(n, c, prior, acfg.target)
-    return float(n.mean()), float(1.0 - np.take_along_axis(probs, reported[None], axis=0)[0].mean())
+    return float(n.mean()), expected_misclassification(n, c, reported, prior, acfg.target)
+
+
+def expected_misclassification(n, c, reported: np.ndarray, prior: Prior, target: Target) -> float:
+    """The mean chance under ``prior`` that each prompt's ``reported`` band (an index into ``BANDS``)
+    is wrong given its counts: what a run misclassifies, in expectation over the coin flips."""
+    probs = band_posteriors(n, c, prior, target)
+    return float(1.0 - np.take_along_axis(probs, np.asarray(reported)[None], axis=0)[0].mean())
 
 
 def fixed_n_mis_at(curve: list[tuple[int, float, float]], rollouts: float) -> float:

@@ -256,12 +256,23 @@ def adaptive_savings(
     target = acfg.target
     decided = float((~np.asarray(undecided, bool)).mean())
     mis = float((1.0 - np.asarray(band_prob, float)).mean()) if target.kind == "band" else math.nan
-    top = max(256, 4 * acfg.n_max)
-    fixed_n, where, curve = adaptive.equivalent_fixed_n(prior, target, mis, decided, top)
+    curve = _fixed_n_curve(prior, target, _n_top(acfg))
+    fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, mis, decided, _n_top(acfg), curve)
     per_prompt = float(np.mean(n))
     if target.kind != "band":
-        return Savings(per_prompt, fixed_n, where, mis, decided, top, curve)
-    return Savings(per_prompt, fixed_n, where, mis, decided, top, curve, *_against_frontier(acfg, prior))
+        return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve)
+    return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve, *_against_frontier(acfg, prior))
+
+
+def _n_top(acfg: adaptive.AdaptiveConfig) -> int:
+    """The largest fixed n a run is compared with: past n_max, a run may misclassify less than n_max would."""
+    return max(256, 4 * acfg.n_max)
+
+
+@functools.lru_cache(maxsize=8)
+def _fixed_n_curve(prior: Prior, target: adaptive.Target, n_top: int) -> tuple[tuple[int, float, float], ...]:
+    """``adaptive.fixed_n_curve``, once per prior (the run's savings and the frontier's both read it)."""
+    return tuple(adaptive.fixed_n_curve(prior, target, n_top))
 
 
 @functools.lru_cache(maxsize=8)
@@ -270,9 +281,8 @@ def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior) -> tuple:
     both ask)."""
     target = acfg.target
     rule_cost, rule_mis = adaptive.rule_under_prior(prior, acfg, FRONTIER_PROMPTS)
-    top = max(256, 4 * acfg.n_max)
-    curve = [(k, *adaptive.fixed_n_expected(k, prior, target)) for k in range(1, top + 1)]
-    rule_fixed_n, where = adaptive.log_n_crossing([k for k, _, _ in curve], [m for _, m, _ in curve], rule_mis)
+    curve = _fixed_n_curve(prior, target, _n_top(acfg))
+    rule_fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, rule_mis, math.nan, _n_top(acfg), curve)
     cost, err = adaptive.frontier(prior, target, acfg.n_min, acfg.n_max)
     frontier_cost, _ = adaptive.frontier_cost_at(cost, err, rule_mis)
     return (

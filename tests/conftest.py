@@ -203,7 +203,8 @@ def pytest_sessionfinish(session, exitstatus):
     in any xdist worker (a tier that skips a module entirely is not a tier for editing it)."""
     if not session.config.getoption("--every-module"):
         return
-    imported = _pipeline_modules() & set(sys.modules)
+    modules = _pipeline_modules()
+    imported = modules & set(sys.modules)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: its controller checks the union
         workeroutput["pipeline_modules"] = sorted(imported)
@@ -211,7 +212,7 @@ def pytest_sessionfinish(session, exitstatus):
     if exitstatus != 0:
         return
     # __main__ is the three lines of `python -m pipeline`, which the CLI tests run in subprocesses.
-    missing = sorted(_pipeline_modules() - imported - _WORKER_IMPORTS - {"pipeline.__main__"})
+    missing = sorted(modules - imported - _WORKER_IMPORTS - {"pipeline.__main__"})
     if missing:
         session.config.get_terminal_writer().line(f"modules no test of this tier imported: {missing}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

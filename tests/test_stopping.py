@@ -122,22 +122,9 @@ def test_one_sample_rounds_misclassify_and_spend_what_the_stop_region_implies(pr
     c = csum[np.arange(N), n]
     truth = np.where(p_true <= t.lo, 0, np.where(p_true >= t.hi, 2, 1))
     wrong = adaptive.decide(n, c, prior, t).band != truth
-    # expected error at the stop and samples, by forward propagation of P(n, c) through the region
-    grid = adaptive.stop_grid(prior, t, acfg.n_max)
-    reach = np.zeros(acfg.n_max + 2)
-    reach[: acfg.n_min + 1] = _start_pmf(prior, acfg.n_min)
-    exp_err = exp_n = 0.0
-    for m in range(acfg.n_min, acfg.n_max + 1):
-        cs = np.arange(m + 1)
-        probs = adaptive.decide(np.full(m + 1, m), cs, prior, t).prob
-        here = grid[m, : m + 1]
-        exp_err += float(reach[: m + 1][here] @ (1 - probs[here]))
-        exp_n += m * float(reach[: m + 1][here].sum())
-        go = np.where(here, 0.0, reach[: m + 1])
-        right = np.array([_predictive_right(prior, m, k) for k in cs])
-        reach = np.zeros(acfg.n_max + 2)
-        reach[1 : m + 2] += go * right
-        reach[: m + 1] += go * (1 - right)
+    # expected error at the stop and samples: the one-sample rule's forward pass (itself checked
+    # against every outcome path below)
+    exp_n, exp_err = adaptive.one_sample_rule(prior, t, acfg.n_min, acfg.n_max)
     se = np.sqrt(exp_err * (1 - exp_err) / N)
     assert abs(wrong.mean() - exp_err) < 4 * se
     assert abs(n.mean() - exp_n) < 4 * n.std() / np.sqrt(N)
