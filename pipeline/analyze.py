@@ -34,11 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, schema, stats
+from pipeline import adaptive, identify, schema, stats
 from pipeline import estimators as est
 from pipeline.checks import check_int
 from pipeline.errors import ConfigError, PipelineError, StoreError
 from pipeline.prior import Prior, cell_share, posterior_nodes, state_prior
+from pipeline.prior import grid_points as prior_grid_points
 from pipeline.store import RunRecord, Store, conform
 
 log = logging.getLogger(__name__)
@@ -680,6 +681,29 @@ def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: 
     return pa.concat_tables(rows).cast(schema.WEIGHTS)
 
 
+def _extrapolation_bounds(pairs: _Pairs, m: np.ndarray) -> dict[int, dict]:
+    """A posterior run's likelihood intervals (``identify.likelihood_bounds``) of D(G) and of each
+    estimator's mean update mass, at every G some measured prompt has fewer samples than: there
+    the summary's values rest on the fitted prior's shape, which the counts may not identify
+    (docs/adaptive.md §7)."""
+    Gs = [G for G in pairs.config.group_sizes if bool(((pairs.n_u < G) & (m > 0)).any())]
+    if not Gs:
+        return {}
+    p = prior_grid_points()
+    q = 1.0 - p
+    columns = []
+    for G in Gs:
+        columns.append(p**G + q**G)
+        columns += [e.weight(p, G) * p * q for e in pairs.estimators]
+    lo, hi = identify.likelihood_bounds(pairs.n_u, pairs.c_u, np.stack(columns, axis=1), weights=m)
+    per = 1 + len(pairs.estimators)
+    out = {}
+    for g, G in enumerate(Gs):
+        k = g * per
+        out[G] = {"zero": (lo[k], hi[k]), "mass": [(lo[k + 1 + i], hi[k + 1 + i]) for i in range(per - 1)]}
+    return out
+
+
 def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
     cfg = pairs.config
     rows: list[dict] = []
@@ -709,6 +733,7 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
 
     p_safe = np.where(known, pairs.p_u, 0.0)
     pbar = mean(p_safe)
+    extrapolated = _extrapolation_bounds(pairs, m) if cfg.posterior and total else {}
     add("dataset", "n_prompts", int(pairs.mult.sum()), pairs.mult.sum())
     add("dataset", "n_prompts_measured", total, total)
     add("dataset", "n_samples", (pairs.n_u * pairs.mult).sum(), total)
@@ -727,6 +752,10 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
         add("zero_signal", "jensen_gap", obs - iid, total, G=G)
         add("zero_signal", "jensen_gap_plugin", pred - iid, total, G=G)
         add("zero_signal", "share_posterior", mean(pairs.n_u < G), total, G=G)
+        if G in extrapolated:
+            lo, hi = extrapolated[G]["zero"]
+            add("zero_signal", "observed_lo", lo, total, G=G)
+            add("zero_signal", "observed_hi", hi, total, G=G)
         add("dapo", "oversampling_fill", est.DAPO.dataset_scale(obs) if total else np.nan, total, estimator="dapo", G=G)
         for e, label in zip(pairs.estimators, pairs.labels, strict=False):
             if isinstance(e, est.DAPO) and e.mode == "resample":
@@ -743,6 +772,10 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
             add(
                 "gradient_share", "mean_mass", tot / total if total else np.nan, total, estimator=label, G=G, band="all"
             )
+            if G in extrapolated:
+                lo, hi = extrapolated[G]["mass"][i]
+                add("gradient_share", "mean_mass_lo", lo, total, estimator=label, G=G, band="all")
+                add("gradient_share", "mean_mass_hi", hi, total, estimator=label, G=G, band="all")
             for b, band in enumerate(cfg.bands):
                 if in_band is not None:
                     part = float(in_band[i, :, j, b] @ m)

@@ -17,6 +17,8 @@ LAYERS = (
     "stats",
     "estimators",
     "prior",
+    # what the counts identify of a dataset mean, over every population that fits them
+    "identify",
     "adaptive",
     "store",
     "sql",
