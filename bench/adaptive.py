@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
 
-from pipeline import adaptive, analyze, run, stats  # noqa: E402
+from pipeline import adaptive, analyze, identify, run, stats  # noqa: E402
 from pipeline import estimators as est  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 from pipeline.flows import executors  # noqa: E402
@@ -259,6 +259,9 @@ def one_distribution(name: str, args, work: Path) -> dict:
 # --- the bias table: adaptive summaries against the truth, in process ----------------------------
 
 BIAS_G = (4, 8, 16, 32, 64)
+# A summary value off by more than FAR must come with a range that holds the truth in at least
+# COVERAGE of the replicates (docs/adaptive.md §7).
+FAR, COVERAGE = 0.03, 0.9
 
 
 def _summary_values(n: np.ndarray, c: np.ndarray, settings: analyze.AnalyzeConfig) -> dict[str, float]:
@@ -269,11 +272,12 @@ def _summary_values(n: np.ndarray, c: np.ndarray, settings: analyze.AnalyzeConfi
     for r in table.to_pylist():
         if r["section"] == "dataset" and r["metric"] == "mean_pass_rate":
             out["mean p"] = r["value"]
-        elif r["section"] == "zero_signal" and r["metric"] == "observed":
-            out[f"D({r['G']})"] = r["value"]
+        elif r["section"] == "zero_signal" and r["metric"] in ("observed", "observed_lo", "observed_hi"):
+            out[f"D({r['G']})" + r["metric"][len("observed") :]] = r["value"]
+        elif r["section"] == "gradient_share" and r["estimator"] == "grpo" and r["band"] == "all":
+            out[f"GRPO mass G={r['G']}" + r["metric"][len("mean_mass") :]] = r["value"]
         elif r["section"] == "gradient_share" and r["estimator"] == "grpo":
-            key = f"GRPO mass G={r['G']}" if r["band"] == "all" else f"GRPO {r['band']} share G={r['G']}"
-            out[key] = r["value"]
+            out[f"GRPO {r['band']} share G={r['G']}"] = r["value"]
     return out
 
 
@@ -317,6 +321,8 @@ def bias_replicate(name: str, N: int, seed: int, acfg: adaptive.AdaptiveConfig) 
     return {
         "adaptive": {k: adapt[k] / v - 1 for k, v in truth.items() if v},
         "fixed": {k: fixed[k] / v - 1 for k, v in truth.items() if v},
+        # where the summary gives a range (identify.likelihood_bounds): whether it holds the truth
+        "covered": {k: adapt[k + "_lo"] <= v <= adapt[k + "_hi"] for k, v in truth.items() if k + "_lo" in adapt},
         "cost": cost,
         "n_fixed": n_fixed,
         "saving": _saving(cost, n_star),
@@ -356,6 +362,7 @@ def bias_table(names: list[str], N: int, replicates: int, seed: int, acfg: adapt
             keys = reps[0][side].keys()
             vals = {k: np.array([r[side][k] for r in reps]) for k in keys}
             row[side] = {k: (float(v.mean()), _se(v)) for k, v in vals.items()}
+        row["covered"] = {k: sum(r["covered"].get(k, False) for r in reps) for k in reps[0]["covered"]}
         out[name] = row
     return out
 
@@ -372,16 +379,26 @@ def show_bias(table: dict, N: int, replicates: int, acfg: adaptive.AdaptiveConfi
         + "".join(f"{table[n]['cost']:24.2f}{'n = ' + str(table[n]['n_fixed']):>17s}" for n in names)
     )
     worst = widest = 0.0
+    far: list[str] = []  # cells off by more than FAR with no range that covers the truth often enough
     for key in table[names[0]]["adaptive"]:
         cells = ""
         for n in names:
             a = table[n]["adaptive"].get(key)
             f = table[n]["fixed"].get(key)
-            cells += f"{_cell(a):>24s}{_cell(f):>17s}"
+            covered = table[n]["covered"].get(key)
+            shown = _cell(a) + (f" [{covered}/{replicates}]" if covered is not None else "")
+            cells += f"{shown:>24s}{_cell(f):>17s}"
             if a:
                 worst = max(worst, abs(a[0]))
                 widest = max(widest, a[1])
+                if abs(a[0]) > FAR and (covered is None or covered < COVERAGE * replicates):
+                    far.append(f"{n} {key}")
         print(f"{key:26s}{cells}")
+    print(
+        f"[k/R]: the summary's {identify.LEVEL:.0%} range of what the counts allow (identify.likelihood_bounds) "
+        f"holds the truth in k of R replicates; cells off by more than {FAR:.0%} without a range that covers at "
+        f"least {COVERAGE:.0%}: " + (", ".join(far) if far else "none")
+    )
     print(
         "band misclassification of the adaptive run: "
         + ", ".join(f"{n} {table[n]['misclassification']:.2%}" for n in names)

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, allocate, export, stats
+from pipeline import adaptive, allocate, export, identify, stats
 from pipeline.checks import check_int
 
 if TYPE_CHECKING:
@@ -86,6 +86,16 @@ class Silence:
     all_wrong: float
     all_right: float
     estimated: bool  # some prompt has fewer than G answers: its rate is the posterior's, not a count
+    # where estimated, the range every population that fits the counts allows (``identify``, 90%)
+    lo: float | None = None
+    hi: float | None = None
+
+    @property
+    def allowed(self) -> str:
+        """``; the counts allow 3.3% to 8.8%`` where the summary holds the range, else empty."""
+        if self.lo is None or self.hi is None:
+            return ""
+        return f"; the counts allow {_pct(self.lo)} to {_pct(self.hi)} at {identify.LEVEL:.0%}"
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,8 @@ def silence_at(prompt_stats: pa.Table, summary: pa.Table, G: int, prior: tuple[f
         wrong = _metric(summary, "zero_signal", "observed_all_wrong", G) or 0.0
         right = _metric(summary, "zero_signal", "observed_all_correct", G) or 0.0
         estimated = (_metric(summary, "zero_signal", "share_posterior", G) or 0.0) > 0
-        return Silence(G, silent, wrong, right, estimated)
+        lo, hi = _metric(summary, "zero_signal", "observed_lo", G), _metric(summary, "zero_signal", "observed_hi", G)
+        return Silence(G, silent, wrong, right, estimated, lo, hi)
     if not len(n):
         return Silence(G, math.nan, math.nan, math.nan, False)
     plus, minus = stats.silent_rates(n, c, G, *prior)
@@ -383,7 +394,7 @@ def verdict(
     n, c = _counts(prompt_stats)
     kept, measured = informative_kept(prompt_stats)
     lines: list[Line] = []
-    est = " (estimated)" if silence.estimated else ""
+    est = f" (estimated{silence.allowed})" if silence.estimated else ""
     if measured == 0:
         lines.append(Line("no prompt of this run has an answer yet", "difficulty runs"))
         return Verdict(run_id, G, silence, kept, measured, tuple(lines))

@@ -359,6 +359,7 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.store",
         "pipeline.stats",
         "pipeline.estimators",
+        "pipeline.identify",
         "pipeline.analyze",
         "pipeline.allocate",
         "pipeline.adaptive",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline import estimators as est
+from pipeline import identify
 from pipeline.report.charts import BAND_COLORS, Charts, Section, TableView, band_text, figure, fmt, pct
 from pipeline.report.load import ReportConfig, RunData, summary_rows
 
@@ -31,6 +32,18 @@ def gradient_share_section(data: RunData, charts: Charts, cfg: ReportConfig) -> 
     names = [f"{e} (yours)" if e == chosen else e for e in ests]
     lookup = {(r["estimator"], r["band"]): r for r in shares.iter_rows(named=True)}
     mean_mass = {r["estimator"]: r["value"] for r in df.filter(pl.col("metric") == "mean_mass").iter_rows(named=True)}
+    # where some prompt has fewer than G answers: the range every population that fits the counts allows
+    allowed = {
+        (r["estimator"], r["metric"]): r["value"]
+        for r in df.filter(pl.col("metric").is_in(["mean_mass_lo", "mean_mass_hi"])).iter_rows(named=True)
+    }
+
+    def mass_text(e: str) -> str:
+        lo, hi = allowed.get((e, "mean_mass_lo")), allowed.get((e, "mean_mass_hi"))
+        return fmt(mean_mass.get(e)) + (
+            f" (counts allow {fmt(lo)} to {fmt(hi)})" if lo is not None and hi is not None else ""
+        )
+
     n_in = {b: lookup[(ests[0], b)]["n_prompts"] for b in bands if (ests[0], b) in lookup}
     fig = figure()
     for band in bands:
@@ -67,7 +80,7 @@ def gradient_share_section(data: RunData, charts: Charts, cfg: ReportConfig) -> 
     columns = ["estimator"] + [f"{b} ({pct(n_in.get(b, 0) / total)} of prompts)" for b in bands]
     columns.append("mean update mass")
     rows = [
-        [name] + [pct((lookup.get((e, b)) or {}).get("value")) for b in bands] + [fmt(mean_mass.get(e))]
+        [name] + [pct((lookup.get((e, b)) or {}).get("value")) for b in bands] + [mass_text(e)]
         for e, name in zip(ests, names, strict=True)
     ]
     sec.tables.append(
@@ -75,7 +88,16 @@ def gradient_share_section(data: RunData, charts: Charts, cfg: ReportConfig) -> 
             "Gradient share by band",
             columns,
             rows,
-            "Bands: " + "; ".join(band_text(b) for b in bands) + ".",
+            "Bands: "
+            + "; ".join(band_text(b) for b in bands)
+            + "."
+            + (
+                f" Where some prompt has fewer than G answers the mean update mass is a posterior estimate; the "
+                f"range is every value a population of pass rates that fits the counts gives "
+                f"({identify.LEVEL:.0%} likelihood interval)."
+                if allowed
+                else ""
+            ),
         )
     )
     return sec

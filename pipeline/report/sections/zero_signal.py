@@ -7,6 +7,7 @@ import math
 
 import polars as pl
 
+from pipeline import identify
 from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
 from pipeline.report.load import RunData, summary_rows
 from pipeline.report.sections.rounds import posterior_note
@@ -64,6 +65,20 @@ def _chart(sec: Section, charts: Charts, data: RunData, df: pl.DataFrame, Gs: li
         ("observed_all_correct", "all right", {"width": 1.5, "color": "#109618"}),
         ("observed_all_wrong", "all wrong", {"width": 1.5, "color": "#990099"}),
     ]
+    lo, hi = _series(df, Gs, "observed_lo"), _series(df, Gs, "observed_hi")
+    if any(v is not None for v in hi):  # what the counts allow, under the line it bounds
+        x = [G for G, v in zip(Gs, hi, strict=True) if v is not None]
+        low = [v for v in lo if v is not None]
+        high = [v for v in hi if v is not None]
+        fig.add_scatter(
+            x=x + x[::-1],
+            y=high + low[::-1],
+            fill="toself",
+            fillcolor="rgba(51, 102, 204, 0.18)",
+            line={"width": 0},
+            name=f"what the counts allow ({identify.LEVEL:.0%})",
+            hoverinfo="skip",
+        )
     for metric, name, line in styles:
         fig.add_scatter(x=Gs, y=_series(df, Gs, metric), mode="lines+markers", name=name, line=line)
     fig.update_xaxes(type="log", tickvals=Gs, ticktext=[str(g) for g in Gs])
@@ -103,9 +118,11 @@ def _rates_table(data: RunData, df: pl.DataFrame, Gs: list[int]) -> TableView:
         r["G"]: r["value"] for r in summary_rows(data.summary, "dapo", metric="oversampling_fill").iter_rows(named=True)
     }
     rows = []
-    for G, obs, iid, gap, allc, allw, post in zip(
+    for G, obs, lo, hi, iid, gap, allc, allw, post in zip(
         Gs,
         _series(df, Gs, "observed"),
+        _series(df, Gs, "observed_lo"),
+        _series(df, Gs, "observed_hi"),
         _series(df, Gs, "iid"),
         _series(df, Gs, "jensen_gap"),
         _series(df, Gs, "observed_all_correct"),
@@ -115,6 +132,8 @@ def _rates_table(data: RunData, df: pl.DataFrame, Gs: list[int]) -> TableView:
     ):
         estimated = bool(post)
         kind = f"estimate ({pct(post)} of prompts have n < G)" if estimated else "counted"
+        if estimated and lo is not None and hi is not None:
+            kind += f"; the counts allow {pct(lo)} to {pct(hi)}"
         rows.append(
             [str(G), pct(obs), pct(allw), pct(allc), kind, pct(iid), "" if estimated else pct(gap), fmt(fill.get(G))]
         )
@@ -122,6 +141,8 @@ def _rates_table(data: RunData, df: pl.DataFrame, Gs: list[int]) -> TableView:
         "Zero-signal rates",
         ["G", "silent", "all wrong", "all right", "source", "iid", "Jensen gap", "DAPO oversampling 1/(1-D)"],
         rows,
-        "counted: from the answers (unbiased); estimate: the Beta posterior's mean for prompts with fewer than G "
-        "answers, which leans on the prior. The Jensen gap is shown only where every rate is counted.",
+        "counted: from the answers (unbiased); estimate: the posterior's mean for prompts with fewer than G "
+        f"answers, which leans on the prior; what the counts allow is the range of the silent share over every "
+        f"population of pass rates that fits them ({identify.LEVEL:.0%} likelihood interval): an extrapolation "
+        "where it is wide. The Jensen gap is shown only where every rate is counted.",
     )
