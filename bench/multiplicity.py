@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from curriculum import TRUTHS  # noqa: E402 - bench/curriculum.py, run as a script beside this one
+from curriculum import POLICY_SEED, TRUTHS  # noqa: E402 - bench/curriculum.py, run as a script beside this one
 
 from pipeline import curriculum, estimators  # noqa: E402
 
@@ -58,7 +58,7 @@ def simulate(rates: np.ndarray, spec: str, batch: int, G: int, seed: int) -> dic
     """Run ``spec`` for every step of ``rates``: ``batch`` groups a step, outcomes drawn at the true rates."""
     steps, prompts = rates.shape
     ids = [f"p{i:05d}" for i in range(prompts)]
-    policy = curriculum.make_policy(spec, ids, seed=seed, G=G)
+    policy = curriculum.make_policy(spec, ids, seed=POLICY_SEED + seed, G=G)  # apart from the truth's seed
     grpo = estimators.get("grpo")
     rng = np.random.default_rng(10_000 + seed)  # outcomes: the same stream for every policy's first draws
     everyone = np.arange(prompts)

@@ -185,7 +185,8 @@ class SignalConfig:
             steps (``cover=score``: a prompt silent for long is left out, the rest come round).
         coverage: a coverage target in [0, 1] (0: none): each step gives as many picks as it takes, to
             the best scores among the prompts not picked in the last ``period`` steps, for this share of
-            all prompts to have been picked within ``period`` steps.
+            all prompts to have been picked within ``period`` steps (at step ``t < period``, for the share
+            ``(t + 1) / period`` of it: the first window is paced).
         prior: ``population`` (each prompt's posterior starts from the dataset's prior, the grid prior
             fitted on every prompt's discounted counts so far, ``prior.fit_grid_prior``, refitted every
             ``POPULATION_REFIT`` choices; Jeffreys' until two prompts have an outcome) or
@@ -410,11 +411,20 @@ class SignalPolicy(_Base):
 
     def _coverage_quota(self, k: int) -> int:
         """Picks owed to coverage this step: enough due prompts (none of the last ``period - 1`` steps
-        picked them) that, with this step, ``coverage`` of all prompts were picked within ``period`` steps."""
-        if not self.config.coverage:
+        picked them) that, with this step, ``coverage`` of all prompts were picked within ``period`` steps;
+        in the first ``period`` steps, the share of that target the steps so far make up (``t + 1`` of
+        ``period``).
+
+        The first window is paced because coverage recurs: a prompt picked at step ``s`` falls due at
+        ``s + period``, so the steps that bought the first window's coverage owe it again every ``period``
+        steps. Bought at once (the whole target due at step 0), it fills the first batches with due
+        prompts while those that can teach wait, and comes back as such a burst every ``period`` steps
+        (docs/curriculum.md §4)."""
+        cfg = self.config
+        if not cfg.coverage:
             return 0
-        recent = int(((self.last >= 0) & (self.t - self.last < self.config.period)).sum())
-        want = math.ceil(self.config.coverage * len(self.ids) - 1e-9)
+        recent = int(((self.last >= 0) & (self.t - self.last < cfg.period)).sum())
+        want = math.ceil(cfg.coverage * len(self.ids) * min(1.0, (self.t + 1) / cfg.period) - 1e-9)
         return max(0, min(k, want - recent))
 
     @property
@@ -702,7 +712,7 @@ def forecast(
     Uniform: the mean over prompts of the posterior non-silent probability ``1 - E[p^G] - E[q^G]``
     (under the policy's prior: the population's fitted on these counts, or Jeffreys').
     Default: its first batch averaged over ``draws`` seeds (nothing is picked yet, so every prompt is
-    due and the coverage quota is the whole batch, by score), each picked prompt counted by its
+    due and the coverage quota and the rest of the batch alike go by score), each picked prompt counted by its
     posterior non-silent probability. The
     default's later batches learn from their own outcomes, so this is what the profile alone promises,
     not what a replay measures.
