@@ -24,6 +24,7 @@ For each truth of ``bench/truths.py``:
     python bench/frontier_gap.py                          # every truth, 5 seeds x 4,000 prompts
     python bench/frontier_gap.py --truths hard,edge-hard --seeds 6 --prompts 8000
     python bench/frontier_gap.py --round-rule double --target band:cost=0.001   # another rule
+    python bench/frontier_gap.py --truth-as-prior        # every round under the truth: what the fit costs
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def frontier_mis_at(fc: np.ndarray, fe: np.ndarray, cost: float) -> float:
     return mis if mis is not None else float(fe[-1] if cost > fc[-1] else fe[0])
 
 
-def one_seed(truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConfig, truth_prior) -> dict:
+def one_seed(
+    truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConfig, truth_prior, held: bool = False
+) -> dict:
     rng = np.random.default_rng(seed)
     p = truth.draw(N, rng)
     outcomes = rng.random((N, acfg.n_max)) < p[:, None]
@@ -89,7 +92,7 @@ def one_seed(truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConf
     _next_round = adaptive.next_round
     adaptive.next_round = count
     try:
-        n, c, prior = adaptive.simulate(outcomes, acfg)
+        n, c, prior = adaptive.simulate(outcomes, acfg, truth_prior if held else None)
     finally:
         adaptive.next_round = _next_round
     t = acfg.target
@@ -136,12 +139,18 @@ def main() -> None:
     ap.add_argument("--target", default="band")
     ap.add_argument("--round-rule", default=adaptive.DEFAULT_ROUND_RULE)
     ap.add_argument("--prior", default=priors.DEFAULT_PRIOR, choices=priors.PRIORS)
+    ap.add_argument(
+        "--truth-as-prior",
+        action="store_true",
+        help="decide every round under the truth itself, not the refitted prior: what fitting the prior costs",
+    )
     args = ap.parse_args()
     acfg = adaptive.AdaptiveConfig.from_specs(args.target, N_MIN, N_MAX, args.round_rule, prior=args.prior)
     start = time.perf_counter()
     print(
         f"{args.seeds} seeds x {args.prompts:,} prompts; adaptive {acfg.target.spec}, {acfg.rule.spec}, "
-        f"prior {acfg.prior}; misclassification expected under the truth given the final counts"
+        f"prior {'the truth, held' if args.truth_as_prior else acfg.prior}; misclassification expected under the "
+        "truth given the final counts"
     )
     head = (
         f"{'truth':12s} {'rollouts':>14s} {'spread':>7s} {'rounds':>6s} {'misclass %':>13s} {'realised %':>11s} "
@@ -157,7 +166,12 @@ def main() -> None:
         tp = truth.as_prior()
         curve, fc, fe = frontier(tp, acfg.target)
         seeds = [
-            compare(one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp), curve, fc, fe)
+            compare(
+                one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp, args.truth_as_prior),
+                curve,
+                fc,
+                fe,
+            )
             for s in range(1, args.seeds + 1)
         ]
         col = {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}

@@ -680,11 +680,15 @@ def _best_jump(opt: np.ndarray, val: np.ndarray, cur: int) -> tuple[int, float] 
     return to, best
 
 
-def simulate(outcomes: np.ndarray, acfg: AdaptiveConfig) -> tuple[np.ndarray, np.ndarray, Prior]:
+def simulate(
+    outcomes: np.ndarray, acfg: AdaptiveConfig, held: Prior | None = None
+) -> tuple[np.ndarray, np.ndarray, Prior]:
     """The rounds of an adaptive run on known outcomes, without a store (bench, tests):
     ``outcomes[i, s]`` is whether sample ``s`` of prompt ``i`` is correct (``n_max`` columns).
     Each round refits the prior (``prior.state_prior``) and applies the round rule, exactly as
-    ``run.plan_next_round`` does on stored samples. Returns the final ``n``, ``c`` and prior."""
+    ``run.plan_next_round`` does on stored samples; with ``held``, every round decides under that
+    prior instead (the bench's measure of what fitting the prior costs). Returns the final ``n``,
+    ``c`` and prior."""
     outcomes = np.asarray(outcomes, bool)
     csum = np.concatenate([np.zeros((len(outcomes), 1), np.int64), np.cumsum(outcomes, axis=1)], axis=1)
     rows = np.arange(len(outcomes))
@@ -692,7 +696,7 @@ def simulate(outcomes: np.ndarray, acfg: AdaptiveConfig) -> tuple[np.ndarray, np
     c0 = csum[:, acfg.n_min]
     while True:
         c = csum[rows, n]
-        prior = priors.state_prior(acfg.prior, n, c, np.full_like(n, acfg.n_min), c0)
+        prior = held or priors.state_prior(acfg.prior, n, c, np.full_like(n, acfg.n_min), c0)
         extra = next_round(n, c, prior, acfg)
         if not extra.any():
             return n, c, prior
