@@ -264,6 +264,18 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     assert sv.frontier_cost <= sv.rule_cost + 1e-9
     assert f"a fixed n {sv.rule_fixed_n:.1f} and the best stopping rule {sv.frontier_cost:.1f}" in line
     assert "of the best rule's saving" in line
+    # where some prompt has fewer than G answers, the summary holds what the counts allow (issue 32.4),
+    # the printed table shows it, and the verdict line says the value is an extrapolation
+    rows = analysis.summary.filter(pa.compute.equal(analysis.summary.column("section"), "zero_signal")).to_pylist()
+    by = {(r["G"], r["metric"]): r["value"] for r in rows}
+    for G in sorted({r["G"] for r in rows}):
+        ranged = (G, "observed_lo") in by
+        assert ranged == (by[(G, "share_posterior")] > 0)
+        if ranged:
+            assert 0 <= by[(G, "observed_lo")] <= by[(G, "observed_hi")] <= 1
+    assert "counts_allow_lo" in text
+    silent_line = next(x for x in out.output.splitlines() if "of groups are silent" in x)
+    assert ("the counts allow" in silent_line) == (by[(8, "share_posterior")] > 0)
 
 
 def test_a_width_run_names_no_frontier():

@@ -22,7 +22,8 @@ SUMMARY_G = 8
 
 ZERO_SIGNAL_TITLE = (
     "zero-signal (silent group) rate by group size G; estimated: some prompt has fewer than G answers, "
-    "so the value is a Beta-posterior estimate, not a count"
+    "so the value is a posterior estimate, not a count; counts_allow_lo..hi (adaptive runs): the 90% range "
+    "of every population of pass rates that fits the counts, an extrapolation where wide"
 )
 
 
