@@ -686,6 +686,14 @@ def test_report_shows_the_rounds(store, close_engines):
     assert store.get_run(auto["run_id"]).prior.method == "mixture"  # the default prior, named as such
     assert "dataset's pass rates: fitted mixture prior" in html and "fitted grid prior" not in html
     assert "The red bars are the mixture prior auto fitted" in html
+    # where some prompt has fewer than G answers, the zero-signal and gradient-share tables show what the
+    # counts allow (identify's ranges), and the chart its band
+    summary = store.read_table("summary", {"run_id": auto["run_id"]}).to_pylist()
+    if any(r["metric"] == "observed_lo" for r in summary):
+        assert "; the counts allow " in html and "what the counts allow (90%)" in html
+    if any(r["metric"] == "mean_mass_lo" and r["G"] == 8 for r in summary):
+        assert "(counts allow " in html
+    assert any(r["metric"] == "observed_lo" for r in summary)  # this run stops some prompts before G = 64
     fixed = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
     assert 'id="adaptive"' not in Path(fixed["report"]).read_text()
 

@@ -31,19 +31,7 @@ def gradient_share_section(data: RunData, charts: Charts, cfg: ReportConfig) -> 
     ests = sorted(ests, key=lambda e: e != chosen)  # the user's estimator first
     names = [f"{e} (yours)" if e == chosen else e for e in ests]
     lookup = {(r["estimator"], r["band"]): r for r in shares.iter_rows(named=True)}
-    mean_mass = {r["estimator"]: r["value"] for r in df.filter(pl.col("metric") == "mean_mass").iter_rows(named=True)}
-    # where some prompt has fewer than G answers: the range every population that fits the counts allows
-    allowed = {
-        (r["estimator"], r["metric"]): r["value"]
-        for r in df.filter(pl.col("metric").is_in(["mean_mass_lo", "mean_mass_hi"])).iter_rows(named=True)
-    }
-
-    def mass_text(e: str) -> str:
-        lo, hi = allowed.get((e, "mean_mass_lo")), allowed.get((e, "mean_mass_hi"))
-        return fmt(mean_mass.get(e)) + (
-            f" (counts allow {fmt(lo)} to {fmt(hi)})" if lo is not None and hi is not None else ""
-        )
-
+    mass_texts, ranged = _mean_mass_texts(df)
     n_in = {b: lookup[(ests[0], b)]["n_prompts"] for b in bands if (ests[0], b) in lookup}
     fig = figure()
     for band in bands:
@@ -80,7 +68,7 @@ def gradient_share_section(data: RunData, charts: Charts, cfg: ReportConfig) -> 
     columns = ["estimator"] + [f"{b} ({pct(n_in.get(b, 0) / total)} of prompts)" for b in bands]
     columns.append("mean update mass")
     rows = [
-        [name] + [pct((lookup.get((e, b)) or {}).get("value")) for b in bands] + [mass_text(e)]
+        [name] + [pct((lookup.get((e, b)) or {}).get("value")) for b in bands] + [mass_texts.get(e, fmt(None))]
         for e, name in zip(ests, names, strict=True)
     ]
     sec.tables.append(
@@ -95,9 +83,24 @@ def gradient_share_section(data: RunData, charts: Charts, cfg: ReportConfig) -> 
                 f" Where some prompt has fewer than G answers the mean update mass is a posterior estimate; the "
                 f"range is every value a population of pass rates that fits the counts gives "
                 f"({identify.LEVEL:.0%} likelihood interval)."
-                if allowed
+                if ranged
                 else ""
             ),
         )
     )
     return sec
+
+
+def _mean_mass_texts(df: pl.DataFrame) -> tuple[dict[str, str], bool]:
+    """Each estimator's mean update mass as shown, with the range every population of pass rates that
+    fits the counts allows where some prompt has fewer than G answers; and whether any has one."""
+    mean_mass = {r["estimator"]: r["value"] for r in df.filter(pl.col("metric") == "mean_mass").iter_rows(named=True)}
+    allowed = {
+        (r["estimator"], r["metric"]): r["value"]
+        for r in df.filter(pl.col("metric").is_in(["mean_mass_lo", "mean_mass_hi"])).iter_rows(named=True)
+    }
+    texts = {}
+    for e, value in mean_mass.items():
+        lo, hi = allowed.get((e, "mean_mass_lo")), allowed.get((e, "mean_mass_hi"))
+        texts[e] = fmt(value) + (f" (counts allow {fmt(lo)} to {fmt(hi)})" if lo is not None and hi is not None else "")
+    return texts, bool(allowed)
