@@ -138,6 +138,8 @@ def _end(lp, h: np.ndarray, L, mult, pi0, floor: float, loglik) -> float:
     outer = inner
     for _ in range(ROUNDS):
         lp.run()
+        if lp.getModelStatus() != highspy.HighsModelStatus.kOptimal:  # never seen; the trivial bound is safe
+            return float(h.max())
         x = np.clip(np.asarray(lp.getSolution().col_value), 0.0, None)
         x /= x.sum()
         outer = float(h @ x)
