@@ -23,8 +23,8 @@ Wilks' theorem fails (the maximum over the grid overfits a few prompts' counts).
 counts identify theta (every prompt sampled past G) the set is narrow, as a Wald interval would be;
 where they do not, it widens to whatever the data leave open (a partially identified mean gets the
 range of its identified set, which covers at least as often as the level says). The interval is for
-the population's mean; the dataset's own mean of ``f(p_i)`` over its N prompts differs from it by
-sampling, so each end moves out by ``z sd(f) / sqrt(N)`` (``sd`` under the end's population).
+the population's mean; it holds the dataset's own mean of ``f(p_i)`` over its N prompts at least as
+often, since the counts were drawn from those very prompts (their mean lies nearer the counts).
 
 Each end is found by the supporting-hyperplane method: a linear program maximises ``h . pi`` (``h``
 the function, or its negative for the lower end) over the simplex cut by half-spaces that hold the
@@ -46,7 +46,7 @@ from pipeline import prior as priors
 from pipeline import stats
 from pipeline.errors import ConfigError
 
-__all__ = ["LEVEL", "likelihood_bounds"]
+__all__ = ["LEVEL", "likelihood_bounds", "threshold"]
 
 # The level of the intervals the summary stores (a 90% interval: the bench checks it covers the
 # truth at least that often on a truth the samples cannot identify).
