@@ -53,9 +53,12 @@ __all__ = ["LEVEL", "likelihood_bounds", "threshold"]
 LEVEL = 0.9
 # Each end is within TOLERANCE of its exact value (relative to the value, at least ABS_TOLERANCE),
 # on the wide side; at most ROUNDS cuts.
-TOLERANCE, ABS_TOLERANCE, ROUNDS = 0.01, 1e-4, 200
-# Sweeps of EM for the maximum likelihood itself (an l_max short of the maximum only widens the set).
-EM_SWEEPS = 2000
+TOLERANCE, ABS_TOLERANCE, ROUNDS = 0.02, 1e-4, 200
+# Halvings of the segment that find a boundary point (to 2^-24 of its length).
+BISECTIONS = 24
+# EM for the maximum likelihood itself, until a sweep gains less than EM_TOL (an l_max short of the
+# maximum only widens the set, by at most what the remaining sweeps would gain).
+EM_SWEEPS, EM_TOL = 2000, 1e-4
 
 
 def threshold(level: float) -> float:
@@ -103,9 +106,14 @@ def likelihood_bounds(n, c, functions: np.ndarray, level: float = LEVEL, weights
 
     # the maximum likelihood population (EM from uniform)
     pi0 = np.full(len(points), 1.0 / len(points))
+    top = -math.inf
     for _ in range(EM_SWEEPS):
         pi0 = pi0 * (L.T @ (mult / (L @ pi0))) / N
-    floor = float(loglik(pi0)) - threshold(level) / 2.0
+        now = loglik(pi0)
+        gain, top = now - top, now
+        if gain < EM_TOL:
+            break
+    floor = top - threshold(level) / 2.0
     lo, hi = np.empty(f.shape[1]), np.empty(f.shape[1])
     lp = _program(len(points))  # one program: every cut holds the one set, each end keeps them all
     for j in range(f.shape[1]):
@@ -147,7 +155,7 @@ def _end(lp, h: np.ndarray, L, mult, pi0, floor: float, loglik) -> float:
             return outer
         # the boundary point on the segment from the maximum-likelihood population to x
         s_in, s_out = 0.0, 1.0
-        for _ in range(40):
+        for _ in range(BISECTIONS):
             s = (s_in + s_out) / 2.0
             if loglik(pi0 + s * (x - pi0)) >= floor:
                 s_in = s
