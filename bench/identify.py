@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verl_curriculum import best  # noqa: E402 - bench/verl_curriculum.py: the best of repeated timings
 
 from pipeline import adaptive, analyze  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
@@ -26,15 +28,6 @@ TRUTHS = {
     "u-shaped": lambda rng, N: rng.beta(0.35, 0.35, N),
     "spiky": lambda rng, N: np.where(rng.random(N) < 0.5, 0.05, 0.95),
 }
-
-
-def best_of(fn, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -50,8 +43,8 @@ def main() -> None:
             pairs = analyze._Pairs(n, c, analyze.posterior_config(analyze.AnalyzeConfig(), prior))
             ranges = analyze._extrapolation_bounds(pairs, pairs.mult)
             ends = 2 * len(ranges) * (1 + len(pairs.estimators))
-            bounds = best_of(lambda pairs=pairs: analyze._extrapolation_bounds(pairs, pairs.mult))
-            fit = best_of(lambda n=n, c=c: priors.fit_grid_prior(n, c))
+            bounds = best(lambda pairs=pairs: analyze._extrapolation_bounds(pairs, pairs.mult), 3)
+            fit = best(lambda n=n, c=c: priors.fit_grid_prior(n, c), 3)
             print(
                 f"{name:9s} {N:>6,} prompts: {len(pairs.n_u)} distinct (n, c), G {sorted(ranges)}, {ends} ends: "
                 f"ranges {bounds:.2f} s, grid fit {fit:.3f} s, ratio {bounds / fit:.1f}x",

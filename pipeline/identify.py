@@ -96,7 +96,6 @@ def likelihood_bounds(n, c, functions: np.ndarray, level: float = LEVEL, weights
         raise ConfigError("likelihood bounds need at least one prompt with samples")
     n_u, c_u, inv = stats.unique_pairs(n[keep], c[keep])
     mult = np.bincount(inv, weights=weights[keep], minlength=len(n_u))
-    N = float(mult.sum())
     logL = priors.grid_likelihood(points, n_u, c_u)
     L = np.exp(logL - logL.max(axis=1, keepdims=True))  # rows scaled: l changes by a constant
 
@@ -104,15 +103,7 @@ def likelihood_bounds(n, c, functions: np.ndarray, level: float = LEVEL, weights
         with np.errstate(divide="ignore"):
             return float(mult @ np.log(L @ pi))
 
-    # the maximum likelihood population (EM from uniform)
-    pi0 = np.full(len(points), 1.0 / len(points))
-    top = -math.inf
-    for _ in range(EM_SWEEPS):
-        pi0 = pi0 * (L.T @ (mult / (L @ pi0))) / N
-        now = loglik(pi0)
-        gain, top = now - top, now
-        if gain < EM_TOL:
-            break
+    pi0, top, _ = priors.grid_em(L, mult, EM_SWEEPS, EM_TOL)  # the maximum-likelihood population
     floor = top - threshold(level) / 2.0
     lo, hi = np.empty(f.shape[1]), np.empty(f.shape[1])
     lp = _program(len(points))  # one program: every cut holds the one set, each end keeps them all

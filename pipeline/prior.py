@@ -40,6 +40,7 @@ __all__ = [
     "grid_points",
     "Prior",
     "fit_grid_prior",
+    "grid_em",
     "fit_inflated_prior",
     "cell_share",
     "choose_prior",
@@ -308,6 +309,30 @@ def grid_points(size: int = GRID_SIZE) -> np.ndarray:
     return x
 
 
+def grid_em(L: np.ndarray, mult: np.ndarray, max_sweeps: int, tol: float) -> tuple[np.ndarray, float, int]:
+    """EM for the masses on a grid from the uniform ones: ``L[u, k]`` the likelihood of pair ``u`` at
+    point ``k`` (rows may be scaled), ``mult`` the pairs' multiplicities; until a sweep gains less than
+    ``tol`` in log-likelihood or after ``max_sweeps``. Returns the masses, the log-likelihood (of the
+    scaled rows) and the sweeps. Each sweep raises the likelihood."""
+    # Sums by numpy's own loops, not BLAS: a BLAS product may add in another order with another
+    # thread count, and a rerun must fit the same prior to the last bit (it decides the rounds).
+    N = float(mult.sum())
+    w = np.full(L.shape[1], 1.0 / L.shape[1])
+    f = np.einsum("uk,k->u", L, w)
+    ll = float(np.sum(mult * np.log(f)))
+    sweeps = 0
+    while sweeps < max_sweeps:
+        w = w * np.einsum("uk,u->k", L, mult / f) / N
+        w /= w.sum()
+        f = np.einsum("uk,k->u", L, w)
+        new = float(np.sum(mult * np.log(f)))
+        sweeps += 1
+        gain, ll = new - ll, new
+        if gain < tol:
+            break
+    return w, ll, sweeps
+
+
 def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
     """The grid prior: the masses ``w_k`` on ``p_k = grid_points(size)`` that maximise
     ``sum_i log sum_k w_k p_k^c_i q_k^(n_i-c_i)`` (the nonparametric maximum likelihood on the grid).
@@ -327,21 +352,7 @@ def fit_grid_prior(n, c, size: int = GRID_SIZE) -> Prior:
     logL = grid_likelihood(points, n_u, c_u)
     scale = logL.max(axis=1, keepdims=True)
     L = np.exp(logL - scale)  # rows scaled to a maximum of 1: no underflow at large n
-    # Sums by numpy's own loops, not BLAS: a BLAS product may add in another order with another
-    # thread count, and a rerun must fit the same prior to the last bit (it decides the rounds).
-    w = np.full(size, 1.0 / size)
-    f = np.einsum("uk,k->u", L, w)
-    ll = float(np.sum(mult * np.log(f)))
-    sweeps = 0
-    while sweeps < EM_MAX_ITER:
-        w = w * np.einsum("uk,u->k", L, mult / f) / N
-        w /= w.sum()
-        f = np.einsum("uk,k->u", L, w)
-        new = float(np.sum(mult * np.log(f)))
-        sweeps += 1
-        gain, ll = new - ll, new
-        if gain < EM_TOL * N:
-            break
+    w, ll, sweeps = grid_em(L, mult, EM_MAX_ITER, EM_TOL * N)
     mean = float(np.sum(w * points))
     var = float(np.sum(w * points**2)) - mean**2
     a, b = _moment_beta(mean, var)

@@ -394,8 +394,10 @@ def verdict(
     n, c = _counts(prompt_stats)
     kept, measured = informative_kept(prompt_stats)
     lines: list[Line] = []
-    est = f" (extrapolated past some prompts' answers{silence.allowed})" if silence.allowed else ""
-    est = est or (" (estimated)" if silence.estimated else "")
+    if silence.allowed:
+        est = f" (extrapolated past some prompts' answers{silence.allowed})"
+    else:
+        est = " (estimated)" if silence.estimated else ""
     if measured == 0:
         lines.append(Line("no prompt of this run has an answer yet", "difficulty runs"))
         return Verdict(run_id, G, silence, kept, measured, tuple(lines))
