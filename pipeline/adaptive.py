@@ -71,6 +71,7 @@ __all__ = [
     "one_sample_rule",
     "posterior_mean",
     "predictive_stopped",
+    "round_stop_grid",
     "rule_under_prior",
     "simulate",
     "stop_grid",
@@ -452,11 +453,20 @@ def posterior_mean(n, c, prior: Prior) -> np.ndarray:
     return (priors.grid_posterior(pts, w, n_u, c_u) @ pts)[inv].reshape(n.shape)
 
 
+def round_stop_grid(prior: Prior, config: AdaptiveConfig) -> np.ndarray:
+    """Where a run's prompt stops: ``stop_grid``, and under the ``plan`` rule also where the plan
+    stops it (its jump 0: the least jump the rounds allow costs more than it saves)."""
+    grid = stop_grid(prior, config.target, config.n_max)
+    if config.rule.kind != "plan":
+        return grid
+    return grid | (np.tril(np.ones_like(grid)) & (plan_grid(prior, config, grid) == 0))
+
+
 def stopped(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
-    """Whether each prompt has stopped (``stop_grid``; ``grid`` when it is already at hand)."""
+    """Whether each prompt has stopped (``round_stop_grid``; ``grid`` when it is already at hand)."""
     n = np.minimum(np.asarray(n, np.int64), config.n_max)
     c = np.asarray(c, np.int64)
-    grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
+    grid = round_stop_grid(prior, config) if grid is None else grid
     return grid[n, c]
 
 
@@ -500,13 +510,13 @@ def next_round(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | No
     greedy rule gave it nothing this time). All zeros when every prompt has stopped.
 
     Prompts are taken in the order given (ties of gain go to the earlier one), so the caller
-    passes them in a stable order (prompt id). ``grid``: the round's ``stop_grid``, when the caller
-    has it already.
+    passes them in a stable order (prompt id). ``grid``: the round's ``round_stop_grid``, when the
+    caller has it already.
     """
     n = np.asarray(n, np.int64)
     c = np.asarray(c, np.int64)
     room = np.maximum(config.n_max - n, 0)
-    grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
+    grid = round_stop_grid(prior, config) if grid is None else grid
     open_ = ~stopped(n, c, prior, config, grid) & (room > 0)
     extra = np.zeros(len(n), np.int64)
     if not open_.any():
@@ -545,16 +555,20 @@ def plan_grid(prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = No
     """``J[n, c]``: the jump of the ``plan`` round rule for a prompt at ``(n, c)`` (0 where it stops).
 
     A prompt stops where the stop grid says (``stop_grid``: the frontier's one-sample rule); the plan
-    only chooses how many samples an open prompt gets before it is looked at again. Measured in
+    chooses how many samples an open prompt gets before it is looked at again. Measured in
     rollouts, a jump of ``j`` costs ``j`` plus the round's price ``cost`` (``RoundRule.cost``), and
     a prompt that stops at ``(n, c)`` costs its chance of a wrong band over the price of a rollout
     (``e(n, c) / lambda``, the priced rule's loss; 0 under ``cost=0`` and ``width``, where only the
     rollouts and rounds count). By backward induction from ``n_max``,
 
         V(n, c) = e(n, c) / lambda                                   where the prompt stops,
-        V(n, c) = min_j  cost + j + sum_x P(x | j) V(n + j, c + x)   elsewhere,
+        V(n, c) = min(e(n, c) / lambda,
+                      min_j  cost + j + sum_x P(x | j) V(n + j, c + x))   elsewhere (priced band),
 
-    with ``P(x | j)`` the predictive (``log_marginal``), and ``J`` the best ``j``. The jumps allowed
+    with ``P(x | j)`` the predictive (``log_marginal``), and ``J`` the best ``j`` (0 where stopping is
+    best: the stop grid prices one sample at a time, and a prompt one sample short of its stop that
+    the rounds would give five more, and a round, stops; without a price the minimum is over the
+    jumps alone). The jumps allowed
     take a prompt to at least ``g`` times its samples, ``g = (n_max / n_min)^(1 / (rounds - 1))``
     (or to ``n_max``), so every prompt reaches ``n_max`` within ``rounds`` rounds: the rounds stay
     few when a round is cheap in rollouts. Where one sample would decide a prompt, one more sample is
@@ -568,7 +582,8 @@ def plan_grid(prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = No
     Z = log_marginal(prior, n_max)
     n_tri, c_tri = np.tril_indices(n_max + 1)
     terminal = np.zeros((n_max + 1, n_max + 1))
-    if target.kind == "band" and target.cost > 0:
+    priced = target.kind == "band" and target.cost > 0
+    if priced:
         prob = decide(n_tri, c_tri, prior, target).prob
         terminal[n_tri, c_tri] = np.nan_to_num(1.0 - prob, nan=1.0) / target.cost
     grow = (n_max / config.n_min) ** (1.0 / (rule.rounds - 1)) if n_max > config.n_min else 2.0
@@ -594,8 +609,11 @@ def plan_grid(prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = No
             better = q < best - 1e-12  # ties: the smaller jump
             best = np.where(better, q, best)
             pick = np.where(better, j, pick)
-        value[n, : n + 1] = np.where(open_, best, terminal[n, : n + 1])
-        jumps[n, : n + 1] = np.where(open_, pick, 0)
+        # Priced, a prompt also stops where its least allowed jump and the round's price cost more than
+        # they save: the stop grid assumes one sample at a time, which the rounds do not offer.
+        go = open_ & (best < terminal[n, : n + 1]) if priced else open_
+        value[n, : n + 1] = np.where(go, best, terminal[n, : n + 1])
+        jumps[n, : n + 1] = np.where(go, pick, 0)
     return jumps
 
 

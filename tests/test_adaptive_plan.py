@@ -40,7 +40,7 @@ def _plan_value(prior, acfg, jumps, stop) -> dict[tuple[int, int], float]:
     value: dict[tuple[int, int], float] = {}
     for n in range(n_max, -1, -1):
         for c in range(n + 1):
-            if stop[n, c]:
+            if stop[n, c] or jumps[n, c] == 0:
                 prob = adaptive.decide(np.array([n]), np.array([c]), prior, t).prob[0]
                 value[n, c] = (1 - prob) / t.cost
             else:
@@ -54,37 +54,53 @@ def _plan_value(prior, acfg, jumps, stop) -> dict[tuple[int, int], float]:
 @pytest.mark.parametrize("rule", ["plan:cost=4,rounds=4", "plan:cost=0,rounds=8"])
 def test_every_planned_jump_is_the_best_one_step_choice(prior, rule):
     """Bellman's test on a small triangle (n 2..20, cost 0.002): following the plan, no state gains
-    by taking any other allowed jump once; a jump is 0 exactly where the stop grid stops, and every
-    jump takes its prompt to at least g = (n_max / n_min)^(1 / (rounds - 1)) times its samples and to
-    at most three times (or to n_max)."""
+    by taking any other allowed jump once, or by stopping; a jump is 0 where the stop grid stops and
+    where stopping beats every allowed jump (some states, where the grid would go on one sample at a
+    time), and every jump takes its prompt to at least g = (n_max / n_min)^(1 / (rounds - 1)) times
+    its samples and to at most three times (or to n_max)."""
     acfg = adaptive.AdaptiveConfig.from_specs("band:cost=0.002", 2, 20, rule)
     stop = adaptive.stop_grid(prior, acfg.target, acfg.n_max)
     jumps = adaptive.plan_grid(prior, acfg, stop)
     value = _plan_value(prior, acfg, jumps, stop)
     grow = (acfg.n_max / acfg.n_min) ** (1 / (acfg.rule.rounds - 1))
-    deviations = 0
+    deviations = plan_stops = 0
     for n in range(acfg.n_min, acfg.n_max):
         least = max(1, min(acfg.n_max - n, math.ceil(grow * n - 1e-9) - n))
         most = max(least, min(acfg.n_max - n, int(adaptive.PLAN_MOST_GROWTH * n) - n))
         for c in range(n + 1):
-            assert (jumps[n, c] == 0) == bool(stop[n, c]), (n, c)
             if stop[n, c]:
+                assert jumps[n, c] == 0, (n, c)
                 continue
-            assert least <= jumps[n, c] <= most
+            prob = adaptive.decide(np.array([n]), np.array([c]), prior, acfg.target).prob[0]
+            stopping = (1 - prob) / acfg.target.cost
+            if jumps[n, c] == 0:  # the plan stops where the grid goes on: no allowed jump is worth it
+                plan_stops += 1
+                assert value[n, c] == pytest.approx(stopping)
+            else:
+                assert least <= jumps[n, c] <= most
+                assert value[n, c] < stopping + 1e-9 * max(1.0, stopping), (n, c)
             for j in range(least, most + 1):
                 pred = _predictive(prior, n, c, j)
                 other = acfg.rule.cost + j + sum(pred[x] * value[n + j, c + x] for x in range(j + 1))
                 assert other >= value[n, c] - 1e-9 * max(1.0, value[n, c]), (n, c, j)
                 deviations += 1
     assert deviations > 40
+    assert plan_stops > 0, "no state where the rounds' least jump outprices the grid's next sample"
 
 
 def test_a_dear_round_jumps_to_where_every_outcome_stops():
-    """At a round price of a million rollouts a prompt takes as few rounds as it can: from every open
-    state whose largest allowed jump (three times its samples, or n_max) lands only on states that
-    stop, the plan's jump does too."""
+    """At a round price of a million rollouts a prompt takes as few rounds as it can. Unpriced
+    (``cost=0``: rollouts and rounds are all that count), from every open state whose largest allowed
+    jump (three times its samples, or n_max) lands only on states that stop, the plan's jump does too.
+    Priced, no wrong band costs a million rollouts (at most 1 / price), so every state the grid leaves
+    open stops at once, and a run at such a price has no second round."""
     prior = _mixture_prior()
-    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 32, "plan:cost=1000000")
+    priced = adaptive.AdaptiveConfig.from_specs("band", 4, 32, "plan:cost=1000000")
+    stop = adaptive.stop_grid(prior, priced.target, priced.n_max)
+    assert (~stop[priced.n_min : priced.n_max]).sum() > 50
+    assert not adaptive.plan_grid(prior, priced, stop).any()
+    assert adaptive.round_stop_grid(prior, priced)[np.tril_indices(priced.n_max + 1)].all()
+    acfg = adaptive.AdaptiveConfig.from_specs("band:cost=0", 4, 32, "plan:cost=1000000")
     stop = adaptive.stop_grid(prior, acfg.target, acfg.n_max)
     jumps = adaptive.plan_grid(prior, acfg, stop)
     checked = 0

@@ -100,7 +100,7 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
         raise PipelineError(f"run {plan.run_id} is not adaptive: it has no rounds")
     require_finished(store, plan, "; the next round waits")
     state = adaptive_state(store, plan, acfg)
-    grid = adaptive.stop_grid(state.prior, acfg.target, acfg.n_max)
+    grid = adaptive.round_stop_grid(state.prior, acfg)
     extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid)
     still_open = ~adaptive.stopped(state.n, state.c, state.prior, acfg, grid)
     record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
