@@ -11,10 +11,17 @@ prompts given a group in the last 10 steps) and the distinct prompts per step. P
 selection only (``signal``, the default, and the same ranking by expected mass), and selection with
 multiplicity (``max_groups`` of them). Mean and spread over ``--seeds``.
 
+The ratio's room: the same rule scored by the true expected mass (``Oracle``; also blind at its first
+step, as a rule that learns is), and ``bound``, the most mass any schedule at the same coverage target
+and batch could train on knowing the true pass rates, with one group a prompt and with four. On the
+hard-skewed truth, selection and multiplicity also at coverage 0.5 and 0: what the target costs. The
+verdict says, scale by scale, whether multiplicity meets its bar there and how near the ceiling the bar
+is.
+
 Three scales by default: the curriculum bench's (2,000 prompts, 256 groups a step), where the prompts
 worth a group outnumber the free groups of a batch; 1,000 prompts; and a batch of half the dataset
 (500 prompts: a small dataset, or one mostly solved), where they do not and selection alone must fill
-the batch with worse prompts. About 6 CPU minutes.
+the batch with worse prompts. About 1.5 CPU minutes.
 
     PYTHONPATH=$PWD python bench/multiplicity.py [--prompts 2000,1000,500] [--steps 50] [--batch-size 256] [--seeds 3]
 """
@@ -142,8 +149,9 @@ def bound(rates: np.ndarray, batch: int, G: int, max_groups: int, coverage: floa
     groups, ``W k`` in all, at least ``ceil(coverage N)`` prompts at least one. Mass is linear in the
     groups, so the most is one group to each of the ``ceil(coverage N)`` best prompts and every other group
     to the best prompts up to the cap: an upper bound on any schedule's mass over such a window (a
-    relaxation: the window's groups need not fit its steps). Averaged over the steps, each at its rates
-    (they drift slowly)."""
+    relaxation: the window's groups need not fit its steps). Averaged over the steps, each at its rates:
+    exact for rates that hold still; where they move, a schedule can give a prompt its groups when it is
+    at its best, and the oracle passes the bound by up to about 1% (on the drifting truths)."""
     steps, prompts = rates.shape
     grpo = estimators.get("grpo")
     total, cap = COVERAGE_WINDOW * batch, COVERAGE_WINDOW * max_groups
@@ -200,13 +208,13 @@ def report(out: dict, batch: int) -> bool:
             f"  {f'bound, any schedule (coverage 0.75, {MAX_GROUPS} groups a prompt)':70s} {bounds[MAX_GROUPS]:8.1f}"
         )
         ratio = mean[MULTIPLICITY] / mean[SELECTION]
-        ceiling = bounds[MAX_GROUPS] / mean[SELECTION]
+        ceiling = max(bounds[MAX_GROUPS], mean[ORACLE_MULTIPLICITY]) / mean[SELECTION]  # the bound, where it holds
         need = BAR if truth == HARD_SKEWED else 1.0
         print(f"  multiplicity / selection, update mass: {ratio:.3f}x (bar: at least {need}x)")
         learner = mean[BLIND_FIRST] / mean[SELECTION]
         print(
-            f"  the ratio's room: bound / selection {ceiling:.3f}x, oracle multiplicity / selection"
-            f" {mean[ORACLE_MULTIPLICITY] / mean[SELECTION]:.3f}x, from step 1 {learner:.3f}x;"
+            f"  the ratio's room: bound / selection {bounds[MAX_GROUPS] / mean[SELECTION]:.3f}x, oracle multiplicity"
+            f" / selection {mean[ORACLE_MULTIPLICITY] / mean[SELECTION]:.3f}x, from step 1 {learner:.3f}x;"
             f" oracle / oracle selection {mean[ORACLE_MULTIPLICITY] / mean[ORACLE_SELECTION]:.3f}x,"
             f" bound / bound {bounds[MAX_GROUPS] / bounds[1]:.3f}x"
         )
@@ -223,7 +231,7 @@ def report(out: dict, batch: int) -> bool:
         # trains on: a rule that learns them from its own groups can come near it, not above it.
         share = BAR / learner
         reach = (
-            f"no schedule can meet it at coverage 0.75, even knowing the pass rates (bound {ceiling:.3f}x)"
+            f"no schedule can meet it at coverage 0.75, even knowing the pass rates ({ceiling:.3f}x at most)"
             if ceiling < BAR
             else f"meeting it takes {share:.1%} of what the oracle from step 1 trains on ({learner:.3f}x);"
             f" multiplicity has {ratio / learner:.1%}"
