@@ -55,7 +55,7 @@ POLICIES = {
     "oracle multiplicity (true mass, max_groups=4)": "oracle:signal:objective=mass,max_groups=4",
     "oracle multiplicity from step 1 (first step blind)": "oracle1:signal:objective=mass,max_groups=4",
 }
-#: On the hard-skewed truth only: the same pair at a lower coverage target, the price of coverage 0.75.
+#: On the hard-skewed truth only: the same pair at a lower coverage target, the price of the default's.
 REFERENCE = {
     f"{label} at coverage={x}": f"{spec}{sep}coverage={x}"
     for x in (0.5, 0)
@@ -72,6 +72,7 @@ MAX_GROUPS = 4  # the multiplicity row's cap, and the bound's
 BAR = 1.15  # multiplicity / selection on the hard-skewed truth
 HARD_SKEWED = "mostly-hard"  # 90% never solved: fewer prompts worth a group than a batch has groups
 COVERAGE_WINDOW = curriculum.COVERAGE_WINDOW
+DEFAULT_COVERAGE = curriculum.SignalConfig.coverage  # the default's target, the bound's
 
 
 def truth_rates(truth: str, prompts: int, steps: int, G: int, seed: int) -> np.ndarray:
@@ -140,7 +141,7 @@ def simulate(rates: np.ndarray, spec: str, batch: int, G: int, seed: int) -> dic
     }
 
 
-def bound(rates: np.ndarray, batch: int, G: int, max_groups: int, coverage: float = 0.75) -> float:
+def bound(rates: np.ndarray, batch: int, G: int, max_groups: int, coverage: float = DEFAULT_COVERAGE) -> float:
     """The most expected update mass per 1,000 rollouts that any schedule of ``batch`` groups a step could
     train on, knowing the true pass rates, with ``coverage`` of the prompts given a group in every window
     of ``COVERAGE_WINDOW`` steps and at most ``max_groups`` groups a prompt a step.
@@ -150,7 +151,7 @@ def bound(rates: np.ndarray, batch: int, G: int, max_groups: int, coverage: floa
     groups, so the most is one group to each of the ``ceil(coverage N)`` best prompts and every other group
     to the best prompts up to the cap: an upper bound on any schedule's mass over such a window (a
     relaxation: the window's groups need not fit its steps). Averaged over the steps, each at its rates:
-    exact for rates that hold still; where they move, a schedule can give a prompt its groups when it is
+    a bound where rates hold still; where they move, a schedule can give a prompt its groups when it is
     at its best, and the oracle passes the bound by up to about 1% (on the drifting truths)."""
     steps, prompts = rates.shape
     grpo = estimators.get("grpo")
@@ -203,10 +204,9 @@ def report(out: dict, batch: int) -> bool:
                 f" {col['mass_per_1k'].mean():8.1f} +- {col['mass_per_1k'].std():4.1f}"
                 f" {col['coverage'].mean():9.3f} {col['distinct'].mean():12.1f}"
             )
-        print(
-            f"  {'bound, any schedule (coverage 0.75, 1 group a prompt)':70s} {bounds[1]:8.1f}\n"
-            f"  {f'bound, any schedule (coverage 0.75, {MAX_GROUPS} groups a prompt)':70s} {bounds[MAX_GROUPS]:8.1f}"
-        )
+        for cap in bounds:
+            label = f"bound, any schedule (coverage {DEFAULT_COVERAGE}, {cap} group{'s' * (cap > 1)} a prompt)"
+            print(f"  {label:70s} {bounds[cap]:8.1f}")
         ratio = mean[MULTIPLICITY] / mean[SELECTION]
         ceiling = max(bounds[MAX_GROUPS], mean[ORACLE_MULTIPLICITY]) / mean[SELECTION]  # the bound, where it holds
         need = BAR if truth == HARD_SKEWED else 1.0
@@ -231,7 +231,8 @@ def report(out: dict, batch: int) -> bool:
         # trains on: a rule that learns them from its own groups can come near it, not above it.
         share = BAR / learner
         reach = (
-            f"no schedule can meet it at coverage 0.75, even knowing the pass rates ({ceiling:.3f}x at most)"
+            f"no schedule can meet it at coverage {DEFAULT_COVERAGE}, even knowing the pass rates"
+            f" ({ceiling:.3f}x at most)"
             if ceiling < BAR
             else f"meeting it takes {share:.1%} of what the oracle from step 1 trains on ({learner:.3f}x);"
             f" multiplicity has {ratio / learner:.1%}"
