@@ -431,23 +431,24 @@ class SignalPolicy(_Base):
     def max_groups(self) -> int:  # type: ignore[override]
         return self.config.max_groups
 
-    def _cover(self, k: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _cover(self, k: int, cand: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
         """The positions in ``cand`` the coverage target or floor takes this step (one group each), and
-        the scores when they were needed to choose them."""
+        when they were needed to choose them, the scores and the random tie-breakers drawn with them."""
         m = max(min(k, int(round(self.config.floor * k))), self._coverage_quota(k))
         if m and (self.config.cover == "score" or self.config.coverage):
             # The best scores among the prompts due (not picked in the last ``period`` steps) first,
             # then the best of the others.
-            s = self.scores(cand) + 1e-12 * self.rng.random(len(cand))
+            s, tie = self.scores(cand), self.rng.random(len(cand))
             due = (self.last[cand] < 0) | (self.t - self.last[cand] >= self.config.period)
-            return np.lexsort((-s, ~due))[:m], s
+            return np.lexsort((-(s + 1e-12 * tie), ~due))[:m], (s, tie)
         if m:
             # Least recently picked first; ties (never picked, same step) broken at random.
             return np.lexsort((self.rng.random(len(cand)), self.last[cand]))[:m], None
         return np.zeros(0, dtype=np.int64), None
 
     def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
-        floor_idx, s = self._cover(k, cand)
+        floor_idx, scored = self._cover(k, cand)
+        s = None if scored is None else scored[0] + 1e-12 * scored[1]
         m = len(floor_idx)
         rest = np.ones(len(cand), dtype=bool)
         rest[floor_idx] = False
@@ -464,28 +465,36 @@ class SignalPolicy(_Base):
 
     def _pick_groups(self, k: int, cand: np.ndarray) -> np.ndarray:
         """``k`` groups (``k <= len(cand) * max_groups``): one to each prompt coverage takes, then each
-        further group to the best score among the prompts with fewer than ``max_groups``.
+        further group to the best score among the prompts with fewer than ``max_groups``; among equal
+        scores, to the prompt with the fewest groups so far.
 
         A prompt's groups in one step are independent draws at one pass rate, so under the posterior
         each of them is worth the same (the score: a group's non-silent probability or expected update
         mass), and the ``k`` groups of a step are the budget of ``k G`` rollouts handed out by the
         allocator's greedy rule (``allocate.allocate_greedy``) for a value linear in the groups, capped
-        at ``max_groups``: the best prompts first, each up to the cap. Each prompt's groups are in a row.
+        at ``max_groups``: the best prompts first, each up to the cap. Equal scores (equal counts: at
+        the first step every prompt, later those never picked) are equal values, and the greedy rule may
+        break the tie either way; a group of a prompt with fewer groups learns more for the next steps
+        (its outcome is the first of the step on that prompt), so those go first: at the first step
+        ``k`` prompts are tried once rather than ``k / max_groups`` of them ``max_groups`` times
+        (docs/curriculum.md §9). Each prompt's groups are in a row, the best first.
         """
-        floor_idx, s = self._cover(k, cand)
+        floor_idx, scored = self._cover(k, cand)
         groups = np.zeros(len(cand), dtype=np.int64)
         groups[floor_idx] = 1
         need = k - len(floor_idx)
+        if need > 0 and scored is None:
+            scored = self.scores(cand), self.rng.random(len(cand))  # random order among ties
         if need > 0:
-            if s is None:
-                s = self.scores(cand) + 1e-12 * self.rng.random(len(cand))  # random order among ties
-            order = np.argsort(-s, kind="stable")
-            room = self.max_groups - groups[order]
-            before = np.cumsum(room) - room  # groups the better prompts take
-            groups[order] += np.clip(need - before, 0, room)
+            s, tie = scored
+            room = self.max_groups - groups
+            unit = np.repeat(np.arange(len(cand)), room)  # the prompt of each group it could still take
+            nth = groups[unit] + np.arange(len(unit)) - np.repeat(np.cumsum(room) - room, room)  # its groups before
+            take = unit[np.lexsort((tie[unit], nth, -s[unit]))[:need]]
+            groups += np.bincount(take, minlength=len(cand))
         order = np.flatnonzero(groups)
-        if s is not None:  # the best first, so a truncated read keeps the best
-            order = order[np.argsort(-s[order], kind="stable")]
+        if scored is not None:  # the best first, so a truncated read keeps the best
+            order = order[np.lexsort((scored[1][order], -scored[0][order]))]
         return np.repeat(cand[order], groups[order])
 
 

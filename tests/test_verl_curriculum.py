@@ -230,9 +230,10 @@ def _dump_line(text: str, answer: str, correct: bool, step: int) -> str:
     )
 
 
-def _files_and_profile(store, tmp_path):
+def _files_and_profile(store, tmp_path, counts=None):
     """The verl train and validation files of ``_problems()``, stored as ``difficulty load --data-file``
-    stores them, with the profile of ``_profile_counts`` at step 0: ``(texts, rows, train, val, ids, dataset)``."""
+    stores them, with the profile ``counts`` (``_profile_counts()``) at step 0: ``(texts, rows, train, val,
+    ids, dataset)``."""
     from pipeline.observe import track
 
     texts = _problems()
@@ -244,7 +245,7 @@ def _files_and_profile(store, tmp_path):
     pid = dict(zip(problems.column("problem").to_pylist(), problems.column("prompt_id").to_pylist(), strict=True))
     ids = [pid[t] for t in texts]
     dataset = problems.column("dataset")[0].as_py()
-    n, c = _profile_counts()
+    n, c = _profile_counts() if counts is None else counts
     source = "profile:unit"
     record.write_step(
         store,
@@ -270,15 +271,19 @@ def _run_driver(spec: dict, cwd: Path) -> dict:
 
 @pytest.mark.slow
 def test_verl_forms_two_groups_of_a_prompt_given_two_slots(store, data_dir, tmp_path):
-    """Multiplicity in verl: the signal policy with ``max_groups=2`` on the profile fills a batch of 8 slots
-    with 4 of the 20 middle prompts, twice each and in a row; verl's own loading yields those rows, its
+    """Multiplicity in verl: the signal policy with ``max_groups=2`` on a profile where 4 of the 20 middle
+    prompts are at 8 of 16 and the others at 7 or 9 (equal scores would take one group each) fills a
+    batch of 8 slots with those 4, twice each and in a row; verl's own loading yields those rows, its
     trainer's uid-then-repeat makes two groups of ``rollout.n`` of each, and its GRPO advantage
     normalises each on its own (a silent group beside a mixed one keeps advantage 0). No NaN."""
     if not VERL_PYTHON.is_file():
         pytest.fail(f"{VERL_PYTHON} is missing: run `make venv-verl` (make test builds it)")
     from pipeline.sample import models
 
-    _, _, train, val, ids, dataset = _files_and_profile(store, tmp_path)
+    n, c = _profile_counts()
+    best = list(MID)[::5]  # 4 of the 20 at 8 of 16, the rest one off
+    c[[i for i in MID if i not in best]] += np.resize([-1.0, 1.0], 16)
+    _, _, train, val, ids, dataset = _files_and_profile(store, tmp_path, (n, c))
     policy = "signal:objective=mass,coverage=0,max_groups=2"
     rollout_n = 4
     spec = {
@@ -299,7 +304,7 @@ def test_verl_forms_two_groups_of_a_prompt_given_two_slots(store, data_dir, tmp_
     assert len(indices) == BATCH * rollout_n
     slots = indices[::rollout_n]  # the batch's rows, before verl repeats them
     assert all(indices[j * rollout_n : (j + 1) * rollout_n] == [slots[j]] * rollout_n for j in range(BATCH))
-    assert Counter(slots) == Counter({i: 2 for i in set(slots)}) and set(slots) <= set(MID)
+    assert Counter(slots) == Counter({i: 2 for i in best})
     assert all(slots[2 * j] == slots[2 * j + 1] for j in range(BATCH // 2))  # a prompt's groups in a row
     # The same policy on the same counts chooses the same slots.
     now = vc.ObservedCounts(store, dataset, ids, forgetting=0.9)()
