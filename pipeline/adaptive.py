@@ -188,8 +188,9 @@ class RoundRule:
     ``plan`` (``plan_grid``): each open prompt's jump is the one with the least expected
     misclassification plus price per rollout plus ``cost`` rollouts per round to come, every later
     jump planned the same way, the jumps growing a prompt's samples fast enough to reach ``n_max``
-    within ``rounds`` rounds. ``auto`` stands for the target's default (``default_rule``) until an
-    ``AdaptiveConfig`` resolves it.
+    within ``rounds`` rounds, and no run taking more than ``rounds`` rounds, round 0 included
+    (``next_round``'s ``round_index``). ``auto`` stands for the target's default (``default_rule``)
+    until an ``AdaptiveConfig`` resolves it.
     """
 
     kind: str = DEFAULT_ROUND_RULE
@@ -505,9 +506,14 @@ def predictive_stopped(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) 
 # --- round rules --------------------------------------------------------------------------------
 
 
-def next_round(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
+def next_round(
+    n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None, round_index: int | None = None
+) -> np.ndarray:
     """How many more samples each prompt gets in the next round (0: it has stopped, or the
-    greedy rule gave it nothing this time). All zeros when every prompt has stopped.
+    greedy rule gave it nothing this time). All zeros when every prompt has stopped, and under the
+    ``plan`` rule when ``round_index`` (the round being planned; round 0 is the ``n_min`` samples)
+    is ``rounds`` or more: the run's rounds are spent, and a prompt still open keeps the band its
+    counts give (docs/adaptive.md §5).
 
     Prompts are taken in the order given (ties of gain go to the earlier one), so the caller
     passes them in a stable order (prompt id). ``grid``: the round's ``round_stop_grid``, when the
@@ -516,9 +522,11 @@ def next_round(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | No
     n = np.asarray(n, np.int64)
     c = np.asarray(c, np.int64)
     room = np.maximum(config.n_max - n, 0)
+    extra = np.zeros(len(n), np.int64)
+    if config.rule.kind == "plan" and round_index is not None and round_index >= config.rule.rounds:
+        return extra
     grid = round_stop_grid(prior, config) if grid is None else grid
     open_ = ~stopped(n, c, prior, config, grid) & (room > 0)
-    extra = np.zeros(len(n), np.int64)
     if not open_.any():
         return extra
     if config.rule.kind == "step":
@@ -712,13 +720,15 @@ def simulate(
     rows = np.arange(len(outcomes))
     n = np.full(len(outcomes), acfg.n_min, np.int64)
     c0 = csum[:, acfg.n_min]
+    round_index = 1
     while True:
         c = csum[rows, n]
         prior = held or priors.state_prior(acfg.prior, n, c, np.full_like(n, acfg.n_min), c0)
-        extra = next_round(n, c, prior, acfg)
+        extra = next_round(n, c, prior, acfg, round_index=round_index)
         if not extra.any():
             return n, c, prior
         n = n + extra
+        round_index += 1
 
 
 # --- what a fixed n would have given (report, bench) --------------------------------------------

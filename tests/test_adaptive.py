@@ -518,6 +518,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
         last_round[pid] = max(last_round.get(pid, 0), r)
     rounds = row.rounds
     assert len(rounds) == max(last_round.values()) + 1 >= 3
+    assert len(rounds) <= acfg.rule.rounds  # plan: at most `rounds` rounds, round 0 included
     assert sum(r.rollouts for r in rounds) == samples.num_rows
     assert rounds[0].prompts == 120 and rounds[-1].open_after == 0
     for r in ps:
@@ -1021,3 +1022,4 @@ def test_analysis_is_the_finishs_whoever_computes_it(uninterrupted, tmp_path):
     rows = {tuple(r[k] for k in key): r["value"] for r in got.summary.to_pylist()}
     assert rows == {tuple(r[k] for k in key): r["value"] for r in finished.summary.to_pylist()}
     assert (row_file.read_bytes(), row_file.stat().st_mtime_ns) == before
+

@@ -190,3 +190,46 @@ def _one_sample(prior, target, stop, acfg) -> tuple[float, float]:
         reach[1 : n + 2] += go * right
         reach[: n + 1] += go * (1 - right)
     return cost, err
+
+
+def _edge_outcomes(N: int, seed: int) -> np.ndarray:
+    """Samples of a dataset with a third of its prompts near the hard edge (13% at 0, 35% uniform on
+    [0.01, 0.2], 7% at 1, 45% Beta(1.5, 1.5)): where a later round's prior reopens prompts."""
+    rng = np.random.default_rng(seed)
+    part = rng.choice(4, size=N, p=[0.13, 0.35, 0.07, 0.45])
+    p = np.select([part == 0, part == 1, part == 2], [0.0, rng.uniform(0.01, 0.2, N), 1.0], rng.beta(1.5, 1.5, N))
+    return rng.random((N, 64)) < p[:, None]
+
+
+def test_a_plan_run_takes_at_most_its_rounds(monkeypatch):
+    """``plan:rounds=R`` stops a run after R rounds, round 0 included, even where later priors reopen
+    prompts: on an edge-heavy dataset the same rule without the cap takes more rounds, and the capped
+    run spends less and keeps every prompt the uncapped one had stopped by then."""
+    outcomes = _edge_outcomes(3000, 5)
+    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "plan:rounds=5")
+    real = adaptive.next_round
+    seen: list = []
+
+    def counted(*a, round_index=None, **k):
+        seen.append(round_index)
+        return real(*a, round_index=round_index, **k)
+
+    monkeypatch.setattr(adaptive, "next_round", counted)
+    n_cap, _, _ = adaptive.simulate(outcomes, acfg)
+    capped = list(seen)
+    seen.clear()
+    monkeypatch.setattr(adaptive, "next_round", lambda *a, round_index=None, **k: counted(*a, **k))
+    n_free, _, _ = adaptive.simulate(outcomes, acfg)
+    assert capped == [1, 2, 3, 4, 5]  # rounds 1..4 planned and sampled, round 5 refused
+    assert len(seen) > len(capped), "the uncapped rule took no more rounds: the cap was never tested"
+    assert (n_cap <= n_free).all() and n_cap.sum() < n_free.sum()
+
+
+def test_no_round_past_the_plans_rounds():
+    n, c = np.array([4, 4, 8]), np.array([0, 1, 8])  # each open under this prior
+    prior = adaptive.Prior(0.6, 0.6)
+    acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "plan:rounds=4")
+    assert adaptive.next_round(n, c, prior, acfg, round_index=3).all()
+    assert not adaptive.next_round(n, c, prior, acfg, round_index=4).any()
+    double = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "double")  # no rounds to spend
+    assert adaptive.next_round(n, c, prior, double, round_index=40).any()

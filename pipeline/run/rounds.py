@@ -101,7 +101,8 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
     require_finished(store, plan, "; the next round waits")
     state = adaptive_state(store, plan, acfg)
     grid = adaptive.round_stop_grid(state.prior, acfg)
-    extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid)
+    round_ = (plan.rounds[-1] if plan.rounds else 0) + 1
+    extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid, round_index=round_)
     still_open = ~adaptive.stopped(state.n, state.c, state.prior, acfg, grid)
     record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
     if not extra.any():
@@ -114,7 +115,6 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
     new: list[ShardEntries] = [
         [(pid, n, k) for n, k, pid in todo[start : start + shard_size]] for start in range(0, len(todo), shard_size)
     ]
-    round_ = (plan.rounds[-1] if plan.rounds else 0) + 1
     nxt = plan.extended(new, round_)
     save_plan(store, nxt)
     log.info(
