@@ -1022,4 +1022,3 @@ def test_analysis_is_the_finishs_whoever_computes_it(uninterrupted, tmp_path):
     rows = {tuple(r[k] for k in key): r["value"] for r in got.summary.to_pylist()}
     assert rows == {tuple(r[k] for k in key): r["value"] for r in finished.summary.to_pylist()}
     assert (row_file.read_bytes(), row_file.stat().st_mtime_ns) == before
-
