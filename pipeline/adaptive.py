@@ -69,9 +69,11 @@ __all__ = [
     "frontier_mis_at",
     "next_round",
     "one_sample_rule",
+    "open_after",
     "posterior_mean",
     "predictive_stopped",
     "round_stop_grid",
+    "rounds_left",
     "rule_under_prior",
     "simulate",
     "stop_grid",
@@ -454,13 +456,32 @@ def posterior_mean(n, c, prior: Prior) -> np.ndarray:
     return (priors.grid_posterior(pts, w, n_u, c_u) @ pts)[inv].reshape(n.shape)
 
 
-def round_stop_grid(prior: Prior, config: AdaptiveConfig) -> np.ndarray:
-    """Where a run's prompt stops: ``stop_grid``, and under the ``plan`` rule also where the plan
-    stops it (its jump 0: the least jump the rounds allow costs more than it saves)."""
+def rounds_left(config: AdaptiveConfig, round_index: int | None) -> int:
+    """The rounds a ``plan`` run has left when it plans round ``round_index`` (that one included;
+    None: round 1's)."""
+    return config.rule.rounds - (1 if round_index is None else round_index)
+
+
+def round_stop_grid(prior: Prior, config: AdaptiveConfig, round_index: int | None = None) -> np.ndarray:
+    """Where a run's prompt stops when round ``round_index`` is planned: ``stop_grid``, and under the
+    ``plan`` rule also where the plan stops it (its jump 0: no jump the rounds left allow is worth
+    its rollouts and its round)."""
     grid = stop_grid(prior, config.target, config.n_max)
     if config.rule.kind != "plan":
         return grid
-    return grid | (np.tril(np.ones_like(grid)) & (plan_grid(prior, config, grid) == 0))
+    jumps = plan_grid(prior, config, grid, rounds_left(config, round_index))
+    return grid | (np.tril(np.ones_like(grid)) & (jumps == 0))
+
+
+def open_after(n, c, config: AdaptiveConfig, grid: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """Which prompts are open once a round is planned (``grid``: ``stop_grid``; ``extra``:
+    ``next_round``'s answer): under ``plan``, those given a jump (the plan gives every prompt it
+    keeps open one; none once the rounds are spent); under the others, those ``grid`` leaves open
+    below ``n_max`` (a greedy round may pass an open prompt over)."""
+    if config.rule.kind == "plan":
+        return np.asarray(extra) > 0
+    n = np.asarray(n, np.int64)
+    return ~grid[np.minimum(n, config.n_max), np.asarray(c, np.int64)] & (n < config.n_max)
 
 
 def stopped(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
@@ -516,8 +537,8 @@ def next_round(
     counts give (docs/adaptive.md §5).
 
     Prompts are taken in the order given (ties of gain go to the earlier one), so the caller
-    passes them in a stable order (prompt id). ``grid``: the round's ``round_stop_grid``, when the
-    caller has it already.
+    passes them in a stable order (prompt id). ``grid``: the round's ``stop_grid``, when the caller
+    has it already.
     """
     n = np.asarray(n, np.int64)
     c = np.asarray(c, np.int64)
@@ -525,16 +546,15 @@ def next_round(
     extra = np.zeros(len(n), np.int64)
     if config.rule.kind == "plan" and round_index is not None and round_index >= config.rule.rounds:
         return extra
-    grid = round_stop_grid(prior, config) if grid is None else grid
-    open_ = ~stopped(n, c, prior, config, grid) & (room > 0)
+    grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
+    if config.rule.kind == "plan":
+        jumps = plan_grid(prior, config, grid, rounds_left(config, round_index))
+        return np.minimum(jumps[np.minimum(n, config.n_max), c], room)
+    open_ = ~grid[np.minimum(n, config.n_max), c] & (room > 0)
     if not open_.any():
         return extra
     if config.rule.kind == "step":
         extra[open_] = np.minimum(config.rule.k, room[open_])
-        return extra
-    if config.rule.kind == "plan":
-        jumps = plan_grid(prior, config, grid)
-        extra[open_] = np.minimum(jumps[n[open_], c[open_]], room[open_])
         return extra
     if config.rule.kind == "double":
         return _greedy(n, c, prior, config, grid, open_, room, budget=None, jumps=1, grow=2.0)
@@ -559,29 +579,35 @@ def log_marginal(prior: Prior, n_max: int) -> np.ndarray:
     return Z
 
 
-def plan_grid(prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
-    """``J[n, c]``: the jump of the ``plan`` round rule for a prompt at ``(n, c)`` (0 where it stops).
+def plan_grid(
+    prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None, rounds_left: int | None = None
+) -> np.ndarray:
+    """``J[n, c]``: the jump of the ``plan`` round rule for a prompt at ``(n, c)`` (0 where it stops),
+    with ``rounds_left`` rounds to come, this one included (default: ``rounds - 1``, round 1's).
 
-    A prompt stops where the stop grid says (``stop_grid``: the frontier's one-sample rule); the plan
-    chooses how many samples an open prompt gets before it is looked at again. Measured in
-    rollouts, a jump of ``j`` costs ``j`` plus the round's price ``cost`` (``RoundRule.cost``), and
-    a prompt that stops at ``(n, c)`` costs its chance of a wrong band over the price of a rollout
-    (``e(n, c) / lambda``, the priced rule's loss; 0 under ``cost=0`` and ``width``, where only the
-    rollouts and rounds count). By backward induction from ``n_max``,
+    A prompt stops where the stop grid says (``grid``: ``stop_grid``, the frontier's one-sample rule);
+    the plan chooses how many samples an open prompt gets before it is looked at again. Measured in
+    rollouts, a jump of ``j`` costs ``j`` plus the round's price ``cost`` (``RoundRule.cost``), and a
+    prompt that stops at ``(n, c)`` costs its chance of a wrong band over the price of a rollout
+    (``e(n, c) / lambda``, the priced rule's loss). For the priced band target, by backward induction
+    over the rounds left ``r`` and from ``n_max``,
 
-        V(n, c) = e(n, c) / lambda                                   where the prompt stops,
-        V(n, c) = min(e(n, c) / lambda,
-                      min_j  cost + j + sum_x P(x | j) V(n + j, c + x))   elsewhere (priced band),
+        V_0(n, c) = e(n, c) / lambda,
+        V_r(n, c) = e(n, c) / lambda                                   where the grid stops,
+        V_r(n, c) = min(e(n, c) / lambda,
+                        min_j  cost + j + sum_x P(x | j) V_{r-1}(n + j, c + x))   elsewhere,
 
-    with ``P(x | j)`` the predictive (``log_marginal``), and ``J`` the best ``j`` (0 where stopping is
-    best: the stop grid prices one sample at a time, and a prompt one sample short of its stop that
-    the rounds would give five more, and a round, stops; without a price the minimum is over the
-    jumps alone). The jumps allowed
-    take a prompt to at least ``g`` times its samples, ``g = (n_max / n_min)^(1 / (rounds - 1))``
-    (or to ``n_max``), so every prompt reaches ``n_max`` within ``rounds`` rounds: the rounds stay
-    few when a round is cheap in rollouts. Where one sample would decide a prompt, one more sample is
-    the best jump; where ten are needed, ten. This is what ``double`` approximates by doubling, and
-    what makes the rounds land near the frontier (docs/adaptive.md §5).
+    with ``P(x | j)`` the predictive (``log_marginal``), ``j`` from 1 to three times the prompt's
+    samples (``PLAN_MOST_GROWTH``, or to ``n_max``), and ``J`` the minimising ``j`` at ``r =
+    rounds_left`` (0 where stopping is the minimum). The rounds are a budget the plan spends: a prompt
+    one sample from its stop gets one if a round is left and worth it, and is stopped if not; no run
+    goes past ``rounds`` rounds (``next_round``). Where one sample would decide a prompt, one more
+    sample is the best jump; where ten are needed, ten (docs/adaptive.md §5).
+
+    Without a price (``cost=0``, ``width``: only rollouts and rounds count, and a prompt must go on
+    until the grid stops it), one table: ``V(n, c) = min_j cost + j + sum_x P(x | j) V(n + j, c + x)``
+    with jumps taking a prompt to at least ``g = (n_max / n_min)^(1 / (rounds - 1))`` times its
+    samples, so that every prompt reaches ``n_max`` within ``rounds`` rounds.
     """
     from scipy.special import gammaln
 
@@ -594,34 +620,47 @@ def plan_grid(prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = No
     if priced:
         prob = decide(n_tri, c_tri, prior, target).prob
         terminal[n_tri, c_tri] = np.nan_to_num(1.0 - prob, nan=1.0) / target.cost
-    grow = (n_max / config.n_min) ** (1.0 / (rule.rounds - 1)) if n_max > config.n_min else 2.0
-    value = terminal.copy()
-    jumps = np.zeros((n_max + 1, n_max + 1), np.int64)
     lgf = gammaln(np.arange(n_max + 2) + 1.0)  # log k!
-    for n in range(n_max - 1, -1, -1):
-        cs = np.arange(n + 1)
-        open_ = ~grid[n, : n + 1]
-        if not open_.any():
-            continue
-        least = max(1, min(n_max - n, math.ceil(grow * max(n, 1) - 1e-9) - n))
-        most = max(least, min(n_max - n, int(PLAN_MOST_GROWTH * max(n, 1)) - n))
-        best = np.full(n + 1, np.inf)
-        pick = np.zeros(n + 1, np.int64)
-        z_here = Z[n, : n + 1][:, None]
-        for j in range(least, most + 1):
-            x = np.arange(j + 1)
-            with np.errstate(invalid="ignore"):
-                logp = (lgf[j] - lgf[x] - lgf[j - x])[None, :] + Z[n + j, cs[:, None] + x[None, :]] - z_here
-            pred = np.where(np.isfinite(logp), np.exp(np.where(np.isfinite(logp), logp, 0.0)), 0.0)
-            q = rule.cost + j + np.einsum("cx,cx->c", pred, value[n + j, cs[:, None] + x[None, :]])
-            better = q < best - 1e-12  # ties: the smaller jump
-            best = np.where(better, q, best)
-            pick = np.where(better, j, pick)
-        # Priced, a prompt also stops where its least allowed jump and the round's price cost more than
-        # they save: the stop grid assumes one sample at a time, which the rounds do not offer.
-        go = open_ & (best < terminal[n, : n + 1]) if priced else open_
-        value[n, : n + 1] = np.where(go, best, terminal[n, : n + 1])
-        jumps[n, : n + 1] = np.where(go, pick, 0)
+
+    def layer(later: np.ndarray, least_growth: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """One round's values and jumps, given the values ``later`` after it."""
+        value = terminal.copy()
+        jumps = np.zeros((n_max + 1, n_max + 1), np.int64)
+        for n in range(n_max - 1, -1, -1):
+            cs = np.arange(n + 1)
+            open_ = ~grid[n, : n + 1]
+            if not open_.any():
+                continue
+            least = 1
+            if least_growth is not None:
+                least = max(1, min(n_max - n, math.ceil(least_growth * max(n, 1) - 1e-9) - n))
+            most = max(least, min(n_max - n, int(PLAN_MOST_GROWTH * max(n, 1)) - n))
+            best = np.full(n + 1, np.inf)
+            pick = np.zeros(n + 1, np.int64)
+            z_here = Z[n, : n + 1][:, None]
+            # unpriced, one table: a jump lands on this very table's values (filled from n_max down)
+            after = value if later is None else later
+            for j in range(least, most + 1):
+                x = np.arange(j + 1)
+                with np.errstate(invalid="ignore"):
+                    logp = (lgf[j] - lgf[x] - lgf[j - x])[None, :] + Z[n + j, cs[:, None] + x[None, :]] - z_here
+                pred = np.where(np.isfinite(logp), np.exp(np.where(np.isfinite(logp), logp, 0.0)), 0.0)
+                q = rule.cost + j + np.einsum("cx,cx->c", pred, after[n + j, cs[:, None] + x[None, :]])
+                better = q < best - 1e-12  # ties: the smaller jump
+                best = np.where(better, q, best)
+                pick = np.where(better, j, pick)
+            go = open_ & (best < terminal[n, : n + 1]) if priced else open_
+            value[n, : n + 1] = np.where(go, best, terminal[n, : n + 1])
+            jumps[n, : n + 1] = np.where(go, pick, 0)
+        return value, jumps
+
+    if not priced:
+        grow = (n_max / config.n_min) ** (1.0 / (rule.rounds - 1)) if n_max > config.n_min else 2.0
+        return layer(None, grow)[1]
+    rounds_left = rule.rounds - 1 if rounds_left is None else rounds_left
+    value, jumps = terminal, np.zeros((n_max + 1, n_max + 1), np.int64)
+    for _ in range(max(0, rounds_left)):
+        value, jumps = layer(value, None)
     return jumps
 
 

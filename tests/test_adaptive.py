@@ -135,21 +135,11 @@ def test_the_stopping_rule_never_stops_an_undecided_prompt(rule, target):
         err_down = 1 - np.stack(scipy_band_probs(alpha, beta + 1, t.lo, t.hi)).max(axis=0)
         one_more = err <= t.cost + m * err_up + (1 - m) * err_down + 1e-12
         if acfg.rule.kind == "plan":
-            # The plan also stops where the least jump the rounds allow, with the round's price, costs
-            # more than the wrong bands it can remove: stopping then is worth at most that jump
-            # followed by stopping (scipy's beta-binomial predictive).
-            ne = n[early]
-            g = (acfg.n_max / acfg.n_min) ** (1 / (acfg.rule.rounds - 1))
-            least = np.maximum(1, np.minimum(acfg.n_max - ne, np.ceil(g * ne - 1e-9).astype(int) - ne))
-            jump_then_stop = np.empty(len(ne))
-            for i in range(len(ne)):
-                x = np.arange(least[i] + 1)
-                pred = sst.betabinom.pmf(x, least[i], alpha[i], beta[i])
-                after = 1 - np.stack(scipy_band_probs(alpha[i] + x, beta[i] + least[i] - x, t.lo, t.hi)).max(axis=0)
-                jump_then_stop[i] = acfg.rule.cost + least[i] + pred @ after / t.cost
-            plan_only = ~one_more
-            assert plan_only.any(), "the plan stopped nothing the one-sample grid would go on with"
-            assert (err[plan_only] / t.cost <= jump_then_stop[plan_only] + 1e-9).all()
+            # The plan also stops where one sample and a round (its price, in rollouts) cost more than
+            # the wrong bands they can remove: stopping then is worth at most one sample, the round,
+            # and stopping after it (scipy's band probabilities and predictive).
+            dear = err <= t.cost * (1 + acfg.rule.cost) + m * err_up + (1 - m) * err_down + 1e-12
+            assert dear.all()
         else:
             assert one_more.all()
         assert early.any() and (err[n[early] > acfg.n_min] > t.delta).any(), "the price changes no stop"
@@ -502,7 +492,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
     row = store.get_run(rid)
     acfg = row.adaptive
     assert row.status == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05,cost=0.001"
-    stop = adaptive.round_stop_grid(adaptive.Prior(row.prior.a, row.prior.b), acfg)
+    stop = adaptive.round_stop_grid(adaptive.Prior(row.prior.a, row.prior.b), acfg, round_index=len(row.rounds))
     prior = adaptive.Prior(row.prior.a, row.prior.b)
     assert row.prior.method == "fit"
     samples = store.read_table("samples", {"run_id": rid})
@@ -880,7 +870,8 @@ def test_grid_prior_run_end_to_end(store, close_engines):
     p, w = np.array(prior.points), np.array(prior.weights)
     assert p[0] == 0.0 and p[-1] == 1.0 and w.sum() == pytest.approx(1.0)
     ps = store.read_table("prompt_stats", {"run_id": rid}).to_pylist()
-    stop = adaptive.round_stop_grid(prior, acfg)  # the last round was planned under it
+    # the last call planned round len(rounds) under it, and found no prompt open
+    stop = adaptive.round_stop_grid(prior, acfg, round_index=len(row.rounds))
     # the stored prior is the fit to the final counts
     refit = priors.fit_grid_prior([r["n"] for r in ps], [r["c"] for r in ps])
     np.testing.assert_allclose(refit.weights, w, atol=1e-12)

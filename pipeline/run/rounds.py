@@ -100,10 +100,10 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
         raise PipelineError(f"run {plan.run_id} is not adaptive: it has no rounds")
     require_finished(store, plan, "; the next round waits")
     state = adaptive_state(store, plan, acfg)
-    grid = adaptive.round_stop_grid(state.prior, acfg)
+    grid = adaptive.stop_grid(state.prior, acfg.target, acfg.n_max)
     round_ = (plan.rounds[-1] if plan.rounds else 0) + 1
     extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid, round_index=round_)
-    still_open = ~adaptive.stopped(state.n, state.c, state.prior, acfg, grid)
+    still_open = adaptive.open_after(state.n, state.c, acfg, grid, extra)
     record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
     if not extra.any():
         return Round(None, state)
