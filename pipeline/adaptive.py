@@ -89,8 +89,9 @@ ROUND_RULES = ("plan", "double", "greedy", "step")
 # The default round rule depends on the target (``default_rule``): ``plan`` for the priced band
 # target, ``double`` for ``cost=0`` and ``width`` (the rule those runs were made with: their ids stay).
 DEFAULT_ROUND_RULE = "auto"
-# The plan rule's defaults: a round costs each prompt in it as much as PLAN_ROUND_COST rollouts, and
-# a prompt's samples grow fast enough to reach n_max in PLAN_ROUNDS rounds, round 0 included.
+# The plan rule's defaults: a round costs each prompt in it as much as PLAN_ROUND_COST rollouts, and a
+# run has PLAN_ROUNDS rounds, round 0 included (the priced band plans them; unpriced, a prompt's samples
+# grow fast enough to reach n_max in them).
 PLAN_ROUND_COST = 2.0
 PLAN_ROUNDS = 8
 # ... and no jump takes a prompt past PLAN_MOST_GROWTH times its samples: a round's plan rests on the

@@ -152,7 +152,7 @@ RoundRuleOption = Annotated[
         help=(
             "Adaptive: auto (the default: plan for the priced band target, double for cost=0 and width), "
             "plan[:cost=2,rounds=8] (each open prompt gets the jump of least expected loss, misclassification "
-            "plus rollouts plus cost rollouts a round, reaching n_max within rounds rounds), "
+            "plus rollouts plus cost rollouts a round, planned over the rounds left: at most rounds rounds), "
             "double[:k=1] (each open prompt gets the jump, in multiples of k, that most "
             "raises its chance to stop per rollout among those at least doubling its samples; at most "
             "log2(n_max/n_min) rounds per prompt), step[:k=4] (every open prompt gets k more per round) or "
