@@ -622,46 +622,49 @@ def plan_grid(
         prob = decide(n_tri, c_tri, prior, target).prob
         terminal[n_tri, c_tri] = np.nan_to_num(1.0 - prob, nan=1.0) / target.cost
     lgf = gammaln(np.arange(n_max + 2) + 1.0)  # log k!
+    grow = None  # priced: every jump from 1
+    if not priced:
+        grow = (n_max / config.n_min) ** (1.0 / (rule.rounds - 1)) if n_max > config.n_min else 2.0
+    # Per open row n, every allowed jump's predictive over its outcomes, P[j, c, x] (0 for x > j), and
+    # where each outcome lands: computed once, for every round left.
+    rows = []
+    for n in range(n_max - 1, -1, -1):
+        open_ = ~grid[n, : n + 1]
+        if not open_.any():
+            continue
+        least = 1
+        if grow is not None:
+            least = max(1, min(n_max - n, math.ceil(grow * max(n, 1) - 1e-9) - n))
+        most = max(least, min(n_max - n, int(PLAN_MOST_GROWTH * max(n, 1)) - n))
+        js = np.arange(least, most + 1)
+        jj, cc, xx = js[:, None, None], np.arange(n + 1)[None, :, None], np.arange(most + 1)[None, None, :]
+        to_n, to_c = np.broadcast_arrays(n + jj, np.minimum(cc + xx, n_max))
+        with np.errstate(invalid="ignore"):
+            logp = lgf[jj] - lgf[np.minimum(xx, jj)] - lgf[np.maximum(jj - xx, 0)] + Z[to_n, to_c] - Z[n, cc]
+        ok = (xx <= jj) & np.isfinite(logp)
+        rows.append((n, open_, js, np.where(ok, np.exp(np.where(ok, logp, 0.0)), 0.0), to_n, to_c))
 
-    def layer(later: np.ndarray, least_growth: float | None) -> tuple[np.ndarray, np.ndarray]:
-        """One round's values and jumps, given the values ``later`` after it."""
+    def layer(later: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """One round's values and jumps, given the values ``later`` after it (None: unpriced, one
+        table, where a jump lands on this very table's values, filled from n_max down)."""
         value = terminal.copy()
         jumps = np.zeros((n_max + 1, n_max + 1), np.int64)
-        for n in range(n_max - 1, -1, -1):
-            cs = np.arange(n + 1)
-            open_ = ~grid[n, : n + 1]
-            if not open_.any():
-                continue
-            least = 1
-            if least_growth is not None:
-                least = max(1, min(n_max - n, math.ceil(least_growth * max(n, 1) - 1e-9) - n))
-            most = max(least, min(n_max - n, int(PLAN_MOST_GROWTH * max(n, 1)) - n))
-            best = np.full(n + 1, np.inf)
-            pick = np.zeros(n + 1, np.int64)
-            z_here = Z[n, : n + 1][:, None]
-            # unpriced, one table: a jump lands on this very table's values (filled from n_max down)
+        for n, open_, js, pred, to_n, to_c in rows:
             after = value if later is None else later
-            for j in range(least, most + 1):
-                x = np.arange(j + 1)
-                with np.errstate(invalid="ignore"):
-                    logp = (lgf[j] - lgf[x] - lgf[j - x])[None, :] + Z[n + j, cs[:, None] + x[None, :]] - z_here
-                pred = np.where(np.isfinite(logp), np.exp(np.where(np.isfinite(logp), logp, 0.0)), 0.0)
-                q = rule.cost + j + np.einsum("cx,cx->c", pred, after[n + j, cs[:, None] + x[None, :]])
-                better = q < best - 1e-12  # ties: the smaller jump
-                best = np.where(better, q, best)
-                pick = np.where(better, j, pick)
+            q = rule.cost + js[:, None] + np.einsum("jcx,jcx->jc", pred, after[to_n, to_c])
+            k = np.argmax(q <= q.min(axis=0) + 1e-12, axis=0)  # ties (to rounding): the smaller jump
+            best = q[k, np.arange(n + 1)]
             go = open_ & (best < terminal[n, : n + 1]) if priced else open_
             value[n, : n + 1] = np.where(go, best, terminal[n, : n + 1])
-            jumps[n, : n + 1] = np.where(go, pick, 0)
+            jumps[n, : n + 1] = np.where(go, js[k], 0)
         return value, jumps
 
     if not priced:
-        grow = (n_max / config.n_min) ** (1.0 / (rule.rounds - 1)) if n_max > config.n_min else 2.0
-        return layer(None, grow)[1]
+        return layer(None)[1]
     rounds_left = rule.rounds - 1 if rounds_left is None else rounds_left
     value, jumps = terminal, np.zeros((n_max + 1, n_max + 1), np.int64)
     for _ in range(max(0, rounds_left)):
-        value, jumps = layer(value, None)
+        value, jumps = layer(value)
     return jumps
 
 
