@@ -481,8 +481,12 @@ def open_after(n, c, config: AdaptiveConfig, grid: np.ndarray, extra: np.ndarray
     below ``n_max`` (a greedy round may pass an open prompt over)."""
     if config.rule.kind == "plan":
         return np.asarray(extra) > 0
-    n = np.asarray(n, np.int64)
-    return ~grid[np.minimum(n, config.n_max), np.asarray(c, np.int64)] & (n < config.n_max)
+    return _grid_open(np.asarray(n, np.int64), np.asarray(c, np.int64), config, grid)
+
+
+def _grid_open(n: np.ndarray, c: np.ndarray, config: AdaptiveConfig, grid: np.ndarray) -> np.ndarray:
+    """Prompts ``grid`` leaves open below ``n_max``."""
+    return ~grid[np.minimum(n, config.n_max), c] & (n < config.n_max)
 
 
 def stopped(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None) -> np.ndarray:
@@ -545,13 +549,13 @@ def next_round(
     c = np.asarray(c, np.int64)
     room = np.maximum(config.n_max - n, 0)
     extra = np.zeros(len(n), np.int64)
-    if config.rule.kind == "plan" and round_index is not None and round_index >= config.rule.rounds:
+    if config.rule.kind == "plan" and rounds_left(config, round_index) <= 0:
         return extra
     grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
     if config.rule.kind == "plan":
         jumps = plan_grid(prior, config, grid, rounds_left(config, round_index))
         return np.minimum(jumps[np.minimum(n, config.n_max), c], room)
-    open_ = ~grid[np.minimum(n, config.n_max), c] & (room > 0)
+    open_ = _grid_open(n, c, config, grid)
     if not open_.any():
         return extra
     if config.rule.kind == "step":
