@@ -19,7 +19,10 @@ For each truth of ``bench/truths.py``:
    - *misclassification at equal cost*: the pipeline's, the frontier's and the fixed n's at the
      pipeline's cost, and the share of the fixed n's excess the pipeline removes,
      ``(M(cost) - mis) / (M(cost) - M_f(cost))`` (this one does not swing where ``M`` is flat).
-   The cost spread is ``(max - min) / mean`` of the rollouts per prompt over the seeds.
+   The cost spread is ``(max - min) / mean`` of the rollouts per prompt over the seeds; the loss
+   spread the same of what the priced rule minimises, rollouts plus misclassification over the
+   price (``loss``): where a stop sits near the rule's indifference, a seed's prior moves the
+   rollouts and the misclassification in opposite directions, and the loss less.
 
     python bench/frontier_gap.py                          # every truth, 5 seeds x 4,000 prompts
     python bench/frontier_gap.py --truths hard,edge-hard --seeds 6 --prompts 8000
@@ -155,6 +158,7 @@ def main() -> None:
     head = (
         f"{'truth':12s} {'rollouts':>14s} {'spread':>7s} {'rounds':>6s} {'misclass %':>13s} {'realised %':>11s} "
         f"{'saved %':>13s} {'frontier %':>11s} {'share':>13s} {'fixed/front mis % at cost':>26s} {'gain share':>13s}"
+        f" {'loss':>14s} {'spread':>7s}"
     )
     print(head)
     rows = {}
@@ -176,13 +180,14 @@ def main() -> None:
         ]
         col = {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}
         spread = (col["cost"].max() - col["cost"].min()) / col["cost"].mean()
+        loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
         rows[name] = {"seeds": seeds, "spread": spread}
         print(
             f"{name:12s} {_ms(col['cost']):>14s} {spread:7.1%} {int(col['rounds'].max()):6d} "
             f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "
             f"{np.nanmean(100 * col['frontier_saving']):11.1f} {_ms(col['share']):>13s} "
             f"{np.mean(100 * col['fixed_mis']):12.2f} / {np.mean(100 * col['frontier_mis']):5.2f} "
-            f"{_ms(col['gain_share']):>13s}",
+            f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {(loss.max() - loss.min()) / loss.mean():7.1%}",
             flush=True,
         )
     print(f"total {time.perf_counter() - start:.0f} s")
