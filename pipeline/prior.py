@@ -68,8 +68,11 @@ DEFAULT_PRIOR = "auto"
 # The auto mixture charges the grid prior this times log(prompts) (the inflated Beta log(prompts)): the
 # grid always fits a little better (it has ~200 free masses), by a few nats on counts drawn from a Beta
 # and by 10 to 30 on an inflated Beta's counts after a few rounds, where 2 log(prompts) let it take
-# 40% of the weight in one round of one seed and the rollouts moved 11% across seeds (8% at 3).
-AUTO_MARGIN = 3.0
+# 40% of the weight in one round of one seed and the rollouts moved 11% across seeds (8% at 3). On
+# 1,206 prompts (a real dataset's size) 3 log(prompts) still let the grid's fit of a few samples a
+# prompt in from round 2 on the edge truths, 16% spreads and 4% more loss than the truth held as the
+# prior; 5 halves that and leaves the loss at 4,000 and 8,000 prompts as it was (docs/adaptive.md §2, §10).
+AUTO_MARGIN = 5.0
 # The auto prior weighs the families by exp((log-likelihood - penalty) / AUTO_TEMPERATURE): 1 is the
 # evidence itself (the penalties standing for the log-evidence's price of parameters; choose_prior).
 AUTO_TEMPERATURE = 1.0
@@ -503,7 +506,8 @@ def choose_prior(n, c) -> Prior:
         "auto: weights "
         + ", ".join(f"{f} {s:.3f}" for f, s in zip(held, share, strict=True))
         + f"; log-likelihood leads over the Beta: inflated {ll['inflated'] - ll['beta']:+.4g}, grid "
-        + f"{ll['grid'] - ll['beta']:+.4g} (weights exp((l - penalty) / log N), log N = {log_n:.3g})"
+        + f"{ll['grid'] - ll['beta']:+.4g} (weights exp((l - penalty) / {AUTO_TEMPERATURE:g}), penalties 0, log N, "
+        + f"{AUTO_MARGIN:g} log N; log N = {log_n:.3g})"
     )
     return Prior(
         a,
