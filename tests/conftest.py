@@ -172,6 +172,8 @@ def pytest_addoption(parser):
 XDIST_GROUPS = {"vllm_cpu": "vllm"}
 
 
+# First: xdist's own hook reads the xdist_group marks, in the worker, right after this one.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
