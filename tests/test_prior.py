@@ -348,6 +348,14 @@ def test_auto_weighs_the_beta_the_inflated_beta_and_the_grid_by_evidence():
         np.testing.assert_allclose(
             auto.grid()[1], sum(w * g for w, g in zip(auto.mixture, parts, strict=True)), atol=1e-9
         )
+        # The weights: exp(l_f - pen_f) normalised, l_f summed prompt by prompt under each held prior,
+        # the penalties 0, log N and AUTO_MARGIN log N.
+        like = pts[None, :] ** c[:, None] * (1 - pts[None, :]) ** (n - c)[:, None]
+        ll = np.array([np.log(like @ g).sum() for g in parts])
+        score = ll - np.array([0.0, 1.0, priors.AUTO_MARGIN]) * math.log(len(n))
+        np.testing.assert_allclose(
+            auto.mixture, np.exp(score - score.max()) / np.exp(score - score.max()).sum(), atol=1e-9
+        )
         assert "mixture of Beta" in auto.label
         assert adaptive.Prior.from_dict(auto.to_dict()) == auto
 
