@@ -129,6 +129,11 @@ def compare(r: dict, curve: list, fc, fe) -> dict:
     return out
 
 
+def _spread(v: np.ndarray) -> float:
+    """``(max - min) / mean`` over the seeds."""
+    return float((v.max() - v.min()) / v.mean())
+
+
 def _ms(v) -> str:
     v = np.asarray(v, float)
     return f"{np.nanmean(v):.2f} +- {np.nanstd(v, ddof=1):.2f}" if len(v) > 1 else f"{v[0]:.2f}"
@@ -179,7 +184,7 @@ def main() -> None:
             for s in range(1, args.seeds + 1)
         ]
         col = {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}
-        spread = (col["cost"].max() - col["cost"].min()) / col["cost"].mean()
+        spread = _spread(col["cost"])
         loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
         rows[name] = {"seeds": seeds, "spread": spread}
         print(
@@ -187,7 +192,7 @@ def main() -> None:
             f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "
             f"{np.nanmean(100 * col['frontier_saving']):11.1f} {_ms(col['share']):>13s} "
             f"{np.mean(100 * col['fixed_mis']):12.2f} / {np.mean(100 * col['frontier_mis']):5.2f} "
-            f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {(loss.max() - loss.min()) / loss.mean():7.1%}",
+            f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {_spread(loss):7.1%}",
             flush=True,
         )
     print(f"total {time.perf_counter() - start:.0f} s")

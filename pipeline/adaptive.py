@@ -549,11 +549,12 @@ def next_round(
     c = np.asarray(c, np.int64)
     room = np.maximum(config.n_max - n, 0)
     extra = np.zeros(len(n), np.int64)
-    if config.rule.kind == "plan" and rounds_left(config, round_index) <= 0:
+    left = rounds_left(config, round_index)
+    if config.rule.kind == "plan" and left <= 0:
         return extra
     grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
     if config.rule.kind == "plan":
-        jumps = plan_grid(prior, config, grid, rounds_left(config, round_index))
+        jumps = plan_grid(prior, config, grid, left)
         return np.minimum(jumps[np.minimum(n, config.n_max), c], room)
     open_ = _grid_open(n, c, config, grid)
     if not open_.any():
