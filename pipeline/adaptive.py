@@ -99,6 +99,14 @@ PLAN_ROUNDS = 8
 # places from one draw of a dataset to the next); a prompt looked at again after tripling is planned
 # under a better-fitted prior (costs moved 11% across seeds without the cap, 6% with it).
 PLAN_MOST_GROWTH = 3.0
+# Jumps whose expected losses differ by little share a cell's prompts, in proportion to
+# exp(-(Q_j - min Q) / PLAN_JUMP_TEMPERATURE) (Q in rollouts; shares under PLAN_LEAST_SHARE dropped):
+# a fitted prior's noise moves such differences by a tenth of a rollout or more from one draw of a
+# dataset to the next, and an argmin would send a whole cell (90% of the prompts of a hard dataset
+# at 0/4) one sample further or shorter with it (docs/adaptive.md §5). The price is at most a tenth
+# of a rollout per split decision.
+PLAN_JUMP_TEMPERATURE = 0.1
+PLAN_LEAST_SHARE = 0.01
 # Band codes of ``Decision.band``: index into BANDS (-1: no band, for the width target).
 BANDS = ("silent_hard", "informative", "silent_easy")
 
@@ -554,8 +562,14 @@ def next_round(
         return extra
     grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
     if config.rule.kind == "plan":
-        jumps = plan_grid(prior, config, grid, left)
-        return np.minimum(jumps[np.minimum(n, config.n_max), c], room)
+        jumps, shares = plan_grid(prior, config, grid, left, shares=True)
+        extra = jumps[np.minimum(n, config.n_max), c]
+        for (cell_n, cell_c), (js, w) in shares.items():
+            idx = np.flatnonzero((n == cell_n) & (c == cell_c))
+            if len(idx):  # the cell's prompts, in the order given, split between its jumps by share
+                u = (np.arange(len(idx)) + 0.5) / len(idx)
+                extra[idx] = js[np.minimum(np.searchsorted(np.cumsum(w), u), len(js) - 1)]
+        return np.minimum(extra, room)
     open_ = _grid_open(n, c, config, grid)
     if not open_.any():
         return extra
@@ -586,8 +600,12 @@ def log_marginal(prior: Prior, n_max: int) -> np.ndarray:
 
 
 def plan_grid(
-    prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None, rounds_left: int | None = None
-) -> np.ndarray:
+    prior: Prior,
+    config: AdaptiveConfig,
+    grid: np.ndarray | None = None,
+    rounds_left: int | None = None,
+    shares: bool = False,
+):
     """``J[n, c]``: the jump of the ``plan`` round rule for a prompt at ``(n, c)`` (0 where it stops),
     with ``rounds_left`` rounds to come, this one included (default: ``rounds - 1``, round 1's).
 
@@ -649,7 +667,9 @@ def plan_grid(
         ok = (xx <= jj) & np.isfinite(logp)
         rows.append((n, open_, js, np.where(ok, np.exp(np.where(ok, logp, 0.0)), 0.0), to_n, to_c))
 
-    def layer(later: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    mixed: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def layer(later: np.ndarray | None, last: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """One round's values and jumps, given the values ``later`` after it (None: unpriced, one
         table, where a jump lands on this very table's values, filled from n_max down)."""
         value = terminal.copy()
@@ -662,15 +682,22 @@ def plan_grid(
             go = open_ & (best < terminal[n, : n + 1]) if priced else open_
             value[n, : n + 1] = np.where(go, best, terminal[n, : n + 1])
             jumps[n, : n + 1] = np.where(go, js[k], 0)
+            if last and PLAN_JUMP_TEMPERATURE > 0:
+                w = np.exp(-(q - best) / PLAN_JUMP_TEMPERATURE)
+                w[w < PLAN_LEAST_SHARE] = 0.0
+                for cc in np.flatnonzero(go & ((w > 0).sum(axis=0) > 1)):
+                    keep = w[:, cc] > 0
+                    mixed[(n, int(cc))] = (js[keep], w[keep, cc] / w[keep, cc].sum())
         return value, jumps
 
     if not priced:
-        return layer(None)[1]
+        jumps = layer(None)[1]
+        return (jumps, mixed) if shares else jumps
     rounds_left = rule.rounds - 1 if rounds_left is None else rounds_left
     value, jumps = terminal, np.zeros((n_max + 1, n_max + 1), np.int64)
-    for _ in range(max(0, rounds_left)):
-        value, jumps = layer(value)
-    return jumps
+    for r in range(max(0, rounds_left)):
+        value, jumps = layer(value, last=shares and r == rounds_left - 1)
+    return (jumps, mixed) if shares else jumps
 
 
 def _greedy(

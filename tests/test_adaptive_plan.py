@@ -241,3 +241,44 @@ def test_no_round_past_the_plans_rounds():
     assert not adaptive.next_round(n, c, prior, acfg, round_index=4).any()
     double = adaptive.AdaptiveConfig.from_specs("band", 4, 64, "double")  # no rounds to spend
     assert adaptive.next_round(n, c, prior, double, round_index=40).any()
+
+
+@pytest.mark.parametrize("prior", [_mixture_prior(), adaptive.Prior(0.4, 0.6)], ids=["grid", "beta"])
+def test_near_tied_jumps_share_a_cell_by_their_expected_loss(prior):
+    """Where jumps of nearly the same expected loss are open to a cell, its prompts split between them
+    in shares ``exp(-(Q_j - min Q) / tau)`` (those of at least PLAN_LEAST_SHARE, normalised), ``Q_j``
+    from the plan's own recursion with scipy's predictive; the cell's best jump and every stop are the
+    unsplit plan's. ``next_round`` gives a cell of m prompts each jump within one of its share of m,
+    the same jumps whatever order the prompts come in, and the same again on a rerun."""
+    acfg = adaptive.AdaptiveConfig.from_specs("band:cost=0.002", 2, 20, "plan:cost=2,rounds=4")
+    stop = adaptive.stop_grid(prior, acfg.target, acfg.n_max)
+    r = acfg.rule.rounds - 1
+    values = _plan_values(prior, acfg, stop, r)
+    jumps, shares = adaptive.plan_grid(prior, acfg, stop, rounds_left=r, shares=True)
+    assert np.array_equal(jumps, adaptive.plan_grid(prior, acfg, stop, rounds_left=r))
+    assert shares, "no cell with near-tied jumps: the split was never tested"
+    tau = adaptive.PLAN_JUMP_TEMPERATURE
+    for (n, c), (js, w) in shares.items():
+        assert jumps[n, c] > 0 and jumps[n, c] in js
+        most = max(1, min(acfg.n_max - n, int(adaptive.PLAN_MOST_GROWTH * max(n, 1)) - n))
+        q = {}
+        for j in range(1, most + 1):
+            pred = _predictive(prior, n, c, j)
+            q[j] = acfg.rule.cost + j + sum(pred[x] * values[r - 1][n + j, c + x] for x in range(j + 1))
+        best = min(q.values())
+        weight = {j: math.exp(-(v - best) / tau) for j, v in q.items()}
+        kept = {j: w_j for j, w_j in weight.items() if w_j >= adaptive.PLAN_LEAST_SHARE}
+        assert sorted(kept) == js.tolist(), (n, c)
+        total = sum(kept.values())
+        np.testing.assert_allclose(w, [kept[j] / total for j in js.tolist()], rtol=1e-6, err_msg=str((n, c)))
+    (n0, c0), (js, w) = max(shares.items(), key=lambda kv: kv[1][1].min())  # the most even split
+    m = 101
+    n, cc = np.full(m, n0), np.full(m, c0)
+    extra = adaptive.next_round(n, cc, prior, acfg, round_index=1)
+    for j, share in zip(js.tolist(), w, strict=True):
+        assert abs(int((extra == j).sum()) - share * m) <= 1, (j, share)
+    assert np.array_equal(extra, adaptive.next_round(n, cc, prior, acfg, round_index=1))
+    mixed = np.r_[n, [n0 + 1, n0 + 1]], np.r_[cc, [c0, c0]]
+    order = np.random.default_rng(0).permutation(m + 2)
+    again = adaptive.next_round(mixed[0][order], mixed[1][order], prior, acfg, round_index=1)
+    assert sorted(again[order < m].tolist()) == sorted(extra.tolist())
