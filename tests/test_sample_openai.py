@@ -32,12 +32,22 @@ class _Server(ThreadingHTTPServer):
 class ScriptedServer:
     """A tiny OpenAI-style server. `script` lists what the next requests get before normal
     answers: 'http500', 'http429', 'http400', 'malformed', 'nochoices', 'drop', 'slow'.
-    `always` fails every request the same way. `honour_n=False` answers one choice whatever n."""
+    `always` fails every request the same way. `honour_n=False` answers one choice whatever n.
+    `most_n` refuses a larger n with a 400, in llama.cpp's words (`say_cap=False`: without the cap)."""
 
-    def __init__(self, script: list[str] | None = None, always: str | None = None, honour_n: bool = True) -> None:
+    def __init__(
+        self,
+        script: list[str] | None = None,
+        always: str | None = None,
+        honour_n: bool = True,
+        most_n: int | None = None,
+        say_cap: bool = True,
+    ) -> None:
         self.script = list(script or [])
         self.always = always
         self.honour_n = honour_n
+        self.most_n = most_n
+        self.say_cap = say_cap
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
@@ -86,6 +96,10 @@ class ScriptedServer:
                     return None
                 if action == "slow":
                     time.sleep(1.0)
+                if outer.most_n is not None and body.get("n", 1) > outer.most_n:
+                    limit = f"1 <= value <= {outer.most_n}" if outer.say_cap else "within the server's limit"
+                    message = f"Field 'n': Value must be between {limit}, but got {body['n']}"
+                    return self._send(400, json.dumps({"error": {"code": 400, "message": message}}).encode())
                 n = body.get("n", 1) if outer.honour_n else 1
                 user = body["messages"][-1]["content"]
                 choices = [
@@ -151,6 +165,32 @@ def test_server_ignoring_n_is_topped_up() -> None:
         # Each sample came from the request carrying its own derived seed.
         assert f"seed={derive_seed(9, r['prompt_id'], r['sample_idx'])} " in r["completion"]
         assert r["n_tokens"] == 7 and r["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize(
+    ("say_cap", "asked", "starts"),
+    [(True, [8, 3, 3, 2], [0, 3, 6]), (False, [8, 4, 2, 2, 2, 2], [0, 2, 4, 6])],
+    ids=["cap-said", "cap-unsaid"],
+)
+def test_a_server_capping_n_gets_the_samples_in_requests_it_takes(say_cap, asked, starts) -> None:
+    """A server that refuses n above 3 with a 400 (llama.cpp's server past its slots): the refusal is
+    read as the cap (from the message, or by halving until one is taken), each later request asks
+    for at most that many, with the seed of its first sample, and every sample arrives once, in
+    order; the sampler keeps the cap for its next calls."""
+    with ScriptedServer(most_n=3, say_cap=say_cap) as srv:
+        s = make_sampler("openai", "m", base_url=srv.url, concurrency=1, **FAST)
+        table = s.sample(PROBLEMS[:1], SamplingParams(n=8, seed=3))
+        assert [r["n"] for r in srv.requests] == asked
+        assert [r["seed"] for r in srv.requests[len(asked) - len(starts) :]] == [
+            derive_seed(3, "alpha", i) for i in starts
+        ]
+        for r in table.to_pylist():  # a sample's text names its request's seed and its place in the answer
+            at = max(i for i in starts if i <= r["sample_idx"])
+            assert f"seed={derive_seed(3, 'alpha', at)} i={r['sample_idx'] - at} " in r["completion"]
+        assert table.column("sample_idx").to_pylist() == list(range(8))
+        srv.requests.clear()
+        _check_rows(s.sample(PROBLEMS, SamplingParams(n=8, seed=4)), 8)
+        assert max(r["n"] for r in srv.requests) == asked[-len(starts)]  # nothing refused again
 
 
 def test_retries_every_failure_kind_then_succeeds() -> None:
@@ -224,6 +264,10 @@ def test_real_llama_cpp_server(llama_server: str) -> None:
     assert all(r["n_tokens"] is None for r in rows)
     one = make_sampler("openai", None, base_url=llama_server).sample(PROBLEMS[:1], SamplingParams(n=1, max_tokens=10))
     assert 1 <= one.column("n_tokens")[0].as_py() <= 10
+    # More samples than the server has slots (4): it refuses n=6, and the samples come 4 then 2.
+    wide = make_sampler("openai", None, base_url=llama_server)
+    six = wide.sample(PROBLEMS[:1], SamplingParams(n=6, temperature=0.8, max_tokens=10, seed=5))
+    assert six.column("sample_idx").to_pylist() == list(range(6)) and wide._most_n == 4
 
 
 def test_sample_from_inside_an_event_loop() -> None:

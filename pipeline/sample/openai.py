@@ -15,6 +15,12 @@ A server's handling of `n` is never trusted: each request asks for the samples s
 counts the choices that come back (llama-cpp-python's server returns one whatever `n` says). Each
 request carries the seed derived for its first sample index; once a server is seen to ignore `n`,
 the remaining samples are requested one per request, concurrently, each with its own seed.
+
+A server may also cap `n` and refuse more with a 400 (llama.cpp's server at its slot count: "Field
+'n': Value must be between 1 <= value <= 4"). Such a refusal of a request for several samples is
+read as the cap (from the message; half the request where the message does not say), and the
+prompt's samples are then asked for at most that many at a time, each request with the seed of its
+first sample index; the cap holds for the rest of the call.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import logging
 import os
 import random
+import re
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -52,6 +59,29 @@ DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_RETRIES = 2
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 Row = tuple[str, int, str | None, str | None, int | None]
+
+
+# A 400 that refuses the number of choices (llama.cpp: "Field 'n': Value must be between 1 <= value
+# <= 4, but got 8"; others: "n must be ..."), and the cap where the message names one.
+_N_REFUSED = re.compile(r"""(?:['"]n['"]|\bn\b)\s*(?::|must|should|is|exceeds|cannot)""")
+_N_CAP = re.compile(r"(?:<=|at most|up to)\s*(\d+)")
+
+
+class _NRefused(Exception):
+    """The server refused ``n`` samples in one request; ``most`` is what to ask for instead: the cap
+    its message names, or half of ``n`` where it names none (or one that is no smaller)."""
+
+    def __init__(self, n: int, cap: int | None) -> None:
+        super().__init__(f"n={n} refused (cap {cap})")
+        self.most = cap if cap is not None and 1 <= cap < n else max(1, n // 2)
+
+
+def _n_refusal(text: str, n: int) -> _NRefused | None:
+    """The refusal of ``n`` a 400's body holds, or None."""
+    if not _N_REFUSED.search(text):
+        return None
+    caps = [int(v) for v in _N_CAP.findall(text)]
+    return _NRefused(n, max(caps) if caps else None)
 
 
 class _Retryable(Exception):
@@ -160,6 +190,7 @@ class OpenAISampler:
     def __init__(self, model: str | None = None, **options: Any) -> None:
         self.options = OpenAIOptions(**options)
         self._honours_n: bool | None = None  # learnt from the first multi-sample answer
+        self._most_n: int | None = None  # the server's cap on n, learnt from its refusal
         self.model_name = model or self._served_model()
 
     def _served_model(self) -> str:
@@ -189,7 +220,10 @@ class OpenAISampler:
         params: SamplingParams,
         n: int,
         seed: int,
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The choices of one request for ``n`` samples (at most the server's cap on n, once
+        learnt: read when the request gets its slot, so requests queued before the cap was learnt
+        keep to it), and the n asked."""
         opts = self.options
         payload: dict[str, Any] = {
             "model": self.model_name,
@@ -209,6 +243,7 @@ class OpenAISampler:
         # the first attempts of every other prompt would turn a hung server's bounded wait
         # (`worst_case_s`) into one proportional to the number of prompts.
         async with sem:
+            n = payload["n"] = min(n, self._most_n or n)
             for attempt in range(attempts):
                 delay = None
                 try:
@@ -217,12 +252,14 @@ class OpenAISampler:
                     answered = True
                     if resp.status_code in _RETRY_STATUS:
                         raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]!r}", _retry_after(resp))
+                    if resp.status_code == 400 and n > 1 and (refused := _n_refusal(resp.text, n)):
+                        raise refused
                     if resp.status_code >= 400:
                         raise SamplingError(
                             f"prompt {item.prompt_id}: server refused the request with HTTP "
                             f"{resp.status_code}: {resp.text[:300]!r}"
                         )
-                    return _parse_choices(resp)
+                    return _parse_choices(resp), n
                 except _Retryable as exc:
                     last, delay = str(exc), exc.retry_after
                 except (httpx.TimeoutException, TimeoutError) as exc:
@@ -292,19 +329,24 @@ class OpenAISampler:
                     *(self._request(client, sem, item, params, 1, seed_of(start + j)) for j in range(missing))
                 )
                 taken = 0
-                for choices in got:  # in index order, so sample_idx keeps its seed
+                for choices, _ in got:  # in index order, so sample_idx keeps its seed
                     taken += take(choices, 1)
             else:
-                choices = await self._request(client, sem, item, params, missing, seed_of(start))
-                if missing > 1 and self._honours_n is None and choices:
-                    self._honours_n = len(choices) >= missing
+                try:
+                    choices, ask = await self._request(client, sem, item, params, missing, seed_of(start))
+                except _NRefused as exc:
+                    self._most_n = min(exc.most, self._most_n or exc.most)
+                    log.info("server refused %s: asking for at most %d samples a request", exc, self._most_n)
+                    continue
+                if ask > 1 and self._honours_n is None and choices:
+                    self._honours_n = len(choices) >= ask
                     if not self._honours_n:
                         log.info(
                             "server returned %d choices for n=%d: not trusting n",
                             len(choices),
-                            missing,
+                            ask,
                         )
-                taken = take(choices, missing)
+                taken = take(choices, ask)
             empty = 0 if taken else empty + 1
             if empty > self.options.max_retries:
                 raise SamplingError(
