@@ -564,9 +564,11 @@ def next_round(
     if config.rule.kind == "plan":
         jumps, shares = plan_grid(prior, config, grid, left, shares=True)
         extra = jumps[np.minimum(n, config.n_max), c]
-        for (cell_n, cell_c), (js, w) in shares.items():
-            idx = np.flatnonzero((n == cell_n) & (c == cell_c))
-            if len(idx):  # the cell's prompts, in the order given, split between its jumps by share
+        n_u, c_u, inv = stats.unique_pairs(n, c)
+        for k, cell in enumerate(zip(n_u.tolist(), c_u.tolist(), strict=True)):
+            if cell in shares:  # the cell's prompts, in the order given, split between its jumps by share
+                js, w = shares[cell]
+                idx = np.flatnonzero(inv == k)
                 u = (np.arange(len(idx)) + 0.5) / len(idx)
                 extra[idx] = js[np.minimum(np.searchsorted(np.cumsum(w), u), len(js) - 1)]
         return np.minimum(extra, room)
@@ -605,9 +607,11 @@ def plan_grid(
     grid: np.ndarray | None = None,
     rounds_left: int | None = None,
     shares: bool = False,
-):
+) -> np.ndarray | tuple[np.ndarray, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]]:
     """``J[n, c]``: the jump of the ``plan`` round rule for a prompt at ``(n, c)`` (0 where it stops),
     with ``rounds_left`` rounds to come, this one included (default: ``rounds - 1``, round 1's).
+    With ``shares``, also ``{(n, c): (jumps, shares)}`` for the priced cells whose prompts near-tied
+    jumps share (``PLAN_JUMP_TEMPERATURE``; ``next_round`` splits them), ``J`` being the best of them.
 
     A prompt stops where the stop grid says (``grid``: ``stop_grid``, the frontier's one-sample rule);
     the plan chooses how many samples an open prompt gets before it is looked at again. Measured in
