@@ -103,8 +103,8 @@ PLAN_MOST_GROWTH = 3.0
 # exp(-(Q_j - min Q) / PLAN_JUMP_TEMPERATURE) (Q in rollouts; shares under PLAN_LEAST_SHARE dropped):
 # a fitted prior's noise moves such differences by a tenth of a rollout or more from one draw of a
 # dataset to the next, and an argmin would send a whole cell (90% of the prompts of a hard dataset
-# at 0/4) one sample further or shorter with it (docs/adaptive.md §5). The price is at most a tenth
-# of a rollout per split decision.
+# at 0/4) one sample further or shorter with it (docs/adaptive.md §5). The price, per split decision
+# of K jumps: at most (K - 1) PLAN_JUMP_TEMPERATURE / e rollouts over the best jump's loss.
 PLAN_JUMP_TEMPERATURE = 0.1
 PLAN_LEAST_SHARE = 0.01
 # Band codes of ``Decision.band``: index into BANDS (-1: no band, for the width target).

@@ -247,9 +247,10 @@ def test_no_round_past_the_plans_rounds():
 def test_near_tied_jumps_share_a_cell_by_their_expected_loss(prior):
     """Where jumps of nearly the same expected loss are open to a cell, its prompts split between them
     in shares ``exp(-(Q_j - min Q) / tau)`` (those of at least PLAN_LEAST_SHARE, normalised), ``Q_j``
-    from the plan's own recursion with scipy's predictive; the cell's best jump and every stop are the
-    unsplit plan's. ``next_round`` gives a cell of m prompts each jump within one of its share of m,
-    the same jumps whatever order the prompts come in, and the same again on a rerun."""
+    from the plan's own recursion with scipy's predictive, costing at most ``(K - 1) tau / e`` over the
+    best of K jumps; the cell's best jump and every stop are the unsplit plan's. ``next_round`` gives
+    a cell of m prompts each jump within one of its share of m, the same jumps whatever order the
+    prompts come in, and the same again on a rerun."""
     acfg = adaptive.AdaptiveConfig.from_specs("band:cost=0.002", 2, 20, "plan:cost=2,rounds=4")
     stop = adaptive.stop_grid(prior, acfg.target, acfg.n_max)
     r = acfg.rule.rounds - 1
@@ -271,6 +272,8 @@ def test_near_tied_jumps_share_a_cell_by_their_expected_loss(prior):
         assert sorted(kept) == js.tolist(), (n, c)
         total = sum(kept.values())
         np.testing.assert_allclose(w, [kept[j] / total for j in js.tolist()], rtol=1e-6, err_msg=str((n, c)))
+        price = sum(share * (q[j] - best) for j, share in zip(js.tolist(), w, strict=True))
+        assert 0 <= price <= (len(js) - 1) * tau / math.e + 1e-12, (n, c, price)  # the docs' bound
     (n0, c0), (js, w) = max(shares.items(), key=lambda kv: kv[1][1].min())  # the most even split
     m = 101
     n, cc = np.full(m, n0), np.full(m, c0)
