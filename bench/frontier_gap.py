@@ -28,6 +28,12 @@ For each truth of ``bench/truths.py``:
     python bench/frontier_gap.py --truths hard,edge-hard --seeds 6 --prompts 8000
     python bench/frontier_gap.py --round-rule double --target band:cost=0.001   # another rule
     python bench/frontier_gap.py --truth-as-prior        # every round under the truth: what the fit costs
+
+4. **The verdict** against the bars of a share of at least ``SHARE_BAR`` and rollouts at most
+   ``SPREAD_BAR`` apart, per truth; beside each share, the same seeds' share with every round decided
+   under the truth (``--truth-as-prior``'s runs), so a share that misses says whether the fitted prior
+   lost it or the run under the truth misses too (where the frontier saves little, the share is a
+   ratio of small numbers and a few seeds cannot resolve it). ``--no-verdict`` skips those runs.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from pipeline import prior as priors  # noqa: E402
 N_MIN, N_MAX = 4, 64
 N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less than a fixed n = 64
 PRICES = adaptive.FRONTIER_PRICES
+SHARE_BAR, SPREAD_BAR = 0.85, 0.10  # issue 32's bars: share of the frontier's saving, rollouts' spread
 
 
 def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[list, np.ndarray, np.ndarray]:
@@ -139,6 +146,29 @@ def _ms(v) -> str:
     return f"{np.nanmean(v):.2f} +- {np.nanstd(v, ddof=1):.2f}" if len(v) > 1 else f"{v[0]:.2f}"
 
 
+def run_seeds(name: str, truth, args, acfg, tp, held: bool, curve, fc, fe) -> dict[str, np.ndarray]:
+    """Every seed's comparison for one truth, column by column."""
+    seeds = [
+        compare(one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp, held), curve, fc, fe)
+        for s in range(1, args.seeds + 1)
+    ]
+    return {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}
+
+
+def verdict(name: str, col: dict, held: dict) -> str:
+    """One truth's line against the bars."""
+    share, spread = float(np.nanmean(col["share"])), _spread(col["cost"])
+    ref = float(np.nanmean(held["share"]))
+    said = f"{name:12s} share {_ms(col['share'])} (truth held {_ms(held['share'])}): "
+    if share >= SHARE_BAR:
+        said += "meets"
+    elif ref < SHARE_BAR:
+        said += "misses, and so does the same run under the truth itself: this scale cannot show the bar met"
+    else:
+        said += "misses; under the truth itself it meets: the fitted prior loses it"
+    return said + f"; rollouts {spread:.1%} apart: {'meets' if spread <= SPREAD_BAR else 'misses'}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--truths", default=",".join([*truths.TRUTHS, "real"]))
@@ -152,6 +182,7 @@ def main() -> None:
         action="store_true",
         help="decide every round under the truth itself, not the refitted prior: what fitting the prior costs",
     )
+    ap.add_argument("--no-verdict", action="store_true", help="skip the verdict and its runs under the truth")
     args = ap.parse_args()
     acfg = adaptive.AdaptiveConfig.from_specs(args.target, N_MIN, N_MAX, args.round_rule, prior=args.prior)
     start = time.perf_counter()
@@ -166,7 +197,7 @@ def main() -> None:
         f" {'loss':>14s} {'spread':>7s}"
     )
     print(head)
-    rows = {}
+    verdicts = []
     for name in args.truths.split(","):
         truth = truths.get(name)
         if truth is None:
@@ -174,19 +205,11 @@ def main() -> None:
             continue
         tp = truth.as_prior()
         curve, fc, fe = frontier(tp, acfg.target)
-        seeds = [
-            compare(
-                one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp, args.truth_as_prior),
-                curve,
-                fc,
-                fe,
-            )
-            for s in range(1, args.seeds + 1)
-        ]
-        col = {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}
+        col = run_seeds(name, truth, args, acfg, tp, args.truth_as_prior, curve, fc, fe)
         spread = _spread(col["cost"])
         loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
-        rows[name] = {"seeds": seeds, "spread": spread}
+        if not (args.truth_as_prior or args.no_verdict):
+            verdicts.append(verdict(name, col, run_seeds(name, truth, args, acfg, tp, True, curve, fc, fe)))
         print(
             f"{name:12s} {_ms(col['cost']):>14s} {spread:7.1%} {int(col['rounds'].max()):6d} "
             f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "
@@ -195,6 +218,10 @@ def main() -> None:
             f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {_spread(loss):7.1%}",
             flush=True,
         )
+    if verdicts:
+        bars = f"a share of at least {SHARE_BAR:g} of the frontier's saving, rollouts at most {SPREAD_BAR:.0%} apart"
+        print(f"\nverdict: {bars}")
+        print("\n".join(verdicts))
     print(f"total {time.perf_counter() - start:.0f} s")
 
 

@@ -3,7 +3,9 @@ loss, every later jump planned alike; checked against an independent evaluation 
 
 from __future__ import annotations
 
+import importlib
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,3 +287,35 @@ def test_near_tied_jumps_share_a_cell_by_their_expected_loss(prior):
     order = np.random.default_rng(0).permutation(m + 2)
     again = adaptive.next_round(mixed[0][order], mixed[1][order], prior, acfg, round_index=1)
     assert sorted(again[order < m].tolist()) == sorted(extra.tolist())
+
+
+def test_the_frontier_gap_verdict_says_which_bar_a_truth_misses_and_why(monkeypatch):
+    """``bench/frontier_gap.py``'s verdict: a share under the bar is blamed on the fitted prior only
+    where the same seeds under the truth itself meet it; the rollouts' spread is (max - min) / mean.
+    And the columns it reads come from real runs of the bench (two seeds of 400 prompts)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    gap = importlib.import_module("frontier_gap")
+
+    def col(shares, costs):
+        return {"share": np.array(shares, float), "cost": np.array(costs, float)}
+
+    fine = gap.verdict("t", col([0.9, 0.95], [10.0, 10.5]), col([0.97, 0.99], [10.0, 10.1]))
+    assert fine.endswith("meets; rollouts 4.9% apart: meets"), fine
+    fit = gap.verdict("t", col([0.6, 0.8], [10.0, 11.2]), col([0.9, 0.95], [10.0, 10.1]))
+    assert "the fitted prior loses it" in fit and fit.endswith("11.3% apart: misses"), fit
+    scale = gap.verdict("t", col([0.6, 0.8], [10.0, 10.1]), col([0.8, 0.85], [10.0, 10.1]))
+    assert "this scale cannot show the bar met" in scale, scale
+
+    class Args:
+        prompts, seeds = 400, 2
+
+    truth = gap.truths.get("uniform")
+    acfg = adaptive.AdaptiveConfig()
+    tp = truth.as_prior()
+    curve, fc, fe = gap.frontier(tp, acfg.target)
+    fitted = gap.run_seeds("uniform", truth, Args, acfg, tp, False, curve, fc, fe)
+    held = gap.run_seeds("uniform", truth, Args, acfg, tp, True, curve, fc, fe)
+    for c in (fitted, held):
+        assert len(c["cost"]) == 2 and np.all((c["cost"] >= 4) & (c["cost"] <= 64))
+        assert np.all(np.isfinite(c["share"])) and np.all(c["share"] > 0.5)
+    assert not np.array_equal(fitted["cost"], held["cost"])  # the held runs decide under another prior
