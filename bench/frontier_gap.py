@@ -146,13 +146,13 @@ def _ms(v) -> str:
     return f"{np.nanmean(v):.2f} +- {np.nanstd(v, ddof=1):.2f}" if len(v) > 1 else f"{v[0]:.2f}"
 
 
-def run_seeds(name: str, truth, args, acfg, tp, held: bool, curve, fc, fe) -> dict[str, np.ndarray]:
-    """Every seed's comparison for one truth, column by column."""
-    seeds = [
-        compare(one_seed(truth, args.prompts, 1000 * s + sum(map(ord, name)), acfg, tp, held), curve, fc, fe)
-        for s in range(1, args.seeds + 1)
+def run_seeds(name: str, truth, prompts: int, seeds: int, acfg, tp, held: bool, curve, fc, fe) -> dict[str, np.ndarray]:
+    """Seeds 1 to ``seeds`` of one truth, each compared with the frontier, column by column."""
+    runs = [
+        compare(one_seed(truth, prompts, 1000 * s + sum(map(ord, name)), acfg, tp, held), curve, fc, fe)
+        for s in range(1, seeds + 1)
     ]
-    return {k: np.array([s[k] for s in seeds], float) for k in seeds[0] if k != "prior"}
+    return {k: np.array([r[k] for r in runs], float) for k in runs[0] if k != "prior"}
 
 
 def verdict(name: str, col: dict, held: dict) -> str:
@@ -205,11 +205,12 @@ def main() -> None:
             continue
         tp = truth.as_prior()
         curve, fc, fe = frontier(tp, acfg.target)
-        col = run_seeds(name, truth, args, acfg, tp, args.truth_as_prior, curve, fc, fe)
+        size = (args.prompts, args.seeds)
+        col = run_seeds(name, truth, *size, acfg, tp, args.truth_as_prior, curve, fc, fe)
         spread = _spread(col["cost"])
         loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
         if not (args.truth_as_prior or args.no_verdict):
-            verdicts.append(verdict(name, col, run_seeds(name, truth, args, acfg, tp, True, curve, fc, fe)))
+            verdicts.append(verdict(name, col, run_seeds(name, truth, *size, acfg, tp, True, curve, fc, fe)))
         print(
             f"{name:12s} {_ms(col['cost']):>14s} {spread:7.1%} {int(col['rounds'].max()):6d} "
             f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "

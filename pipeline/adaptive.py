@@ -562,7 +562,7 @@ def next_round(
         return extra
     grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
     if config.rule.kind == "plan":
-        jumps, shares = plan_grid(prior, config, grid, left, shares=True)
+        jumps, shares = plan_shares(prior, config, grid, left)
         extra = jumps[np.minimum(n, config.n_max), c]
         n_u, c_u, inv = stats.unique_pairs(n, c)
         for k, cell in enumerate(zip(n_u.tolist(), c_u.tolist(), strict=True)):
@@ -601,17 +601,15 @@ def log_marginal(prior: Prior, n_max: int) -> np.ndarray:
     return Z
 
 
+Shares = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]
+
+
 def plan_grid(
-    prior: Prior,
-    config: AdaptiveConfig,
-    grid: np.ndarray | None = None,
-    rounds_left: int | None = None,
-    shares: bool = False,
-) -> np.ndarray | tuple[np.ndarray, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]]:
+    prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None, rounds_left: int | None = None
+) -> np.ndarray:
     """``J[n, c]``: the jump of the ``plan`` round rule for a prompt at ``(n, c)`` (0 where it stops),
     with ``rounds_left`` rounds to come, this one included (default: ``rounds - 1``, round 1's).
-    With ``shares``, also ``{(n, c): (jumps, shares)}`` for the priced cells whose prompts near-tied
-    jumps share (``PLAN_JUMP_TEMPERATURE``; ``next_round`` splits them), ``J`` being the best of them.
+    Where near-tied jumps share a cell's prompts (``plan_shares``), ``J`` is the best of them.
 
     A prompt stops where the stop grid says (``grid``: ``stop_grid``, the frontier's one-sample rule);
     the plan chooses how many samples an open prompt gets before it is looked at again. Measured in
@@ -637,6 +635,14 @@ def plan_grid(
     with jumps taking a prompt to at least ``g = (n_max / n_min)^(1 / (rounds - 1))`` times its
     samples, so that every prompt reaches ``n_max`` within ``rounds`` rounds.
     """
+    return plan_shares(prior, config, grid, rounds_left)[0]
+
+
+def plan_shares(
+    prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None, rounds_left: int | None = None
+) -> tuple[np.ndarray, Shares]:
+    """``plan_grid``'s jumps, and ``{(n, c): (jumps, shares)}`` for the priced cells whose prompts
+    near-tied jumps share (``PLAN_JUMP_TEMPERATURE``; ``next_round`` splits them)."""
     from scipy.special import gammaln
 
     target, rule, n_max = config.target, config.rule, config.n_max
@@ -671,7 +677,7 @@ def plan_grid(
         ok = (xx <= jj) & np.isfinite(logp)
         rows.append((n, open_, js, np.where(ok, np.exp(np.where(ok, logp, 0.0)), 0.0), to_n, to_c))
 
-    mixed: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    mixed: Shares = {}
 
     def layer(later: np.ndarray | None, last: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """One round's values and jumps, given the values ``later`` after it (None: unpriced, one
@@ -695,13 +701,12 @@ def plan_grid(
         return value, jumps
 
     if not priced:
-        jumps = layer(None)[1]
-        return (jumps, mixed) if shares else jumps
+        return layer(None)[1], mixed
     rounds_left = rule.rounds - 1 if rounds_left is None else rounds_left
     value, jumps = terminal, np.zeros((n_max + 1, n_max + 1), np.int64)
     for r in range(max(0, rounds_left)):
-        value, jumps = layer(value, last=shares and r == rounds_left - 1)
-    return (jumps, mixed) if shares else jumps
+        value, jumps = layer(value, last=r == rounds_left - 1)
+    return jumps, mixed
 
 
 def _greedy(
