@@ -19,13 +19,30 @@ step() { echo; echo "== $1 ($(( $(date +%s) - started )) s)"; }
 fail() { echo "gpu_check: $1" >&2; exit 1; }
 
 step "vLLM and CUDA"
-timeout 120 "$PY" - <<'PY' || fail "needs vLLM with CUDA (torch.cuda.is_available() is False, or vllm is missing)"
+# Says which is missing: an image with a CUDA torch but no vLLM (vLLM's CUDA wheels are hundreds of MB,
+# so a machine that reaches no package index needs them installed ahead) fails here, before the model.
+timeout 120 "$PY" - <<'PY' || fail "needs vLLM with CUDA (the line above says which is missing)"
+import importlib.util
 import sys
-import torch
+
+
+def missing(what):
+    print(what)
+    sys.exit(1)
+
+
+try:
+    import torch
+except ImportError:
+    missing("no torch in this interpreter (PYTHON=... picks another)")
+gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+print(f"torch {torch.__version__}, {gpus} GPU(s): {torch.cuda.get_device_name(0) if gpus else 'none'}")
+if importlib.util.find_spec("vllm") is None:
+    missing("vllm is not installed (pip install -e '.[gpu]', or any vLLM build with CUDA)")
 import vllm
-print(f"vllm {vllm.__version__}, torch {torch.__version__}, {torch.cuda.device_count()} GPU(s): "
-      f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
-sys.exit(0 if torch.cuda.is_available() else 1)
+print(f"vllm {vllm.__version__}")
+if not gpus:
+    missing("torch sees no CUDA GPU")
 PY
 
 step "model"
