@@ -401,6 +401,44 @@ def test_inflated_fit_recovers_a_known_mixture():
     assert adaptive.Prior.from_dict(fit.to_dict()) == fit
 
 
+@pytest.mark.parametrize("shape", ["mixture", "hard"])
+def test_inflated_fit_is_the_likelihoods_maximum(shape):
+    """The fit (L-BFGS-B with the analytic gradient) is where the continuous model's log-likelihood,
+    summed in Python floats over the prompts, is highest: a step of 1e-3 in any of its four parameters
+    (an atom's mass, log a, log b) lowers it, and a derivative-free search (Nelder-Mead) started from it
+    gains under 1e-3 nats (the optimiser's stopping tolerance: an atom left at 1e-7 instead of its
+    boundary 0 costs about N 1e-7). A wrong gradient stops L-BFGS-B where a step still gains."""
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(5)
+    N = 600
+    p = _mixture(rng, N) if shape == "mixture" else np.where(rng.random(N) < 0.9, 0.0, rng.beta(2.0, 5.0, N))
+    n = rng.integers(4, 17, N)
+    c = rng.binomial(n, p)
+
+    def loglik(w0: float, w1: float, la: float, lb: float) -> float:
+        if min(w0, w1) < 0 or w0 + w1 > 1:
+            return -math.inf
+        a, b = math.exp(la), math.exp(lb)
+        pairs = list(zip(n.tolist(), c.tolist(), strict=True))
+        beta_part = [math.exp(betaln(a + ci, b + ni - ci) - betaln(a, b)) for ni, ci in pairs]
+        return math.fsum(
+            math.log(w0 * (ci == 0) + w1 * (ci == ni) + (1 - w0 - w1) * m)
+            for (ni, ci), m in zip(pairs, beta_part, strict=True)
+        )
+
+    fit = priors.fit_inflated_prior(n, c)
+    at = [fit.weights[0], fit.weights[-1], math.log(fit.a), math.log(fit.b)]
+    best = loglik(*at)
+    for k in range(4):
+        for step in (-1e-3, 1e-3):
+            moved = list(at)
+            moved[k] += step
+            assert loglik(*moved) <= best + 1e-9, (k, step)
+    search = minimize(lambda x: -loglik(*x), at, method="Nelder-Mead", options={"xatol": 1e-7, "fatol": 1e-9})
+    assert -search.fun <= best + 1e-3
+
+
 def test_inflated_prior_on_the_grid_is_its_cell_masses_and_its_likelihood_the_brute_force_sum():
     """Exact: the atoms sit at p = 0 and 1 with their masses; each interior point holds the Beta
     part's mass between the midpoints to its neighbours (the first and last cells reach 0 and 1);

@@ -301,7 +301,8 @@ def test_importing_the_integration_imports_no_trl():
 @pytest.mark.slow
 def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
     """2 CPU steps of TRL's GRPOTrainer on the bundled model (converted once into the model cache),
-    4 real GSM8K problems, 2 per step, 4 completions each, an exact-match reward."""
+    4 real GSM8K problems, 2 per step, 2 completions each, an exact-match reward."""
+    g = 2
     tf.require_trl()
     from trl import GRPOTrainer
 
@@ -314,9 +315,8 @@ def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
 
     exact_match = tf.exact_match(log)
     recorder = rec.record_rewards(exact_match, data_dir=store, source="trl:test-run", dataset="gsm8k")
-    trainer = GRPOTrainer(
-        model=tf.bundled_model_folder(), reward_funcs=recorder, args=tf.grpo_args(tmp_path, G, 8), train_dataset=train
-    )
+    args = tf.grpo_args(tmp_path, g, 2 * g)
+    trainer = GRPOTrainer(model=tf.bundled_model_folder(), reward_funcs=recorder, args=args, train_dataset=train)
     with tf.one_torch_thread():
         trainer.train()
     recorder.flush()
@@ -326,7 +326,7 @@ def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
     assert record.recorded_steps(store, "trl:test-run") == steps
     assert len(store.files("observations", {"source": "trl:test-run"})) == len(steps)
     got, rows = _table(store, "trl:test-run")
-    assert got == {key: (G, sum(r == 1.0 for r in rs)) for key, rs in seen.items()}
+    assert got == {key: (g, sum(r == 1.0 for r in rs)) for key, rs in seen.items()}
     assert {r["prompt_id"] for r in rows} <= {p["prompt_id"] for p in problems}
     recorder.flush()
     recorder.close()

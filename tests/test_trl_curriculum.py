@@ -264,11 +264,11 @@ def test_importing_the_curriculum_imports_no_trl():
 
 @pytest.mark.slow
 def test_real_grpo_trainer_trains_the_policys_choices(shared, store, tmp_path):
-    """2 CPU steps of TRL's GRPOTrainer on the bundled model, 6 GSM8K problems, k = 2 per step, G = 4,
+    """2 CPU steps of TRL's GRPOTrainer on the bundled model, 6 GSM8K problems, k = 2 per step, G = 3,
     the first prompt capped at 2 rollouts: each step trains exactly the policy's choice, the policy
     learns each step's counts, and the observations table holds the same steps and counts."""
     tf.require_trl()
-    G = 4
+    G = 3
     problems, train = tf.gsm8k_train(shared, limit=6, store=store)
     ids = [p["prompt_id"] for p in problems]
     seen = defaultdict(list)  # step -> the prompt ids of the bare function's call, in order
@@ -311,7 +311,7 @@ def test_real_grpo_trainer_trains_the_policys_choices(shared, store, tmp_path):
 
 @pytest.mark.slow
 def test_real_grpo_trainer_trains_a_prompt_with_two_groups_as_two_groups(shared, store, tmp_path):
-    """2 CPU steps of TRL's GRPOTrainer on the bundled model, 6 GSM8K problems, 3 groups of G = 4 a step,
+    """2 CPU steps of TRL's GRPOTrainer on the bundled model, 6 GSM8K problems, 3 groups of G = 3 a step,
     and the signal policy with multiplicity (``max_groups=2``) on a profile where one prompt is clearly
     the best: it gets two groups, and TRL forms two groups of it, each normalised on its own (a silent
     group beside a mixed one keeps advantage 0, which one group of 8 would not); no reward is NaN,
@@ -322,7 +322,7 @@ def test_real_grpo_trainer_trains_a_prompt_with_two_groups_as_two_groups(shared,
     from pipeline.curriculum import make_policy
 
     tf.require_trl()
-    G, k = 4, 3
+    G, k = 3, 3
     problems, train = tf.gsm8k_train(shared, limit=6, store=store)
     ids = [p["prompt_id"] for p in problems]
     calls = defaultdict(list)  # step -> [(prompt ids, rewards)] of the reward function's calls
