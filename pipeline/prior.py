@@ -383,6 +383,40 @@ def _moment_beta(mean: float, var: float) -> tuple[float, float]:
 # --- the zero-one-inflated Beta -------------------------------------------------------------------
 
 
+def inflated_nll(theta: np.ndarray, n_u: np.ndarray, c_u: np.ndarray, mult: np.ndarray, lo: float, hi: float):
+    """The zero-one-inflated Beta's negative log-likelihood of the distinct pairs ``(n_u, c_u)``
+    (``mult`` prompts each) and its gradient in ``theta = (t0, t1, log a, log b)``: the weights
+    ``(w0, w1, 1 - w0 - w1)`` are the softmax of ``(t0, t1, 0)``, and ``log a``, ``log b`` are
+    clipped to ``[lo, hi]``, the fit's bounds (the gradient is the one inside them). Analytic: a
+    finite-difference one took five evaluations a step (``bench/prior_fit.py``)."""
+    from scipy.special import betaln, digamma
+
+    nf, cf = n_u.astype(float), c_u.astype(float)
+    zero, full = np.where(c_u == 0, 0.0, -np.inf), np.where(c_u == n_u, 0.0, -np.inf)
+    top = max(theta[0], theta[1], 0.0)  # the weights are a softmax of (theta0, theta1, 0)
+    norm = top + math.log(math.exp(theta[0] - top) + math.exp(theta[1] - top) + math.exp(-top))
+    logw, log_mid = theta[:2] - norm, -norm
+    a, b = np.exp(np.clip(theta[2:], lo, hi))
+    parts = np.stack([logw[0] + zero, logw[1] + full, log_mid + betaln(a + cf, b + nf - cf) - betaln(a, b)])
+    peak = parts.max(axis=0)
+    share = np.exp(parts - peak)
+    total = share.sum(axis=0)
+    share /= total  # each pair's responsibilities: atom 0, atom 1, the Beta part
+    ll = float(mult @ (peak + np.log(total)))
+    w = np.exp(logw)
+    dab = digamma(a + b) - digamma(a + b + nf)
+    mid = mult * share[2]
+    grad = np.array(
+        [
+            float(mult @ share[0]) - w[0] * mult.sum(),
+            float(mult @ share[1]) - w[1] * mult.sum(),
+            a * float(mid @ (digamma(a + cf) - digamma(a) + dab)),
+            b * float(mid @ (digamma(b + nf - cf) - digamma(b) + dab)),
+        ]
+    )
+    return -ll, -grad
+
+
 def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, ceil: float = PRIOR_CEIL) -> Prior:
     """The zero-one-inflated Beta prior, ``w0 at p = 0 + w1 at p = 1 + (1 - w0 - w1) Beta(a, b)``,
     fitted by maximum likelihood and put on the grid of ``grid_points(size)``.
@@ -397,39 +431,11 @@ def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, 
     ``a``, ``b`` are the Beta part's.
     """
     from scipy.optimize import minimize
-    from scipy.special import betaln, digamma, logsumexp
+    from scipy.special import logsumexp
 
     n_u, c_u, mult = _counted_pairs(n, c)
     nf, cf = n_u.astype(float), c_u.astype(float)
-    zero, full = np.where(c_u == 0, 0.0, -np.inf), np.where(c_u == n_u, 0.0, -np.inf)
     lo, hi = math.log(floor), math.log(ceil)
-
-    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """The negative log-likelihood and its gradient (analytic: a finite-difference one took five
-        evaluations a step, most of a simulated adaptive run's time)."""
-        top = max(theta[0], theta[1], 0.0)  # the weights are a softmax of (theta0, theta1, 0)
-        norm = top + math.log(math.exp(theta[0] - top) + math.exp(theta[1] - top) + math.exp(-top))
-        logw, log_mid = theta[:2] - norm, -norm
-        a, b = np.exp(np.clip(theta[2:], lo, hi))
-        parts = np.stack([logw[0] + zero, logw[1] + full, log_mid + betaln(a + cf, b + nf - cf) - betaln(a, b)])
-        peak = parts.max(axis=0)
-        share = np.exp(parts - peak)
-        total = share.sum(axis=0)
-        share /= total  # each pair's responsibilities: atom 0, atom 1, the Beta part
-        ll = float(mult @ (peak + np.log(total)))
-        w = np.exp(logw)
-        dab = digamma(a + b) - digamma(a + b + nf)
-        mid = mult * share[2]
-        inside = (theta[2:] > lo) & (theta[2:] < hi)  # the clip's derivative
-        grad = np.array(
-            [
-                float(mult @ share[0]) - w[0] * mult.sum(),
-                float(mult @ share[1]) - w[1] * mult.sum(),
-                a * float(mid @ (digamma(a + cf) - digamma(a) + dab)) * inside[0],
-                b * float(mid @ (digamma(b + nf - cf) - digamma(b) + dab)) * inside[1],
-            ]
-        )
-        return -ll, -grad
 
     inner = (c_u > 0) & (c_u < n_u)
     share0 = float(mult[c_u == 0].sum() / mult.sum())
@@ -440,7 +446,8 @@ def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, 
     for w0, w1 in ((0.5 * share0, 0.5 * share1), (1e-3, 1e-3)):
         rest = max(1.0 - w0 - w1, 1e-3)
         start = np.log([max(w0, 1e-6) / rest, max(w1, 1e-6) / rest, 2 * m, 2 * (1 - m)])
-        res = minimize(nll, start, jac=True, method="L-BFGS-B", bounds=[(-30, 30), (-30, 30), (lo, hi), (lo, hi)])
+        bounds = [(-30, 30), (-30, 30), (lo, hi), (lo, hi)]
+        res = minimize(inflated_nll, start, args=(n_u, c_u, mult, lo, hi), jac=True, method="L-BFGS-B", bounds=bounds)
         if best is None or res.fun < best.fun:
             best = res
     theta = best.x
