@@ -30,21 +30,14 @@ from pipeline import prior as priors  # noqa: E402
 
 
 def fit(n_u, c_u, mult, analytic: bool) -> float:
-    """The best negative log-likelihood of ``fit_inflated_prior``'s two starts."""
+    """The best negative log-likelihood from ``fit_inflated_prior``'s starts and bounds."""
     from scipy.optimize import minimize
 
     lo, hi = math.log(priors.PRIOR_FLOOR), math.log(priors.PRIOR_CEIL)
-    nf, cf = n_u.astype(float), c_u.astype(float)
-    inner = (c_u > 0) & (c_u < n_u)
-    share0 = float(mult[c_u == 0].sum() / mult.sum())
-    share1 = float(mult[c_u == n_u].sum() / mult.sum())
-    m = float(np.sum(mult[inner] * cf[inner] / nf[inner]) / max(mult[inner].sum(), 1.0)) if inner.any() else 0.5
     args = (n_u, c_u, mult, lo, hi)
+    bounds = priors.inflated_bounds(lo, hi)
     best = math.inf
-    for w0, w1 in ((0.5 * share0, 0.5 * share1), (1e-3, 1e-3)):
-        rest = max(1.0 - w0 - w1, 1e-3)
-        start = np.log([max(w0, 1e-6) / rest, max(w1, 1e-6) / rest, 2 * m, 2 * (1 - m)])
-        bounds = [(-30, 30), (-30, 30), (lo, hi), (lo, hi)]
+    for start in priors.inflated_starts(n_u, c_u, mult):
         if analytic:
             res = minimize(priors.inflated_nll, start, args=args, jac=True, method="L-BFGS-B", bounds=bounds)
         else:

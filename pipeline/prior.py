@@ -417,6 +417,26 @@ def inflated_nll(theta: np.ndarray, n_u: np.ndarray, c_u: np.ndarray, mult: np.n
     return -ll, -grad
 
 
+def inflated_starts(n_u: np.ndarray, c_u: np.ndarray, mult: np.ndarray) -> list[np.ndarray]:
+    """The fit's two starts in ``theta``: the atoms explaining half the prompts at 0 and at n, or
+    almost none (a Beta alone); the Beta part at concentration 4 around the mean of the other pairs."""
+    nf, cf = n_u.astype(float), c_u.astype(float)
+    inner = (c_u > 0) & (c_u < n_u)
+    share0 = float(mult[c_u == 0].sum() / mult.sum())
+    share1 = float(mult[c_u == n_u].sum() / mult.sum())
+    m = float(np.sum(mult[inner] * cf[inner] / nf[inner]) / max(mult[inner].sum(), 1.0)) if inner.any() else 0.5
+    starts = []
+    for w0, w1 in ((0.5 * share0, 0.5 * share1), (1e-3, 1e-3)):
+        rest = max(1.0 - w0 - w1, 1e-3)
+        starts.append(np.log([max(w0, 1e-6) / rest, max(w1, 1e-6) / rest, 2 * m, 2 * (1 - m)]))
+    return starts
+
+
+def inflated_bounds(lo: float, hi: float) -> list[tuple[float, float]]:
+    """L-BFGS-B's bounds on ``theta``: the atoms' logits within +-30, log a and log b in ``[lo, hi]``."""
+    return [(-30, 30), (-30, 30), (lo, hi), (lo, hi)]
+
+
 def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, ceil: float = PRIOR_CEIL) -> Prior:
     """The zero-one-inflated Beta prior, ``w0 at p = 0 + w1 at p = 1 + (1 - w0 - w1) Beta(a, b)``,
     fitted by maximum likelihood and put on the grid of ``grid_points(size)``.
@@ -434,20 +454,10 @@ def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, 
     from scipy.special import logsumexp
 
     n_u, c_u, mult = _counted_pairs(n, c)
-    nf, cf = n_u.astype(float), c_u.astype(float)
     lo, hi = math.log(floor), math.log(ceil)
-
-    inner = (c_u > 0) & (c_u < n_u)
-    share0 = float(mult[c_u == 0].sum() / mult.sum())
-    share1 = float(mult[c_u == n_u].sum() / mult.sum())
-    m = float(np.sum(mult[inner] * cf[inner] / nf[inner]) / max(mult[inner].sum(), 1.0)) if inner.any() else 0.5
-    best = None
-    # Two starts: the atoms explaining half the prompts at 0 and n, or almost none (a Beta alone).
-    for w0, w1 in ((0.5 * share0, 0.5 * share1), (1e-3, 1e-3)):
-        rest = max(1.0 - w0 - w1, 1e-3)
-        start = np.log([max(w0, 1e-6) / rest, max(w1, 1e-6) / rest, 2 * m, 2 * (1 - m)])
-        bounds = [(-30, 30), (-30, 30), (lo, hi), (lo, hi)]
-        res = minimize(inflated_nll, start, args=(n_u, c_u, mult, lo, hi), jac=True, method="L-BFGS-B", bounds=bounds)
+    args, bounds, best = (n_u, c_u, mult, lo, hi), inflated_bounds(lo, hi), None
+    for start in inflated_starts(n_u, c_u, mult):
+        res = minimize(inflated_nll, start, args=args, jac=True, method="L-BFGS-B", bounds=bounds)
         if best is None or res.fun < best.fun:
             best = res
     theta = best.x
