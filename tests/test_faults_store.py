@@ -385,3 +385,52 @@ def test_sql_write_over_a_live_shard_is_caught_on_the_next_open(store):
     assert out.exit_code == 0, out.output
     assert store.finished_shards("R") == {1, 2}
     assert _quarantined(store) == ["samples/run_id=R/shard-00000.parquet"]
+
+
+# --- an object replaced while the tables open ---------------------------------------------------
+
+
+def test_a_file_replaced_while_the_tables_open_is_listed_and_read_again(store, monkeypatch):
+    """On S3 another process may rewrite an object between its listing and its read (a run's record:
+    s3fs's FileExpired, "... no longer exists", seen once in six CI runs of the concurrent loads on
+    S3). Opening the tables lists and reads them again, up to ``OPEN_ATTEMPTS`` times; any other
+    error is raised at once."""
+    import duckdb
+
+    from pipeline.store import fs, query
+
+    _three_shards(store)
+    real = fs.duckdb_connection
+    failing = {"left": 0, "message": "", "calls": 0}
+
+    class Flaky:
+        """A connection whose next reads of Parquet fail as a replaced object does."""
+
+        def __init__(self, con):
+            self._con = con
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+        def read_parquet(self, *args, **kwargs):
+            failing["calls"] += 1
+            if failing["left"]:
+                failing["left"] -= 1
+                raise duckdb.IOException(failing["message"])
+            return self._con.read_parquet(*args, **kwargs)
+
+    monkeypatch.setattr(fs, "duckdb_connection", lambda s: Flaky(real(s)))
+    expired = "FileExpired: [Errno 16] The remote file corresponding to filename x/run.parquet no longer exists."
+    expected = store.query("select count(*) as n from samples").to_pylist()
+    assert expected == [{"n": 72}]
+    failing.update(left=query.OPEN_ATTEMPTS - 1, message=expired, calls=0)
+    assert store.query("select count(*) as n from samples").to_pylist() == expected
+    assert failing["left"] == 0 and failing["calls"] == query.OPEN_ATTEMPTS
+    failing.update(left=query.OPEN_ATTEMPTS, calls=0)
+    with pytest.raises(StoreError, match="no longer exists"):
+        store.query("select count(*) as n from samples")
+    assert failing["calls"] == query.OPEN_ATTEMPTS
+    failing.update(left=1, message="IO Error: the disk is on fire", calls=0)
+    with pytest.raises(StoreError, match="the disk is on fire"):
+        store.query("select count(*) as n from samples")
+    assert failing["calls"] == 1

@@ -66,8 +66,25 @@ def views_named(sql: str) -> set[str] | None:
     return named
 
 
+# An object replaced between the listing and the read of it (on S3, a run's record that another
+# process rewrote: s3fs's FileExpired, "... no longer exists") is read again from a fresh listing.
+CHANGED_UNDER_READ = ("FileExpired", "no longer exists")
+OPEN_ATTEMPTS = 3
+
+
 def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
     """See ``Store.connect``."""
+    for _ in range(OPEN_ATTEMPTS - 1):
+        try:
+            return _connect(s, confined=confined, views=views)
+        except StoreError as exc:
+            if not any(w in str(exc) for w in CHANGED_UNDER_READ):
+                raise
+            log.info("a file changed while the tables were opened; listing them again: %s", exc)
+    return _connect(s, confined=confined, views=views)
+
+
+def _connect(s: Facade, *, confined: bool, views: set[str] | None) -> duckdb.DuckDBPyConnection:
     con = fs.duckdb_connection(s)
     try:
         wanted = [table for table in schema.TABLES if views is None or table in views]
