@@ -7,11 +7,16 @@ For each truth of ``bench/truths.py``:
    at prices from 0.016 down to 0.00006, and every prompt stopped at n_min): expected rollouts and
    misclassification per price, and the fixed-n curve ``M(n)`` (expected misclassification of a
    fixed n under the truth, each prompt in its most probable band).
-2. **The pipeline**: per seed, fresh rates and samples, the rounds of the adaptive run in process
+2. **The pipeline**: per truth, ``--datasets`` datasets (2), each's rates drawn once, and per seed
+   fresh samples of them (``--fresh-rates``: fresh rates every seed too, against the truth's own
+   frontier, the design before), the rounds of the adaptive run in process
    (``adaptive.simulate``: the prior fit and round rule of ``run.plan_next_round``), its rollouts per
    prompt, rounds, and misclassification (the expected one given each prompt's final counts under
    the truth, which averages out the coin flips of which prompts near an edge land on which side;
    the realised one against the drawn rates beside it).
+   Each run is compared with the frontier and the fixed-n curve of its dataset's own rates (held on the
+   grid, as ``real``'s are): a paired comparison, since the draw that puts more prompts near an edge
+   moves a run and its frontier together; and the spread is what a user sees rerunning one dataset.
 3. **The comparison**, per seed, then mean and spread over the seeds:
    - *share at equal misclassification*: the pipeline's saving ``1 - cost / n*`` (``n*`` the fixed n
      with its misclassification, log-n interpolation) over the frontier's saving at that
@@ -19,21 +24,24 @@ For each truth of ``bench/truths.py``:
    - *misclassification at equal cost*: the pipeline's, the frontier's and the fixed n's at the
      pipeline's cost, and the share of the fixed n's excess the pipeline removes,
      ``(M(cost) - mis) / (M(cost) - M_f(cost))`` (this one does not swing where ``M`` is flat).
-   The cost spread is ``(max - min) / mean`` of the rollouts per prompt over the seeds; the loss
+   The cost spread is ``(max - min) / mean`` of the rollouts per prompt over one dataset's seeds (the
+   widest of the datasets'); the loss
    spread the same of what the priced rule minimises, rollouts plus misclassification over the
    price (``loss``): where a stop sits near the rule's indifference, a seed's prior moves the
    rollouts and the misclassification in opposite directions, and the loss less.
 
-    python bench/frontier_gap.py                          # every truth, 5 seeds x 4,000 prompts
+    python bench/frontier_gap.py                          # every truth, 2 datasets x 5 seeds x 4,000 prompts
+    python bench/frontier_gap.py --fresh-rates            # fresh rates every seed, against the truth's frontier
     python bench/frontier_gap.py --truths hard,edge-hard --seeds 6 --prompts 8000
     python bench/frontier_gap.py --round-rule double --target band:cost=0.001   # another rule
     python bench/frontier_gap.py --truth-as-prior        # every round under the truth: what the fit costs
 
 4. **The verdict** against the bars of a share of at least ``SHARE_BAR`` and rollouts at most
    ``SPREAD_BAR`` apart, per truth; beside each share, the same seeds' share with every round decided
-   under the truth (``--truth-as-prior``'s runs), so a share that misses says whether the fitted prior
-   lost it or the run under the truth misses too (where the frontier saves little, the share is a
-   ratio of small numbers and a few seeds cannot resolve it). ``--no-verdict`` skips those runs.
+   under the truth, or the dataset's own rates (``--truth-as-prior``'s runs), so a share that misses
+   says whether the fitted prior lost it or the run under the truth misses too (where the frontier
+   saves little, the share is a ratio of small numbers and a few seeds cannot resolve it).
+   ``--no-verdict`` skips those runs.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ N_MIN, N_MAX = 4, 64
 N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less than a fixed n = 64
 PRICES = adaptive.FRONTIER_PRICES
 SHARE_BAR, SPREAD_BAR = 0.85, 0.10  # issue 32's bars: share of the frontier's saving, rollouts' spread
+DATASET_SEED = 7_000  # a dataset's rates come from their own stream, apart from every seed's samples
 
 
 def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[list, np.ndarray, np.ndarray]:
@@ -88,10 +97,18 @@ def frontier_mis_at(fc: np.ndarray, fe: np.ndarray, cost: float) -> float:
 
 
 def one_seed(
-    truth: truths.Truth, N: int, seed: int, acfg: adaptive.AdaptiveConfig, truth_prior, held: bool = False
+    truth: truths.Truth,
+    N: int,
+    seed: int,
+    acfg: adaptive.AdaptiveConfig,
+    truth_prior,
+    held: bool = False,
+    rates: np.ndarray | None = None,
 ) -> dict:
+    """One run: fresh rates drawn from ``truth`` and their samples, or, given ``rates`` (one dataset),
+    only fresh samples."""
     rng = np.random.default_rng(seed)
-    p = truth.draw(N, rng)
+    p = truth.draw(N, rng) if rates is None else rates
     outcomes = rng.random((N, acfg.n_max)) < p[:, None]
     rounds = [0]
 
@@ -146,18 +163,56 @@ def _ms(v) -> str:
     return f"{np.nanmean(v):.2f} +- {np.nanstd(v, ddof=1):.2f}" if len(v) > 1 else f"{v[0]:.2f}"
 
 
-def run_seeds(name: str, truth, prompts: int, seeds: int, acfg, tp, held: bool, curve, fc, fe) -> dict[str, np.ndarray]:
-    """Seeds 1 to ``seeds`` of one truth, each compared with the frontier, column by column."""
+def run_seeds(
+    name: str, truth, prompts: int, seeds: int, acfg, tp, held: bool, curve, fc, fe, rates=None
+) -> dict[str, np.ndarray]:
+    """Seeds 1 to ``seeds`` of one truth (of one dataset of it, given its ``rates``), each compared with
+    the frontier, column by column."""
     runs = [
-        compare(one_seed(truth, prompts, 1000 * s + sum(map(ord, name)), acfg, tp, held), curve, fc, fe)
+        compare(one_seed(truth, prompts, 1000 * s + sum(map(ord, name)), acfg, tp, held, rates), curve, fc, fe)
         for s in range(1, seeds + 1)
     ]
     return {k: np.array([r[k] for r in runs], float) for k in runs[0] if k != "prior"}
 
 
-def verdict(name: str, col: dict, held: dict) -> str:
-    """One truth's line against the bars."""
-    share, spread = float(np.nanmean(col["share"])), _spread(col["cost"])
+def dataset(truth: truths.Truth, prompts: int, index: int) -> tuple[np.ndarray, truths.Truth]:
+    """Dataset ``index`` of a truth: its rates, drawn once, and those rates as a truth of their own
+    (held on the grid, as ``real``'s are), whose frontier is this dataset's."""
+    rates = truth.draw(prompts, np.random.default_rng(DATASET_SEED + index))
+    return rates, truths.Truth(truth.name, f"dataset {index} of {truth.text}", rates=tuple(rates.tolist()))
+
+
+def measure(name: str, truth, prompts: int, seeds: int, datasets: int, acfg, held: bool):
+    """The seeds' columns (every dataset's, end to end), the rollouts' and the loss's spread, and the
+    held runs' columns for the verdict (None unless ``held`` is "verdict").
+
+    ``datasets`` 0: fresh rates every seed, each run against the truth's frontier. Otherwise each
+    dataset's rates are drawn once and its seeds draw only the samples (what a user sees rerunning one
+    dataset), each run against the frontier of that dataset's own rates (a paired comparison: which
+    prompts a draw put near an edge moves the run and its frontier together); the spreads are the widest
+    of any dataset's."""
+    verdict_runs = held == "verdict"
+    parts, spreads = [], []
+    for rates, tp_truth in (
+        [(None, truth)] if datasets == 0 else [dataset(truth, prompts, d) for d in range(1, datasets + 1)]
+    ):
+        tp = tp_truth.as_prior()
+        curve, fc, fe = frontier(tp, acfg.target)
+        args = (name, truth, prompts, seeds, acfg, tp)
+        col = run_seeds(*args, held is True, curve, fc, fe, rates)
+        ref = run_seeds(*args, True, curve, fc, fe, rates) if verdict_runs else None
+        loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
+        parts.append((col, ref))
+        spreads.append((_spread(col["cost"]), _spread(loss)))
+    cols = {k: np.concatenate([c[k] for c, _ in parts]) for k in parts[0][0]}
+    refs = {k: np.concatenate([r[k] for _, r in parts]) for k in parts[0][1]} if verdict_runs else None
+    return cols, max(s for s, _ in spreads), max(s for _, s in spreads), refs
+
+
+def verdict(name: str, col: dict, held: dict, spread: float | None = None) -> str:
+    """One truth's line against the bars (``spread``: the rollouts', by default ``col``'s)."""
+    share = float(np.nanmean(col["share"]))
+    spread = _spread(col["cost"]) if spread is None else spread
     ref = float(np.nanmean(held["share"]))
     said = f"{name:12s} share {_ms(col['share'])} (truth held {_ms(held['share'])}): "
     if share >= SHARE_BAR:
@@ -182,14 +237,31 @@ def main() -> None:
         action="store_true",
         help="decide every round under the truth itself, not the refitted prior: what fitting the prior costs",
     )
+    ap.add_argument(
+        "--datasets",
+        type=int,
+        default=2,
+        help="datasets per truth, each drawn once and sampled by every seed (spreads: the widest of any dataset's)",
+    )
+    ap.add_argument(
+        "--fresh-rates",
+        action="store_true",
+        help="draw fresh rates every seed and compare with the truth's own frontier (the design before --datasets)",
+    )
     ap.add_argument("--no-verdict", action="store_true", help="skip the verdict and its runs under the truth")
     args = ap.parse_args()
     acfg = adaptive.AdaptiveConfig.from_specs(args.target, N_MIN, N_MAX, args.round_rule, prior=args.prior)
     start = time.perf_counter()
+    design = (
+        f"{args.seeds} seeds x {args.prompts:,} prompts, fresh rates every seed, against the truth's frontier"
+        if args.fresh_rates
+        else f"{args.datasets} datasets x {args.prompts:,} prompts per truth, {args.seeds} seeds of samples each, "
+        "against each dataset's own frontier; spreads within a dataset, the widest"
+    )
     print(
-        f"{args.seeds} seeds x {args.prompts:,} prompts; adaptive {acfg.target.spec}, {acfg.rule.spec}, "
-        f"prior {'the truth, held' if args.truth_as_prior else acfg.prior}; misclassification expected under the "
-        "truth given the final counts"
+        f"{design}; adaptive {acfg.target.spec}, {acfg.rule.spec}, "
+        f"prior {'the truth, held' if args.truth_as_prior else acfg.prior}; misclassification expected under "
+        f"{'the truth' if args.fresh_rates else 'the dataset'} given the final counts"
     )
     head = (
         f"{'truth':12s} {'rollouts':>14s} {'spread':>7s} {'rounds':>6s} {'misclass %':>13s} {'realised %':>11s} "
@@ -203,20 +275,18 @@ def main() -> None:
         if truth is None:
             print(f"{name:12s} skipped: no stored profile at {truths.REAL_PROFILE.relative_to(ROOT)}")
             continue
-        tp = truth.as_prior()
-        curve, fc, fe = frontier(tp, acfg.target)
-        size = (args.prompts, args.seeds)
-        col = run_seeds(name, truth, *size, acfg, tp, args.truth_as_prior, curve, fc, fe)
-        spread = _spread(col["cost"])
+        held = args.truth_as_prior or ("verdict" if not args.no_verdict else False)
+        datasets = 0 if args.fresh_rates else args.datasets
+        col, spread, loss_spread, ref = measure(name, truth, args.prompts, args.seeds, datasets, acfg, held)
         loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
-        if not (args.truth_as_prior or args.no_verdict):
-            verdicts.append(verdict(name, col, run_seeds(name, truth, *size, acfg, tp, True, curve, fc, fe)))
+        if ref is not None:
+            verdicts.append(verdict(name, col, ref, spread))
         print(
             f"{name:12s} {_ms(col['cost']):>14s} {spread:7.1%} {int(col['rounds'].max()):6d} "
             f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "
             f"{np.nanmean(100 * col['frontier_saving']):11.1f} {_ms(col['share']):>13s} "
             f"{np.mean(100 * col['fixed_mis']):12.2f} / {np.mean(100 * col['frontier_mis']):5.2f} "
-            f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {_spread(loss):7.1%}",
+            f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {loss_spread:7.1%}",
             flush=True,
         )
     if verdicts:

@@ -316,3 +316,28 @@ def test_the_frontier_gap_verdict_says_which_bar_a_truth_misses_and_why(monkeypa
         assert len(c["cost"]) == 2 and np.all((c["cost"] >= 4) & (c["cost"] <= 64))
         assert np.all(np.isfinite(c["share"])) and np.all(c["share"] > 0.5)
     assert not np.array_equal(fitted["cost"], held["cost"])  # the held runs decide under another prior
+
+
+def test_the_frontier_gap_reruns_one_dataset_and_compares_it_with_its_own_frontier(monkeypatch):
+    """``bench/frontier_gap.py``'s default design (issue 32: "the same data ... across seeds"): a dataset's
+    rates are drawn once and only the samples change from seed to seed; each run is compared with the
+    frontier of its dataset's own rates, and the spread is the widest within one dataset, not across
+    datasets. Real runs of the bench: two datasets of 400 prompts, two seeds each."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    gap = importlib.import_module("frontier_gap")
+    truth, acfg = gap.truths.get("mixture"), adaptive.AdaptiveConfig()
+    one, again, two = gap.dataset(truth, 400, 1)[0], gap.dataset(truth, 400, 1)[0], gap.dataset(truth, 400, 2)[0]
+    assert np.array_equal(one, again) and not np.array_equal(one, two)
+    own = gap.dataset(truth, 400, 1)[1].as_prior()
+    assert own.weights != truth.as_prior().weights  # a dataset's frontier is its own rates'
+    assert np.isclose(sum(own.weights), 1.0) and np.isclose(own.weights[0], (one == 0).mean())
+
+    col, spread, loss_spread, ref = gap.measure("mixture", truth, 400, 2, 2, acfg, "verdict")
+    assert len(col["cost"]) == 4 and len(ref["cost"]) == 4
+    assert spread == max(gap._spread(col["cost"][:2]), gap._spread(col["cost"][2:]))
+    loss = col["cost"] + col["mis"] / acfg.target.cost
+    assert loss_spread == max(gap._spread(loss[:2]), gap._spread(loss[2:]))
+    assert np.all(np.isfinite(col["share"])) and np.all(col["share"] > 0.5)
+    assert not np.array_equal(col["cost"], ref["cost"])  # the verdict's runs decide under the dataset's rates
+    fresh = gap.measure("mixture", truth, 400, 2, 0, acfg, False)
+    assert fresh[3] is None and len(fresh[0]["cost"]) == 2 and fresh[1] == gap._spread(fresh[0]["cost"])
