@@ -182,16 +182,20 @@ def dataset(truth: truths.Truth, prompts: int, index: int) -> tuple[np.ndarray, 
     return rates, truths.Truth(truth.name, f"dataset {index} of {truth.text}", rates=tuple(rates.tolist()))
 
 
-def measure(name: str, truth, prompts: int, seeds: int, datasets: int, acfg, held: bool):
-    """The seeds' columns (every dataset's, end to end), the rollouts' and the loss's spread, and the
-    held runs' columns for the verdict (None unless ``held`` is "verdict").
+def loss_of(col: dict, target: adaptive.Target) -> np.ndarray:
+    """What the priced rule minimises, per run: rollouts plus misclassification over the price."""
+    return col["cost"] + col["mis"] / target.cost if target.cost > 0 else col["cost"]
+
+
+def measure(name: str, truth, prompts: int, seeds: int, datasets: int, acfg, held: bool, verdict_runs: bool):
+    """The seeds' columns (every dataset's, end to end), the rollouts' and the loss's spread, and, with
+    ``verdict_runs``, the same seeds' columns under the truth held (None without).
 
     ``datasets`` 0: fresh rates every seed, each run against the truth's frontier. Otherwise each
     dataset's rates are drawn once and its seeds draw only the samples (what a user sees rerunning one
     dataset), each run against the frontier of that dataset's own rates (a paired comparison: which
     prompts a draw put near an edge moves the run and its frontier together); the spreads are the widest
     of any dataset's."""
-    verdict_runs = held == "verdict"
     parts, spreads = [], []
     for rates, tp_truth in (
         [(None, truth)] if datasets == 0 else [dataset(truth, prompts, d) for d in range(1, datasets + 1)]
@@ -199,11 +203,10 @@ def measure(name: str, truth, prompts: int, seeds: int, datasets: int, acfg, hel
         tp = tp_truth.as_prior()
         curve, fc, fe = frontier(tp, acfg.target)
         args = (name, truth, prompts, seeds, acfg, tp)
-        col = run_seeds(*args, held is True, curve, fc, fe, rates)
+        col = run_seeds(*args, held, curve, fc, fe, rates)
         ref = run_seeds(*args, True, curve, fc, fe, rates) if verdict_runs else None
-        loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
         parts.append((col, ref))
-        spreads.append((_spread(col["cost"]), _spread(loss)))
+        spreads.append((_spread(col["cost"]), _spread(loss_of(col, acfg.target))))
     cols = {k: np.concatenate([c[k] for c, _ in parts]) for k in parts[0][0]}
     refs = {k: np.concatenate([r[k] for _, r in parts]) for k in parts[0][1]} if verdict_runs else None
     return cols, max(s for s, _ in spreads), max(s for _, s in spreads), refs
@@ -275,10 +278,12 @@ def main() -> None:
         if truth is None:
             print(f"{name:12s} skipped: no stored profile at {truths.REAL_PROFILE.relative_to(ROOT)}")
             continue
-        held = args.truth_as_prior or ("verdict" if not args.no_verdict else False)
         datasets = 0 if args.fresh_rates else args.datasets
-        col, spread, loss_spread, ref = measure(name, truth, args.prompts, args.seeds, datasets, acfg, held)
-        loss = col["cost"] + col["mis"] / acfg.target.cost if acfg.target.cost > 0 else col["cost"]
+        verdict_runs = not (args.truth_as_prior or args.no_verdict)
+        col, spread, loss_spread, ref = measure(
+            name, truth, args.prompts, args.seeds, datasets, acfg, args.truth_as_prior, verdict_runs
+        )
+        loss = loss_of(col, acfg.target)
         if ref is not None:
             verdicts.append(verdict(name, col, ref, spread))
         print(
