@@ -129,7 +129,7 @@ def test_a_dear_round_jumps_to_where_every_outcome_stops():
 def test_the_default_round_rule_follows_the_target():
     """``plan`` for the priced band target; ``double`` for cost=0 and width (their run ids keep the rule
     they always had); an explicit rule is kept; bad plan settings are config errors naming the value."""
-    assert adaptive.AdaptiveConfig().rule.spec == "plan:cost=2,rounds=8"
+    assert adaptive.AdaptiveConfig().rule.spec == "plan:cost=0,rounds=8"
     assert adaptive.AdaptiveConfig.from_specs("band:cost=0").rule.spec == "double:k=1"
     assert adaptive.AdaptiveConfig.from_specs("width").rule.spec == "double:k=1"
     assert adaptive.AdaptiveConfig.from_specs("band", rule="greedy").rule.spec == "greedy:k=1,budget=8"
@@ -182,6 +182,34 @@ def test_a_default_run_spends_near_the_frontier_in_few_rounds():
         if err <= mis:
             best = min(best, cost)
     assert float(n.mean()) <= 1.25 * best, (float(n.mean()), best, mis)
+
+
+def _zero_cell_path(prior: adaptive.Prior, acfg: adaptive.AdaptiveConfig) -> list[int]:
+    """Where the plan takes a prompt that never succeeds, round by round (its samples after each)."""
+    n, path = acfg.n_min, []
+    for left in range(acfg.rule.rounds - 1, 0, -1):
+        jump = int(adaptive.plan_grid(prior, acfg, None, left)[n, 0])
+        if jump == 0:
+            break
+        n += jump
+        path.append(n)
+    return path
+
+
+def test_a_free_round_looks_at_a_hard_datasets_zero_cell_twice():
+    """The default round is free (``plan:cost=0``, docs/adaptive.md §5): under a dataset 90% never
+    solved (10% Beta(2, 5)), the zero cell stops where a round priced at 2 stops it, at 10 samples, but
+    on the way it is looked at again (4, 8, 10), so that a fitted prior is refitted to its first jump's
+    samples before the rest: the priced round takes the whole way in one jump (4, 10)."""
+    pts = priors.grid_points()
+    w = priors._held_beta(2.0, 5.0, pts, w0=0.9)
+    hard = adaptive.Prior(0.5, 0.5, method="grid", points=tuple(pts), weights=tuple(w / w.sum()))
+    free = adaptive.AdaptiveConfig()
+    priced = adaptive.AdaptiveConfig.from_specs("band", rule="plan:cost=2,rounds=8")
+    assert free.rule.cost == 0
+    free_path, priced_path = _zero_cell_path(hard, free), _zero_cell_path(hard, priced)
+    assert free_path[-1] == priced_path[-1] == 10
+    assert len(free_path) >= 2 and len(priced_path) == 1, (free_path, priced_path)
 
 
 def _one_sample(prior, target, stop, acfg) -> tuple[float, float]:

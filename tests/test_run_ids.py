@@ -27,7 +27,15 @@ PINNED = [
     # The priced band target's default round rule became plan (docs/adaptive.md §5): a new id for its
     # default runs (4b49d686ea9a, grid 358d49be33b5, fit 77dc77b83e50); those made before keep theirs
     # with --round-rule double (72bdd61288fd, 4707e0d4562d, 97954b70f4bc).
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "4b49d686ea9a"),
+    # The plan's default round price became 0 (docs/adaptive.md §5): a new id for the priced band
+    # target's default runs (20398d60c9ed, grid c1c14bdebe34, fit 3589172b2bb0); those made with the
+    # price of 2 keep theirs with --round-rule plan:cost=2,rounds=8 (pinned below).
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "20398d60c9ed"),
+    (
+        {"backend": "simulate", "adaptive": "band", "round_rule": "plan:cost=2,rounds=8", "limit": 200},
+        "simulate",
+        "4b49d686ea9a",
+    ),
     ({"backend": "simulate", "adaptive": "band", "round_rule": "double", "limit": 200}, "simulate", "72bdd61288fd"),
     ({"backend": "simulate", "adaptive": "band:cost=0", "limit": 200}, "simulate", "039a81cdb788"),
     ({"backend": "simulate", "adaptive": "band", "round_rule": "greedy", "limit": 200}, "simulate", "7c0f75c7e5f7"),
@@ -36,8 +44,19 @@ PINNED = [
         "simulate",
         "c7ccdbb77e19",
     ),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "358d49be33b5"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "77dc77b83e50"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "c1c14bdebe34"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "3589172b2bb0"),
+    (
+        {
+            "backend": "simulate",
+            "adaptive": "band",
+            "round_rule": "plan:cost=2,rounds=8",
+            "adaptive_prior": "fit",
+            "limit": 200,
+        },
+        "simulate",
+        "77dc77b83e50",
+    ),
     (
         {"backend": "simulate", "adaptive": "band", "round_rule": "double", "adaptive_prior": "grid", "limit": 200},
         "simulate",

@@ -151,7 +151,7 @@ RoundRuleOption = Annotated[
         "--round-rule",
         help=(
             "Adaptive: auto (the default: plan for the priced band target, double for cost=0 and width), "
-            "plan[:cost=2,rounds=8] (each open prompt gets the jump of least expected loss, misclassification "
+            "plan[:cost=0,rounds=8] (each open prompt gets the jump of least expected loss, misclassification "
             "plus rollouts plus cost rollouts a round, planned over the rounds left: at most rounds rounds), "
             "double[:k=1] (each open prompt gets the jump, in multiples of k, that most "
             "raises its chance to stop per rollout among those at least doubling its samples; at most "
