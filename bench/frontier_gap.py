@@ -212,10 +212,9 @@ def measure(name: str, truth, prompts: int, seeds: int, datasets: int, acfg, hel
     return cols, max(s for s, _ in spreads), max(s for _, s in spreads), refs
 
 
-def verdict(name: str, col: dict, held: dict, spread: float | None = None) -> str:
-    """One truth's line against the bars (``spread``: the rollouts', by default ``col``'s)."""
+def verdict(name: str, col: dict, held: dict, spread: float) -> str:
+    """One truth's line against the bars (``spread``: the rollouts', ``measure``'s widest)."""
     share = float(np.nanmean(col["share"]))
-    spread = _spread(col["cost"]) if spread is None else spread
     ref = float(np.nanmean(held["share"]))
     said = f"{name:12s} share {_ms(col['share'])} (truth held {_ms(held['share'])}): "
     if share >= SHARE_BAR:

@@ -327,11 +327,14 @@ def test_the_frontier_gap_verdict_says_which_bar_a_truth_misses_and_why(monkeypa
     def col(shares, costs):
         return {"share": np.array(shares, float), "cost": np.array(costs, float)}
 
-    fine = gap.verdict("t", col([0.9, 0.95], [10.0, 10.5]), col([0.97, 0.99], [10.0, 10.1]))
+    def verdict(fitted, held):
+        return gap.verdict("t", fitted, held, gap._spread(fitted["cost"]))
+
+    fine = verdict(col([0.9, 0.95], [10.0, 10.5]), col([0.97, 0.99], [10.0, 10.1]))
     assert fine.endswith("meets; rollouts 4.9% apart: meets"), fine
-    fit = gap.verdict("t", col([0.6, 0.8], [10.0, 11.2]), col([0.9, 0.95], [10.0, 10.1]))
+    fit = verdict(col([0.6, 0.8], [10.0, 11.2]), col([0.9, 0.95], [10.0, 10.1]))
     assert "the fitted prior loses it" in fit and fit.endswith("11.3% apart: misses"), fit
-    scale = gap.verdict("t", col([0.6, 0.8], [10.0, 10.1]), col([0.8, 0.85], [10.0, 10.1]))
+    scale = verdict(col([0.6, 0.8], [10.0, 10.1]), col([0.8, 0.85], [10.0, 10.1]))
     assert "this scale cannot show the bar met" in scale, scale
 
     truth = gap.truths.get("uniform")
