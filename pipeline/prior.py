@@ -51,6 +51,7 @@ __all__ = [
     "grid_likelihood",
     "grid_posterior",
     "posterior_nodes",
+    "plausible_priors",
 ]
 
 # Neither parameter of a fitted Beta (the Beta prior's, the inflated prior's Beta part) goes below
@@ -59,6 +60,10 @@ __all__ = [
 PRIOR_FLOOR = 0.05
 # Nor above this: counts that look binomial (no spread beyond sampling noise) push a + b to infinity.
 PRIOR_CEIL = 1e4
+# plausible_priors: the inflated Beta's concentration is located to PROFILE_XTOL in log(a + b), and an
+# auto prior that gives the inflated Beta less than HEDGE_MIN_WEIGHT has no plausible others.
+PROFILE_XTOL = 1e-3
+HEDGE_MIN_WEIGHT = 0.01
 # The priors an adaptive run may decide with (state_prior). grid: the maximum-likelihood mixing
 # distribution on a grid, refitted to every round's counts; inflated: the zero-one-inflated Beta;
 # fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2); auto: the three fits mixed by their evidence
@@ -476,6 +481,94 @@ def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, 
         weights=tuple(weights.tolist()),
         iterations=int(best.nit),
     )
+
+
+def _profile_at(S: float, n_u, c_u, mult, start: np.ndarray, lo: float, hi: float) -> tuple[float, np.ndarray]:
+    """The inflated Beta's negative log-likelihood maximised with its Beta part's concentration held
+    at ``a + b = S``, over ``t = (t0, t1, logit of the part's mean)``: the minimum and where."""
+    from scipy.optimize import minimize
+
+    def nll(t: np.ndarray):
+        m = 1.0 / (1.0 + math.exp(-t[2]))
+        v, g = inflated_nll(np.array([t[0], t[1], math.log(m * S), math.log((1.0 - m) * S)]), n_u, c_u, mult, lo, hi)
+        return v, np.array([g[0], g[1], g[2] * (1.0 - m) - g[3] * m])  # d log a = (1 - m), d log b = -m
+
+    res = minimize(nll, start, jac=True, method="L-BFGS-B", bounds=[(-30, 30), (-30, 30), (-20, 20)])
+    return float(res.fun), res.x
+
+
+def _profile_end(side: int, S0: float, top: float, x0, n_u, c_u, mult, drop: float, lo: float, hi: float):
+    """Where the profile of ``S`` (``_profile_at``) falls ``drop`` below its maximum ``top`` (at
+    ``S0``), below ``S0`` (``side = -1``) or above it (``+1``): the concentration and the profile's
+    argument there. At the fit's bound when the profile stays within ``drop`` up to it."""
+    from scipy.optimize import brentq
+
+    far = lo if side < 0 else hi
+    gap_far, x_far = _profile_at(math.exp(far), n_u, c_u, mult, x0, lo, hi)
+    if gap_far - top <= drop:
+        return math.exp(far), x_far
+
+    def gap(log_s: float) -> float:
+        return _profile_at(math.exp(log_s), n_u, c_u, mult, x0, lo, hi)[0] - top - drop
+
+    log_s = brentq(gap, min(math.log(S0), far), max(math.log(S0), far), xtol=PROFILE_XTOL)
+    return math.exp(log_s), _profile_at(math.exp(log_s), n_u, c_u, mult, x0, lo, hi)[1]
+
+
+def plausible_priors(prior: Prior, n, c, drop: float) -> list[Prior]:
+    """The priors the counts cannot tell from ``prior`` along the one direction they identify worst:
+    the concentration ``a + b`` of the inflated Beta's middle (docs/adaptive.md §5, "Hedged").
+
+    The inflated Beta is refitted to ``(n, c)``; its profile log-likelihood in ``S = a + b`` (the
+    weights of the atoms and the part's mean maximised at each ``S``) falls ``drop`` below its
+    maximum at two concentrations, one each side. Each gives a prior: ``prior`` with its inflated
+    part (all of it for an ``inflated`` prior, its weight in an ``auto`` mixture) replaced by the
+    inflated Beta at that end. None for another family, or where the mixture gives the inflated Beta
+    less than ``HEDGE_MIN_WEIGHT``."""
+    if prior.method == "inflated":
+        share = 1.0
+    elif prior.method == "mixture" and prior.mixture is not None:
+        share = float(prior.mixture[1])
+    else:
+        return []
+    if share < HEDGE_MIN_WEIGHT:
+        return []
+    from scipy.special import logit
+
+    fit = fit_inflated_prior(n, c)
+    n_u, c_u, mult = _counted_pairs(n, c)
+    lo, hi = math.log(PRIOR_FLOOR), math.log(PRIOR_CEIL)
+    held = np.asarray(fit.weights)
+    w0, w1 = float(held[0]), float(held[-1])
+    mid = max(1.0 - w0 - w1, 1e-300)
+    S0 = fit.a + fit.b
+    x0 = np.array([math.log(max(w0, 1e-300) / mid), math.log(max(w1, 1e-300) / mid), float(logit(fit.a / S0))])
+    top, x0 = _profile_at(S0, n_u, c_u, mult, x0, lo, hi)
+    points = np.asarray(fit.points)
+    base = np.asarray(prior.weights)
+    out = []
+    for side in (-1, 1):
+        S, t = _profile_end(side, S0, top, x0, n_u, c_u, mult, drop, lo, hi)
+        e = np.exp(np.r_[t[:2], 0.0])
+        v0, v1, _ = e / e.sum()
+        m = 1.0 / (1.0 + math.exp(-t[2]))
+        end = _held_beta(m * S, (1.0 - m) * S, points, float(v0), float(v1))
+        weights = np.clip(base + share * (end - held), 0.0, None)
+        weights /= weights.sum()
+        mean = float(weights @ points)
+        a, b = _moment_beta(mean, float(weights @ points**2) - mean**2)
+        out.append(
+            Prior(
+                a,
+                b,
+                method=prior.method,
+                n_prompts=prior.n_prompts,
+                points=prior.points,
+                weights=tuple(weights.tolist()),
+                selection=f"{prior.method}, its inflated Beta part at a + b = {S:.4g} (fitted {S0:.4g})",
+            )
+        )
+    return out
 
 
 # --- the choice -----------------------------------------------------------------------------------

@@ -129,11 +129,12 @@ def test_a_dear_round_jumps_to_where_every_outcome_stops():
 def test_the_default_round_rule_follows_the_target():
     """``plan`` for the priced band target; ``double`` for cost=0 and width (their run ids keep the rule
     they always had); an explicit rule is kept; bad plan settings are config errors naming the value."""
-    assert adaptive.AdaptiveConfig().rule.spec == "plan:cost=0,rounds=8"
+    assert adaptive.AdaptiveConfig().rule.spec == "plan:cost=0,rounds=8,hedge=1.92"
     assert adaptive.AdaptiveConfig.from_specs("band:cost=0").rule.spec == "double:k=1"
     assert adaptive.AdaptiveConfig.from_specs("width").rule.spec == "double:k=1"
     assert adaptive.AdaptiveConfig.from_specs("band", rule="greedy").rule.spec == "greedy:k=1,budget=8"
-    assert adaptive.RoundRule.parse("plan:cost=2.5,rounds=6").spec == "plan:cost=2.5,rounds=6"
+    assert adaptive.RoundRule.parse("plan:cost=2.5,rounds=6").spec == "plan:cost=2.5,rounds=6,hedge=1.92"
+    assert adaptive.RoundRule.parse("plan:cost=2,rounds=8,hedge=0").spec == "plan:cost=2,rounds=8"
     assert adaptive.AdaptiveConfig.defaults()["rule"] == "auto"
     with pytest.raises(ConfigError, match="rounds=1"):
         adaptive.RoundRule.parse("plan:rounds=1")
@@ -372,3 +373,70 @@ def test_the_frontier_gap_reruns_one_dataset_and_compares_it_with_its_own_fronti
     assert not np.array_equal(col["cost"], ref["cost"])  # the verdict's runs decide under the dataset's rates
     fresh = gap.measure("mixture", truth, 400, 2, 0, acfg, False, False)
     assert fresh[3] is None and len(fresh[0]["cost"]) == 2 and fresh[1] == gap._spread(fresh[0]["cost"])
+
+
+def _mixture_round0(N: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Round 0's counts (4 samples a prompt) of the mixture truth: 30% at 0, 25% at 1, 45% Beta(2, 2),
+    each part its exact share of the prompts."""
+    rng = np.random.default_rng(seed)
+    k0, k1 = int(0.30 * N), int(0.25 * N)
+    p = np.r_[np.zeros(k0), np.ones(k1), rng.beta(2.0, 2.0, N - k0 - k1)]
+    n = np.full(N, 4)
+    return n, rng.binomial(4, p)
+
+
+def test_the_plausible_priors_sit_where_the_profile_falls_by_the_hedge():
+    """``prior.plausible_priors``: the inflated Beta's concentration at each end is where its profile
+    log-likelihood (the other three parameters maximised, by Nelder-Mead here, not the gradient the
+    module uses) is ``drop`` below the maximum, one end below the fitted a + b and one above; other
+    families have none."""
+    from scipy.optimize import minimize
+
+    n, c = _mixture_round0(4000, 1)
+    fit = priors.fit_inflated_prior(n, c)
+    ends = priors.plausible_priors(fit, n, c, 1.92)
+    assert len(ends) == 2
+    n_u, c_u, mult = priors._counted_pairs(n, c)
+    lo, hi = math.log(priors.PRIOR_FLOOR), math.log(priors.PRIOR_CEIL)
+
+    def profile(S: float) -> float:
+        def nll(t):
+            m = 1 / (1 + math.exp(-t[2]))
+            return priors.inflated_nll(np.array([t[0], t[1], math.log(m * S), math.log((1 - m) * S)]), n_u, c_u, mult, lo, hi)[0]
+
+        return min(
+            minimize(nll, x0, method="Nelder-Mead", options=dict(xatol=1e-8, fatol=1e-9, maxiter=8000)).fun
+            for x0 in ([-1.0, -1.0, 0.0], [-0.5, -0.8, 0.2])
+        )
+
+    S0 = fit.a + fit.b
+    top = profile(S0)
+    concentrations = [float(e.selection.split("a + b = ")[1].split(" ")[0]) for e in ends]
+    assert concentrations[0] < S0 < concentrations[1]
+    for S in concentrations:
+        assert profile(S) - top == pytest.approx(1.92, abs=0.02)
+    for other in (priors.fit_grid_prior(n, c), priors.fit_prior(n, c), priors.jeffreys_prior()):
+        assert priors.plausible_priors(other, n, c, 1.92) == []
+
+
+def test_the_hedge_only_adds_prompts_and_steadies_a_knife_edge():
+    """On the mixture truth's round-0 counts (five seeds of 4,000 prompts) the cells 1/4 and 3/4 (a
+    fifth of the prompts) sit at the plan's stop boundary: whether the unhedged plan sends them on moves
+    with the seed's fitted a + b. Hedged, every prompt the plan sends on goes with the same jump, and
+    those cells go on in every seed."""
+    hedged = adaptive.AdaptiveConfig()
+    plain = adaptive.AdaptiveConfig.from_specs("band", rule="plan:cost=0,rounds=8,hedge=0")
+    assert hedged.rule.hedge == adaptive.PLAN_HEDGE > 0
+    plain_goes, hedged_goes = set(), set()
+    for seed in range(1, 6):
+        n, c = _mixture_round0(4000, seed)
+        prior = priors.choose_prior(n, c)
+        base = adaptive.next_round(n, c, prior, plain, round_index=1)
+        more = adaptive.next_round(n, c, prior, hedged, round_index=1)
+        assert (more[base > 0] == base[base > 0]).all()
+        edge = (c == 1) | (c == 3)
+        assert edge.mean() > 0.15
+        plain_goes.add(bool((base[edge] > 0).all()))
+        hedged_goes.add(bool((more[edge] > 0).all()))
+    assert plain_goes == {True, False}
+    assert hedged_goes == {True}

@@ -29,10 +29,18 @@ PINNED = [
     # with --round-rule double (72bdd61288fd, 4707e0d4562d, 97954b70f4bc).
     # The plan's default round price became 0 (docs/adaptive.md §5): a new id for the priced band
     # target's default runs (20398d60c9ed, grid c1c14bdebe34, fit 3589172b2bb0); those made with the
-    # price of 2 keep theirs with --round-rule plan:cost=2,rounds=8 (pinned below).
-    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "20398d60c9ed"),
+    # price of 2 keep theirs with --round-rule plan:cost=2,rounds=8,hedge=0 (pinned below).
+    # The plan became hedged (hedge=1.92, docs/adaptive.md §5): a new id for the priced band target's
+    # default runs (a9c199468b09, grid 1414ff691e36, fit b248c0dac382); those made before keep theirs
+    # with --round-rule plan:cost=0,rounds=8,hedge=0 (pinned below).
+    ({"backend": "simulate", "adaptive": "band", "limit": 200}, "simulate", "a9c199468b09"),
     (
-        {"backend": "simulate", "adaptive": "band", "round_rule": "plan:cost=2,rounds=8", "limit": 200},
+        {"backend": "simulate", "adaptive": "band", "round_rule": "plan:cost=0,rounds=8,hedge=0", "limit": 200},
+        "simulate",
+        "20398d60c9ed",
+    ),
+    (
+        {"backend": "simulate", "adaptive": "band", "round_rule": "plan:cost=2,rounds=8,hedge=0", "limit": 200},
         "simulate",
         "4b49d686ea9a",
     ),
@@ -44,13 +52,13 @@ PINNED = [
         "simulate",
         "c7ccdbb77e19",
     ),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "c1c14bdebe34"),
-    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "3589172b2bb0"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "grid", "limit": 200}, "simulate", "1414ff691e36"),
+    ({"backend": "simulate", "adaptive": "band", "adaptive_prior": "fit", "limit": 200}, "simulate", "b248c0dac382"),
     (
         {
             "backend": "simulate",
             "adaptive": "band",
-            "round_rule": "plan:cost=2,rounds=8",
+            "round_rule": "plan:cost=2,rounds=8,hedge=0",
             "adaptive_prior": "fit",
             "limit": 200,
         },

@@ -151,8 +151,10 @@ RoundRuleOption = Annotated[
         "--round-rule",
         help=(
             "Adaptive: auto (the default: plan for the priced band target, double for cost=0 and width), "
-            "plan[:cost=0,rounds=8] (each open prompt gets the jump of least expected loss, misclassification "
-            "plus rollouts plus cost rollouts a round, planned over the rounds left: at most rounds rounds), "
+            "plan[:cost=0,rounds=8,hedge=1.92] (each open prompt gets the jump of least expected loss, "
+            "misclassification plus rollouts plus cost rollouts a round, planned over the rounds left: at most "
+            "rounds rounds; a prompt also goes on where the plan under a prior the counts allow, the inflated "
+            "Beta's a + b at hedge nats below its best, sends it on; hedge=0: off), "
             "double[:k=1] (each open prompt gets the jump, in multiples of k, that most "
             "raises its chance to stop per rollout among those at least doubling its samples; at most "
             "log2(n_max/n_min) rounds per prompt), step[:k=4] (every open prompt gets k more per round) or "
