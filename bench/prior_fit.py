@@ -5,7 +5,10 @@ finite-difference gradient (the baseline, in the same process), on counts of the
 Each fit is ``prior.fit_inflated_prior``'s optimisation: L-BFGS-B on ``prior.inflated_nll`` from its
 two starts. The baseline hands L-BFGS-B the value alone, so scipy differences it (five evaluations a
 gradient). Printed per truth and size: the best of ``--repeats`` timings of each, their ratio, and
-the log-likelihoods reached (the analytic fit must reach the baseline's, to rounding).
+the log-likelihoods reached (the analytic fit must reach the baseline's, to rounding). Then what the
+plan's hedge adds to a round (``prior.plausible_priors`` at the default ``hedge``: the inflated Beta's
+profile in a + b, both ends) against the round's own prior (``prior.choose_prior``, the ``auto``
+prior every round fits), on the same counts.
 
     PYTHONPATH=$PWD python bench/prior_fit.py [--prompts 4000,20000] [--repeats 5]
 """
@@ -26,6 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import truths  # noqa: E402
 
+from pipeline import adaptive  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 
@@ -79,6 +83,18 @@ def main() -> None:
                 f"  {f_fast:.4f} vs {f_slow:.4f}"
             )
     print(f"the analytic gradient: {min(ratios):.1f}x to {max(ratios):.1f}x faster than differencing")
+    print(f"\n{'truth':12s} {'prompts':>7s} {'auto prior ms':>13s} {'hedge ms':>9s} {'ratio':>6s}  ends")
+    for size in (int(x) for x in args.prompts.split(",")):
+        for name in args.truths.split(","):
+            rng = np.random.default_rng(size + sum(map(ord, name)))
+            n = rng.integers(4, 33, size)
+            c = rng.binomial(n, truths.get(name).draw(size, rng))
+            auto_t, prior = timed(lambda n=n, c=c: priors.choose_prior(n, c), args.repeats)
+            hedge_t, ends = timed(
+                lambda n=n, c=c, prior=prior: priors.plausible_priors(prior, n, c, adaptive.PLAN_HEDGE), args.repeats
+            )
+            said = "; ".join(e.selection.split("part at ")[1] for e in ends) if ends else "none (inflated weight < 1%)"
+            print(f"{name:12s} {size:7d} {1e3 * auto_t:13.1f} {1e3 * hedge_t:9.1f} {hedge_t / auto_t:5.2f}x  {said}")
 
 
 if __name__ == "__main__":

@@ -211,8 +211,10 @@ class RoundRule:
     misclassification plus price per rollout plus ``cost`` rollouts per round to come, every later
     jump planned the same way, the jumps growing a prompt's samples fast enough to reach ``n_max``
     within ``rounds`` rounds, and no run taking more than ``rounds`` rounds, round 0 included
-    (``next_round``'s ``round_index``). ``auto`` stands for the target's default (``default_rule``)
-    until an ``AdaptiveConfig`` resolves it.
+    (``next_round``'s ``round_index``). With ``hedge`` above 0 a prompt the plan stops goes on where
+    the plan under a prior the counts allow as well (``prior.plausible_priors``: the inflated Beta's
+    concentration where its profile log-likelihood is ``hedge`` below the maximum) sends it on.
+    ``auto`` stands for the target's default (``default_rule``) until an ``AdaptiveConfig`` resolves it.
     """
 
     kind: str = DEFAULT_ROUND_RULE
