@@ -38,7 +38,7 @@ from pipeline import adaptive, identify, schema, stats
 from pipeline import estimators as est
 from pipeline.checks import check_int
 from pipeline.errors import ConfigError, PipelineError, StoreError
-from pipeline.prior import Prior, cell_share, posterior_nodes, state_prior
+from pipeline.prior import Prior, cell_share, estimation_prior, posterior_nodes, state_prior
 from pipeline.prior import grid_points as prior_grid_points
 from pipeline.store import RunRecord, Store, conform
 
@@ -898,8 +898,11 @@ def posterior_inputs(
     counts: pa.Table, settings: AnalyzeConfig | None, acfg: adaptive.AdaptiveConfig, prior: Prior, plans: pa.Table
 ) -> tuple[pa.Table, AnalyzeConfig]:
     """What ``analyze`` takes for an adaptive run: its counts with each prompt's decision
-    (``with_decisions``) and ``settings`` (default: ``AnalyzeConfig()``) made posterior ones."""
-    return with_decisions(counts, prior, acfg.target, plans), posterior_config(settings or AnalyzeConfig(), prior)
+    (``with_decisions``, under ``prior``) and ``settings`` (default: ``AnalyzeConfig()``) made
+    posterior ones, under ``prior.estimation_prior``: the same fit, its grid part run to the maximum."""
+    n, c = (counts.column(name).to_numpy().astype(np.int64) for name in ("n", "c"))
+    estimate = estimation_prior(prior, n, c)
+    return with_decisions(counts, prior, acfg.target, plans), posterior_config(settings or AnalyzeConfig(), estimate)
 
 
 def adaptive_counts(store: Store, run_id: str, n_min: int) -> pa.Table:
