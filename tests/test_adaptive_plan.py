@@ -402,7 +402,8 @@ def test_the_plausible_priors_sit_where_the_profile_falls_by_the_hedge():
     def profile(S: float) -> float:
         def nll(t):
             m = 1 / (1 + math.exp(-t[2]))
-            return priors.inflated_nll(np.array([t[0], t[1], math.log(m * S), math.log((1 - m) * S)]), n_u, c_u, mult, lo, hi)[0]
+            theta = np.array([t[0], t[1], math.log(m * S), math.log((1 - m) * S)])
+            return priors.inflated_nll(theta, n_u, c_u, mult, lo, hi)[0]
 
         return min(
             minimize(nll, x0, method="Nelder-Mead", options=dict(xatol=1e-8, fatol=1e-9, maxiter=8000)).fun
