@@ -346,12 +346,12 @@ def grid_em(L: np.ndarray, mult: np.ndarray, max_sweeps: int, tol: float) -> tup
     return w, ll, sweeps
 
 
-def fit_grid_prior(n, c, size: int = GRID_SIZE, max_sweeps: int = EM_MAX_ITER) -> Prior:
+def fit_grid_prior(n, c, size: int = GRID_SIZE, max_sweeps: int | None = None) -> Prior:
     """The grid prior: the masses ``w_k`` on ``p_k = grid_points(size)`` that maximise
     ``sum_i log sum_k w_k p_k^c_i q_k^(n_i-c_i)`` (the nonparametric maximum likelihood on the grid).
 
     EM from the uniform masses: ``w_k <- mean_i W[i, k]``, each sweep raising the likelihood, until
-    a sweep gains less than ``EM_TOL`` per prompt or after ``max_sweeps`` (``EM_MAX_ITER``: the
+    a sweep gains less than ``EM_TOL`` per prompt or after ``max_sweeps`` (None: ``EM_MAX_ITER``, the
     smoother a decision wants, docs/adaptive.md §2). Sums run over the distinct pairs with their
     multiplicities. Deterministic for given counts.
 
@@ -366,7 +366,7 @@ def fit_grid_prior(n, c, size: int = GRID_SIZE, max_sweeps: int = EM_MAX_ITER) -
     logL = grid_likelihood(points, n_u, c_u)
     scale = logL.max(axis=1, keepdims=True)
     L = np.exp(logL - scale)  # rows scaled to a maximum of 1: no underflow at large n
-    w, ll, sweeps = grid_em(L, mult, max_sweeps, EM_TOL * N)
+    w, ll, sweeps = grid_em(L, mult, EM_MAX_ITER if max_sweeps is None else max_sweeps, EM_TOL * N)
     mean = float(np.sum(w * points))
     var = float(np.sum(w * points**2)) - mean**2
     a, b = _moment_beta(mean, var)

@@ -859,8 +859,9 @@ def test_cli_adaptive_profile_on_the_bundled_model(tmp_path, close_engines):
 
 def test_grid_prior_run_end_to_end(store, close_engines):
     """The grid prior, refitted to every round's counts: the run stores it (points and masses),
-    every prompt's decision and estimates are the grid sums under it, and the last round's state
-    leaves no prompt open (decided under the final prior, or at n_max)."""
+    every prompt's decision is the grid sums under it and its estimates the grid sums under the same
+    fit run to its maximum (``prior.estimation_prior``), and the last round's state leaves no prompt
+    open (decided under the final prior, or at n_max)."""
     rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="grid"), store)["run_id"]
     row = store.get_run(rid)
     acfg = row.adaptive
@@ -873,8 +874,11 @@ def test_grid_prior_run_end_to_end(store, close_engines):
     # the last call planned round len(rounds) under it, and found no prompt open
     stop = adaptive.round_stop_grid(prior, acfg, round_index=len(row.rounds))
     # the stored prior is the fit to the final counts
-    refit = priors.fit_grid_prior([r["n"] for r in ps], [r["c"] for r in ps])
+    counts = np.array([r["n"] for r in ps]), np.array([r["c"] for r in ps])
+    refit = priors.fit_grid_prior(*counts)
     np.testing.assert_allclose(refit.weights, w, atol=1e-12)
+    w_est = np.array(priors.estimation_prior(prior, *counts).weights)
+    assert np.abs(w_est - w).max() > 0  # run further, it moves
     for r in ps:
         n, c = r["n"], r["c"]
         post = w * p**c * (1 - p) ** (n - c)
@@ -885,6 +889,8 @@ def test_grid_prior_run_end_to_end(store, close_engines):
         assert r["decided_band"] == adaptive.BANDS[int(np.argmax(probs))]
         assert r["undecided"] == (max(probs) < 0.95)
         assert stop[n, c]
+        post = w_est * p**c * (1 - p) ** (n - c)
+        post /= post.sum()
         assert r["post_mean"] == pytest.approx(float(post @ p))
         j = r["group_sizes"].index(8)
         assert r["zero_signal"][j] == pytest.approx(float(post @ (p**8 + (1 - p) ** 8)))
