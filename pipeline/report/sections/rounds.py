@@ -38,7 +38,13 @@ def posterior_note(data: RunData, short: bool = False) -> str | None:
         f"This run is adaptive: each prompt stopped when its samples decided it, so c/n and the unbiased "
         f"estimators are biased here. Its estimates (zero-signal rates, weights and mass, pass@k, the mean "
         f"pass rate and the band shares of the summary) are posterior expectations under the fitted prior, "
-        f"{prior.label} (docs/adaptive.md §7, estimates under adaptive stopping)."
+        f"{prior.label} (docs/adaptive.md §7, estimates under adaptive stopping)"
+        + (
+            ", its grid part run to the maximum likelihood: the run decided under the same fit stopped early, "
+            "a smoother for deciding (docs/adaptive.md §7, estimated under the maximum)."
+            if prior.method in ("grid", "mixture")
+            else "."
+        )
     )
 
 
