@@ -96,10 +96,13 @@ def print_adaptive_summary(finished: FinishedRun) -> None:
     total = int(pc.sum(stats.column("n")).as_py() or 0)
     undecided = int(pc.sum(stats.column("undecided").cast("int64")).as_py() or 0)
     prior = run.prior.label if run.prior is not None else "not recorded"
+    # the summary's estimates are under the grid part run to its maximum (prior.estimation_prior)
+    gridded = run.prior is not None and run.prior.method in ("grid", "mixture")
     say(
         f"adaptive {acfg.target.spec} (n {acfg.n_min}..{acfg.n_max}, {acfg.rule.spec}): "
         f"{len(run.rounds or ())} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "
         f"{undecided} prompts stopped undecided; prior {prior}"
         + ("" if acfg.prior in prior else f" ({acfg.prior})")
         + "; the analysis uses posterior expectations under it"
+        + (", its grid part run to the maximum" if gridded else "")
     )
