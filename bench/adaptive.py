@@ -307,7 +307,7 @@ def bias_replicate(name: str, N: int, seed: int, acfg: adaptive.AdaptiveConfig) 
     n_fixed = max(1, int(round(cost)))
     c_fixed = outcomes[:, :n_fixed].sum(axis=1)
     plain = analyze.AnalyzeConfig(group_sizes=BIAS_G, pass_at_k=False)
-    adapt = _summary_values(n, c, analyze.posterior_config(plain, priors.estimation_prior(prior, n, c)))
+    adapt = _summary_values(n, c, analyze.estimation_config(plain, prior, n, c))
     fixed = _summary_values(np.full(N, n_fixed), c_fixed, plain)
     truth = _true_values(p)
     t = acfg.target

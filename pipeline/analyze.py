@@ -901,8 +901,14 @@ def posterior_inputs(
     (``with_decisions``, under ``prior``) and ``settings`` (default: ``AnalyzeConfig()``) made
     posterior ones, under ``prior.estimation_prior``: the same fit, its grid part run to the maximum."""
     n, c = (counts.column(name).to_numpy().astype(np.int64) for name in ("n", "c"))
-    estimate = estimation_prior(prior, n, c)
-    return with_decisions(counts, prior, acfg.target, plans), posterior_config(settings or AnalyzeConfig(), estimate)
+    decided = with_decisions(counts, prior, acfg.target, plans)
+    return decided, estimation_config(settings or AnalyzeConfig(), prior, n, c)
+
+
+def estimation_config(settings: AnalyzeConfig, prior: Prior, n, c) -> AnalyzeConfig:
+    """``posterior_config`` under the prior an adaptive run's estimates are made with: ``prior``, fitted
+    to ``(n, c)``, with its grid part run to the maximum (``prior.estimation_prior``)."""
+    return posterior_config(settings, estimation_prior(prior, n, c))
 
 
 def adaptive_counts(store: Store, run_id: str, n_min: int) -> pa.Table:

@@ -79,6 +79,8 @@ DEFAULT_PRIOR = "auto"
 # prompt in from round 2 on the edge truths, 16% spreads and 4% more loss than the truth held as the
 # prior; 5 halves that and leaves the loss at 4,000 and 8,000 prompts as it was (docs/adaptive.md §2, §10).
 AUTO_MARGIN = 5.0
+# The auto mixture's families, in the order of ``Prior.mixture``.
+AUTO_FAMILIES = ("beta", "inflated", "grid")
 # The auto prior weighs the families by exp((log-likelihood - penalty) / AUTO_TEMPERATURE): 1 is the
 # evidence itself (the penalties standing for the log-evidence's price of parameters; choose_prior).
 AUTO_TEMPERATURE = 1.0
@@ -140,6 +142,13 @@ class Prior:
     @property
     def is_grid(self) -> bool:
         return self.points is not None
+
+    def family_weight(self, family: str) -> float:
+        """How much of this prior is ``family`` (``beta``, ``inflated`` or ``grid``): all of it for a
+        prior of that method, its weight in an ``auto`` mixture, else 0."""
+        if self.method == "mixture" and self.mixture is not None:
+            return float(self.mixture[AUTO_FAMILIES.index(family)])
+        return 1.0 if self.method == {"beta": "fit"}.get(family, family) else 0.0
 
     def grid(self) -> tuple[np.ndarray, np.ndarray]:
         assert self.points is not None and self.weights is not None
@@ -489,6 +498,17 @@ def fit_inflated_prior(n, c, size: int = GRID_SIZE, floor: float = PRIOR_FLOOR, 
     )
 
 
+def _with_part(prior: Prior, share: float, old: np.ndarray, new: np.ndarray, **changes) -> Prior:
+    """``prior`` with its part ``share * old`` (grid masses) replaced by ``share * new``, and the Beta
+    of the same mean and variance as its summary (``a``, ``b``)."""
+    weights = np.clip(np.asarray(prior.weights) + share * (new - old), 0.0, None)
+    weights /= weights.sum()
+    points = np.asarray(prior.points)
+    mean = float(weights @ points)
+    a, b = _moment_beta(mean, float(weights @ points**2) - mean**2)
+    return replace(prior, a=a, b=b, weights=tuple(weights.tolist()), **changes)
+
+
 def _profile_at(S: float, n_u, c_u, mult, start: np.ndarray, lo: float, hi: float) -> tuple[float, np.ndarray]:
     """The inflated Beta's negative log-likelihood maximised with its Beta part's concentration held
     at ``a + b = S``, over ``t = (t0, t1, logit of the part's mean)``: the minimum and where."""
@@ -531,12 +551,7 @@ def plausible_priors(prior: Prior, n, c, drop: float) -> list[Prior]:
     part (all of it for an ``inflated`` prior, its weight in an ``auto`` mixture) replaced by the
     inflated Beta at that end. None for another family, or where the mixture gives the inflated Beta
     less than ``HEDGE_MIN_WEIGHT``."""
-    if prior.method == "inflated":
-        share = 1.0
-    elif prior.method == "mixture" and prior.mixture is not None:
-        share = float(prior.mixture[1])
-    else:
-        return []
+    share = prior.family_weight("inflated")
     if share < HEDGE_MIN_WEIGHT:
         return []
     from scipy.special import logit
@@ -551,7 +566,6 @@ def plausible_priors(prior: Prior, n, c, drop: float) -> list[Prior]:
     x0 = np.array([math.log(max(w0, 1e-300) / mid), math.log(max(w1, 1e-300) / mid), float(logit(fit.a / S0))])
     top, x0 = _profile_at(S0, n_u, c_u, mult, x0, lo, hi)
     points = np.asarray(fit.points)
-    base = np.asarray(prior.weights)
     out = []
     for side in (-1, 1):
         S, t = _profile_end(side, S0, top, x0, n_u, c_u, mult, drop, lo, hi)
@@ -559,21 +573,8 @@ def plausible_priors(prior: Prior, n, c, drop: float) -> list[Prior]:
         v0, v1, _ = e / e.sum()
         m = 1.0 / (1.0 + math.exp(-t[2]))
         end = _held_beta(m * S, (1.0 - m) * S, points, float(v0), float(v1))
-        weights = np.clip(base + share * (end - held), 0.0, None)
-        weights /= weights.sum()
-        mean = float(weights @ points)
-        a, b = _moment_beta(mean, float(weights @ points**2) - mean**2)
-        out.append(
-            Prior(
-                a,
-                b,
-                method=prior.method,
-                n_prompts=prior.n_prompts,
-                points=prior.points,
-                weights=tuple(weights.tolist()),
-                selection=f"{prior.method}, its inflated Beta part at a + b = {S:.4g} (fitted {S0:.4g})",
-            )
-        )
+        said = f"{prior.method}, its inflated Beta part at a + b = {S:.4g} (fitted {S0:.4g})"
+        out.append(_with_part(prior, share, held, end, selection=said))
     return out
 
 
@@ -584,22 +585,12 @@ def estimation_prior(prior: Prior, n, c) -> Prior:
     the capped fit, whose smoothness keeps a spike from sitting just inside a band edge (§2); a
     dataset mean wants the maximum likelihood, which the cap leaves short where the truth has gaps the
     uniform start fills slowly. Other priors are returned as they are."""
-    if prior.method == "grid":
-        share = 1.0
-    elif prior.method == "mixture" and prior.mixture is not None:
-        share = float(prior.mixture[2])
-    else:
-        return prior
+    share = prior.family_weight("grid")
     if share <= 0.0:
         return prior
     capped = np.asarray(fit_grid_prior(n, c).weights)
     full = fit_grid_prior(n, c, max_sweeps=EM_ESTIMATE_ITER)
-    weights = np.clip(np.asarray(prior.weights) + share * (np.asarray(full.weights) - capped), 0.0, None)
-    weights /= weights.sum()
-    points = np.asarray(prior.points)
-    mean = float(weights @ points)
-    a, b = _moment_beta(mean, float(weights @ points**2) - mean**2)
-    return replace(prior, a=a, b=b, weights=tuple(weights.tolist()), iterations=full.iterations)
+    return _with_part(prior, share, capped, np.asarray(full.weights), iterations=full.iterations)
 
 
 # --- the choice -----------------------------------------------------------------------------------

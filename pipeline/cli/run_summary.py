@@ -97,7 +97,7 @@ def print_adaptive_summary(finished: FinishedRun) -> None:
     undecided = int(pc.sum(stats.column("undecided").cast("int64")).as_py() or 0)
     prior = run.prior.label if run.prior is not None else "not recorded"
     # the summary's estimates are under the grid part run to its maximum (prior.estimation_prior)
-    gridded = run.prior is not None and run.prior.method in ("grid", "mixture")
+    gridded = run.prior is not None and run.prior.family_weight("grid") > 0
     say(
         f"adaptive {acfg.target.spec} (n {acfg.n_min}..{acfg.n_max}, {acfg.rule.spec}): "
         f"{len(run.rounds or ())} rounds, {total:,} rollouts ({total / max(stats.num_rows, 1):.2f} per prompt), "

@@ -42,7 +42,7 @@ def posterior_note(data: RunData, short: bool = False) -> str | None:
         + (
             ", its grid part run to the maximum likelihood: the run decided under the same fit stopped early, "
             "a smoother for deciding (docs/adaptive.md §7, estimated under the maximum)."
-            if prior.method in ("grid", "mixture")
+            if prior.family_weight("grid") > 0
             else "."
         )
     )
