@@ -55,11 +55,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
+from pipeline.flows import executors  # noqa: E402
 
 from pipeline import adaptive, analyze, identify, run, stats  # noqa: E402
 from pipeline import estimators as est  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
-from pipeline.flows import executors  # noqa: E402
 from pipeline.store import Store  # noqa: E402
 
 GRID = (4, 8, 16, 32, 64)

@@ -44,7 +44,7 @@ def main() -> None:
 
     import pyarrow as pa
 
-    from pipeline import grade, report
+    from pipeline import grade, reports
     from pipeline import run as stages
     from pipeline.store import Store
 
@@ -77,7 +77,7 @@ def main() -> None:
     t = time.perf_counter()
     stages.finish_run(d_dir, plan)
     if cfg.execution.report:
-        report.write_run_report(d_dir, plan.run_id)
+        reports.write_run_report(d_dir, plan.run_id)
     t_finish = time.perf_counter() - t
     t_direct = time.perf_counter() - t0
 

@@ -54,8 +54,9 @@ def child(size: int, n: int, work: Path) -> dict:
     os.environ.setdefault("PREFECT_HOME", str(work / "prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from pipeline import report, run
     from pipeline.flows.prefect_flows import profile_flow
+
+    from pipeline import reports, run
     from pipeline.store import Store
 
     # Prefect's ephemeral server starts with the first flow of the process (tens of seconds on a
@@ -68,7 +69,7 @@ def child(size: int, n: int, work: Path) -> dict:
     flow_s, flow_cpu = time.perf_counter() - t, _cpu_s() - c
     flow_peak = _peak_mb()
     t, c = time.perf_counter(), _cpu_s()
-    path = report.write_run_report(store, run_id)
+    path = reports.write_run_report(store, run_id)
     report_s, report_cpu = time.perf_counter() - t, _cpu_s() - c
     t = time.perf_counter()
     rows = Store.open(work / "data").user_query("select count(*) as n from samples").column("n")[0].as_py()

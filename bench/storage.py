@@ -68,8 +68,9 @@ def problems_file(folder: Path, prompts: int) -> Path:
 
 
 def measure(data_dir: str, data_file: Path, prompts: int, n: int) -> dict[str, float]:
-    from pipeline import analyze, run
     from pipeline.flows.executors import profile_direct
+
+    from pipeline import analyze, run
     from pipeline.store import Store
 
     store = Store.open(data_dir)

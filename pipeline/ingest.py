@@ -17,7 +17,7 @@ import pyarrow as pa
 from pipeline import datasets, grade, schema
 from pipeline.checks import check_int
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.report import write_run_report
+from pipeline.reports import write_run_report
 from pipeline.run import (
     InlineExecutor,
     RunPlan,

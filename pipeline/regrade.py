@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from pipeline import grade
 from pipeline.errors import ConfigError, StoreError
-from pipeline.report import write_run_report
+from pipeline.reports import write_run_report
 from pipeline.run import (
     InlineExecutor,
     RunPlan,

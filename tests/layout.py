@@ -2,6 +2,29 @@
 the packages that hold a stage's rooms. ``test_layers.py`` checks the imports against it and
 ``test_docs.py`` checks ``docs/architecture.md`` against it."""
 
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def package_folders() -> dict[str, Path]:
+    """Each package's folder: ``pipeline/``, and the top-level folders ``pyproject.toml`` maps into it
+    (``flows/`` is ``pipeline.flows``)."""
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {"pipeline": ROOT / "pipeline", **{name: ROOT / folder for name, folder in mapped.items()}}
+
+
+def source_modules() -> dict[str, Path]:
+    """Every module of the package, by its import name, with its file (wherever its folder sits)."""
+    found: dict[str, Path] = {}
+    for package, folder in package_folders().items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            found[".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])] = path
+    return dict(sorted(found.items()))
+
+
 # Left to right: a module may import its own layer's package and anything to its left.
 LAYERS = (
     "errors",
@@ -32,7 +55,7 @@ LAYERS = (
     "curriculum",
     # what a run means for training, from its tables: the CLI prints it, the report shows it first
     "verdict",
-    "report",
+    "reports",
     "run",
     "history",
     "ingest",
@@ -49,10 +72,10 @@ ROOMS = {
     "run": ("progress", "config", "plan", "shards", "rounds", "driver"),
     "store": ("fs", "files", "registry", "query"),
     "observe": ("record", "match", "sources", "track", "current", "snapshot"),
-    "report": ("load", "charts", "sections", "compare", "render"),
+    "reports": ("load", "charts", "sections", "compare", "render"),
     # one module per section, in page order, but ``rounds`` first: the run card, zero-signal and
     # pass@k sections show its posterior note
-    "report.sections": (
+    "reports.sections": (
         "rounds",
         "run_card",
         "pass_rates",

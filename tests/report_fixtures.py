@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--G", type=int, default=8)
     parser.add_argument("--first-screen", action="store_true", help="only the first screen, 1400 x 900")
     args = parser.parse_args(argv)
-    from pipeline.report import render_report
+    from pipeline.reports import render_report
 
     missing = chromium_missing_message()
     if missing:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from pipeline.flows import executors, prefect_flows
 from scipy import stats as sst
 from typer.testing import CliRunner
 
@@ -33,7 +34,6 @@ from pipeline import estimators as est
 from pipeline import prior as priors
 from pipeline.cli import app
 from pipeline.errors import ConfigError, SamplingError
-from pipeline.flows import executors, prefect_flows
 from pipeline.sample import SamplingParams, derive_seed, make_sampler
 from pipeline.store import Store
 
@@ -942,7 +942,7 @@ CORRUPT = "run r1: its registry field adaptive = '{\"target\": ' cannot be read"
 def test_every_reader_stops_at_a_corrupt_adaptive_field(store):
     """A run whose ``adaptive`` field does not parse is one named error for the report, the
     command line and the rounds, never a fixed-n run."""
-    from pipeline import report
+    from pipeline import reports
     from pipeline.errors import RunRecordError
     from pipeline.run.rounds import record_rounds
     from pipeline.store import RunRecord
@@ -950,7 +950,7 @@ def test_every_reader_stops_at_a_corrupt_adaptive_field(store):
     store.register_run(RunRecord("r1", dataset="arithmetic", adaptive=adaptive.AdaptiveConfig(), status="done"))
     _corrupt(store, "r1", adaptive='{"target": ')
     with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
-        report.load_run(store, "r1")
+        reports.load_run(store, "r1")
     plan = run.RunPlan.build(
         "r1",
         [[("p", 0, 4)]],

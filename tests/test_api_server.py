@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from pipeline.flows import api_server
 
 from pipeline.errors import ConfigError, OrchestrationError
-from pipeline.flows import api_server
 
 ROOT = Path(__file__).resolve().parents[1]
 

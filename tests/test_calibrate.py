@@ -20,7 +20,7 @@ from scipy import stats as sps
 from typer.testing import CliRunner
 
 from pipeline import calibrate as cal
-from pipeline import datasets, report
+from pipeline import datasets, reports
 from pipeline.cli import app
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.store import Store
@@ -177,7 +177,7 @@ def test_calibrate_returns_the_rank_correlation_put_in(math_run, tmp_path):
     assert sum(r["metric"] == "mean_pass_rate" for r in rows) == 10  # 5 levels x 2 labels, none twice
     assert store.read_table("summary", {"run_id": run_id}).num_rows > len(rows)  # the analysis is still there
 
-    html = report.render_report(store, run_id, tmp_path / "r.html").read_text()
+    html = reports.render_report(store, run_id, tmp_path / "r.html").read_text()
     section = html.split('<section id="calibration">')[1].split("</section>")[0]
     assert section.count("plotly-graph-div") == 2 and "Mean pass rate by level" in section
     assert "Spearman rho = -0." in section and "over 60 prompts" in section

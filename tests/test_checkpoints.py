@@ -8,12 +8,12 @@ import time
 
 import pyarrow.compute as pc
 import pytest
+from pipeline.flows import executors, prefect_flows
 
 from pipeline import datasets
 from pipeline import history as ckpt
 from pipeline import run as stages
 from pipeline.errors import ConfigError, MissingFileError
-from pipeline.flows import executors, prefect_flows
 from pipeline.store import Store, load_sql
 
 

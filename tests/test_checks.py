@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from layout import source_modules
+from pipeline.reports import ReportConfig
 
 from pipeline import grade
 from pipeline.checks import check_bool, check_choice, check_int, check_number, shown_range
 from pipeline.errors import ConfigError
-from pipeline.report import ReportConfig
 from pipeline.sample import SamplingParams
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
@@ -122,18 +123,18 @@ def test_configs_check_with_it():
 # Plain ValueError/TypeError raised on purpose in pipeline/: each an internal contract, not a user's value.
 PLAIN_RAISES = {
     "pipeline/datasets.py": 1,  # json.dumps's ``default`` hook must raise TypeError
-    "pipeline/report/load.py": 1,  # load_run called with something that is not a Store (a caller's bug)
-    "pipeline/report/charts.py": 1,  # a chart built without its captions (a section's bug)
+    "reports/load.py": 1,  # load_run called with something that is not a Store (a caller's bug)
+    "reports/charts.py": 1,  # a chart built without its captions (a section's bug)
 }
 
 
 def test_no_plain_value_or_type_error_for_user_input():
     found: dict[str, int] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in source_modules().values():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             exc = node.exc if isinstance(node, ast.Raise) else None
             exc = exc.func if isinstance(exc, ast.Call) else exc
             if isinstance(exc, ast.Name) and exc.id in ("ValueError", "TypeError"):
-                key = str(path.relative_to(PACKAGE.parent))
+                key = str(path.relative_to(PACKAGE.parent))  # the repository root
                 found[key] = found.get(key, 0) + 1
     assert found == PLAIN_RAISES, "raise ConfigError (pipeline.checks) for a user's value"

@@ -262,6 +262,10 @@ def test_profile_options_are_the_same_on_profile_schedule_and_checkpoints():
         assert len(declared) == 1, (name, declared)
     assert profile["n"].default == 8 and profile["backend"].default == "xllamacpp"
     assert profile["pass_rates"].opts == ["--pass-rates"]
+    from pipeline.sample import RETIRED_BACKENDS
+
+    offered = profile["backend"].help
+    assert "simulate" in offered and not any(f" {name}," in f" {offered}" for name in RETIRED_BACKENDS)
 
 
 # --- errors, help, python -m ------------------------------------------------------------------
@@ -381,7 +385,7 @@ def test_drift_and_checkpoints_listing_formats(data_dir, tmp_path):
 # What a command may not import: the samplers' and flows' dependencies, and the pipeline's own
 # computing modules. Checked by name in the process that ran the command, never by its time.
 HEAVY = ("scipy", "httpx", "prefect", "plotly", "vllm", "torch", "polars", "jinja2", "ray", "xllamacpp", "math_verify")
-COMPUTING = ("pipeline.sample", "pipeline.run", "pipeline.flows", "pipeline.report", "pipeline.analyze")
+COMPUTING = ("pipeline.sample", "pipeline.run", "pipeline.flows", "pipeline.reports", "pipeline.analyze")
 RUN_AND_LIST = (
     "import json, runpy, sys\n"
     "out, sys.argv = sys.argv[1], ['difficulty', *sys.argv[2:]]\n"
@@ -602,6 +606,7 @@ def test_checkpoints_then_drift_with_simulated_checkpoints(tmp_path):
 
 def test_schedule_serves_the_profile_or_checkpoints_flow(monkeypatch, tmp_path):
     from pipeline.flows import schedule
+
     from pipeline.run import ProfileConfig
 
     served = []

@@ -191,8 +191,9 @@ def test_prefect_loggers_keep_a_named_failure_to_one_line():
     import io
     import logging
 
-    from pipeline.errors import DiskFullError
     from pipeline.flows import prefect_flows  # noqa: F401 - installs the filter
+
+    from pipeline.errors import DiskFullError
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

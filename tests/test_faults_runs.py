@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from pipeline.flows import executors, prefect_flows, watchdog
 
 from pipeline import analyze, run
 from pipeline.errors import BackendUnavailableError, SamplingError, StoreError
-from pipeline.flows import executors, prefect_flows, watchdog
 from pipeline.store import RunRecord, Store
 
 pytestmark = pytest.mark.faults

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from pipeline.flows import executors, prefect_flows
 
 from pipeline import allocate, run
 from pipeline.errors import ConfigError, SamplingError
-from pipeline.flows import executors, prefect_flows
 from pipeline.store import Store
 
 # Model-free runs: the simulate backend answers right with a per-prompt probability; grading,

@@ -15,9 +15,9 @@ import threading
 import time
 
 import pytest
+from pipeline.flows import executors, prefect_flows
 
 from pipeline import run
-from pipeline.flows import executors, prefect_flows
 from pipeline.run import progress
 from pipeline.run.progress import GRADE, SAMPLE, RunProgress
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 import ray  # the ray extra; conftest checks it is installed
+from pipeline.flows import executors, prefect_flows, ray_exec
 
 from pipeline import run as stages
-from pipeline.flows import executors, prefect_flows, ray_exec
 from pipeline.store import Store
 
 TINY = {"limit": 6, "n": 2, "max_tokens": 12, "shard_size": 2, "grade_workers": 1, "report": False}

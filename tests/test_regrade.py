@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from pipeline.flows import executors
 from typer.testing import CliRunner
 
 from pipeline import grade, run
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.flows import executors
 from pipeline.ingest import ImportConfig, import_rollouts
 from pipeline.regrade import regrade, regrade_id
 from pipeline.store import Store

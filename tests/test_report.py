@@ -12,18 +12,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import typer
+from pipeline.reports.charts import estimator_colors
+from pipeline.reports.sections import build_sections
+from pipeline.reports.sections.allocation import allocation_parts
 from plotly.offline import get_plotlyjs
 from report_fixtures import build_run, check_page, chromium_missing_message, open_browser, write_allocation
 from typer.testing import CliRunner
 
-from pipeline import allocate, analyze, report, schema
+from pipeline import allocate, analyze, reports, schema
 from pipeline.errors import ConfigError, StoreError
-from pipeline.report.charts import estimator_colors
-from pipeline.report.sections import build_sections
-from pipeline.report.sections.allocation import allocation_parts
 from pipeline.store import Store
 
-REPORT_PACKAGE = Path(report.__file__).parent
+REPORT_PACKAGE = Path(reports.__file__).parent
 N_SECTIONS = 12  # thirteen for an adaptive run (its rounds); docs/guide/report.md lists them
 
 
@@ -84,9 +84,9 @@ def _assert_drawn(result, html: str, sections: int) -> None:
 @pytest.mark.slow
 def test_reports_draw_offline_in_chromium(runs, browser, tmp_path):
     out = tmp_path / "reports"
-    a = report.render_report(runs, "run-a", out / "run-a.html")
-    b = report.render_report(runs, "run-b", out / "run-b.html", plotly_js="shared")
-    cmp = report.render_comparison(runs, ["run-a", "run-b"], out / "compare.html")
+    a = reports.render_report(runs, "run-a", out / "run-a.html")
+    b = reports.render_report(runs, "run-b", out / "run-b.html", plotly_js="shared")
+    cmp = reports.render_comparison(runs, ["run-a", "run-b"], out / "compare.html")
 
     result = check_page(browser, a, tmp_path / "run-a.png")
     _assert_drawn(result, a.read_text(), N_SECTIONS)
@@ -107,10 +107,10 @@ def test_reports_draw_offline_in_chromium(runs, browser, tmp_path):
 @pytest.mark.slow
 def test_browser_check_catches_errors_and_blank_charts(browser, tmp_path):
     """The probe itself: a chart with no data, a thrown error and a network request are caught."""
-    report.write_plotly_js(tmp_path)
+    reports.write_plotly_js(tmp_path)
     page = tmp_path / "broken.html"
     page.write_text(
-        f'<html><head><script src="{report.PLOTLY_JS_NAME}"></script></head><body>'
+        f'<html><head><script src="{reports.PLOTLY_JS_NAME}"></script></head><body>'
         '<figure><div id="good" class="plotly-graph-div"></div><figcaption>c</figcaption></figure>'
         '<figure><div id="blank" class="plotly-graph-div"></div></figure>'
         "<img src='http://example.invalid/x.png'>"
@@ -127,27 +127,27 @@ def test_browser_check_catches_errors_and_blank_charts(browser, tmp_path):
 
 
 def test_inline_report_is_self_contained(runs, tmp_path):
-    html = report.render_report(runs, "run-a", tmp_path / "a.html").read_text()
+    html = reports.render_report(runs, "run-a", tmp_path / "a.html").read_text()
     assert html.count(_plotly_banner()) == 1  # plotly.js once per file, not once per chart
     assert _chart_divs(html) >= 12
     # nothing is loaded from elsewhere (plotly.min.js itself mentions its CDN, so look at tags)
     assert not re.search(r"<script[^>]*\bsrc=", html)
     assert not re.search(r"<link[^>]*\bhref=", html)
-    assert not (tmp_path / report.PLOTLY_JS_NAME).exists()
+    assert not (tmp_path / reports.PLOTLY_JS_NAME).exists()
     assert html.count("<section id=") == N_SECTIONS
     assert html.count("<figcaption>") == _chart_divs(html)
 
 
 def test_shared_plotly_js_is_written_once_beside_the_reports(runs, tmp_path):
-    a = report.render_report(runs, "run-a", tmp_path / "a.html", plotly_js="shared")
-    js = tmp_path / report.PLOTLY_JS_NAME
+    a = reports.render_report(runs, "run-a", tmp_path / "a.html", plotly_js="shared")
+    js = tmp_path / reports.PLOTLY_JS_NAME
     first = js.stat().st_mtime_ns
-    b = report.render_report(runs, "run-b", tmp_path / "b.html", plotly_js="shared")
+    b = reports.render_report(runs, "run-b", tmp_path / "b.html", plotly_js="shared")
     assert js.read_text() == get_plotlyjs()
     assert js.stat().st_mtime_ns == first  # an up-to-date shared file is not rewritten
     for path in (a, b):
         html = path.read_text()
-        assert f'src="{report.PLOTLY_JS_NAME}"' in html
+        assert f'src="{reports.PLOTLY_JS_NAME}"' in html
         assert _plotly_banner() not in html
         assert len(html) < len(get_plotlyjs()) / 5
 
@@ -165,7 +165,7 @@ def test_missing_data_gets_notes_not_empty_charts(tmp_path):
     problems = problems.set_column(problems.schema.get_field_index("problem"), "problem", pa.array(text))
     store.write_table("problems", problems, {"dataset": "arithmetic"})
 
-    html = report.render_report(store, "bare", tmp_path / "bare.html").read_text()
+    html = reports.render_report(store, "bare", tmp_path / "bare.html").read_text()
     assert "no prior pass rates" in html
     assert "no extracted answers" in html
     assert "no source, domain, topic or difficulty labels" in html
@@ -184,12 +184,12 @@ def test_missing_data_gets_notes_not_empty_charts(tmp_path):
 
 
 def test_in_memory_analysis_matches_stored_tables(runs, tmp_path):
-    stored = report.load_run(runs, "run-a")
+    stored = reports.load_run(runs, "run-a")
     assert stored.computed == []
     # the same samples without stored analysis: computed in memory, same numbers
     copy = Store(tmp_path / "data")
     build_run(copy, "run-a", model="model-a", analysis=False)
-    fresh = report.load_run(copy, "run-a")
+    fresh = reports.load_run(copy, "run-a")
     assert {"prompt_stats", "summary", "weights", "allocation"} <= set(fresh.computed)
     cols = ["prompt_id", "n", "c", "pass_rate", "zero_signal_G"]
     assert stored.stats.select(cols).sort("prompt_id").equals(fresh.stats.select(cols).sort("prompt_id"))
@@ -253,13 +253,13 @@ def test_allocations_of_one_run_with_different_budgets_stay_apart(tmp_path):
         write_allocation(store, run, allocate.AllocationConfig(budget=budget, n_max=64, posterior=True), counts)
     assert len(store.files("allocation", {"run_id": run})) == 2
 
-    data = report.load_run(store, run)
+    data = reports.load_run(store, run)
     assert "allocation" not in data.computed
     parts = dict(allocation_parts(data.allocation))
     assert set(parts) == {"signal grpo · 720 rollouts · posterior", "signal grpo · 500 rollouts · posterior"}
     assert {label: part.height for label, part in parts.items()} == dict.fromkeys(parts, 36)
 
-    html = report.render_report(store, run, tmp_path / "r.html").read_text()
+    html = reports.render_report(store, run, tmp_path / "r.html").read_text()
     rows = {r[0]: r for r in _table_rows(html, "Allocations")}
     assert set(rows) == set(parts)
     assert rows["signal grpo · 720 rollouts · posterior"][2] == "720"
@@ -278,7 +278,7 @@ def test_the_allocation_table_shows_the_certified_gap(tmp_path):
     relaxed = allocate.AllocationConfig(budget=700, estimator=spec, n_max=64, posterior=True, method="lagrangian")
     table = write_allocation(store, run, relaxed, counts)
     write_allocation(store, run, allocate.AllocationConfig(budget=500, n_max=64, posterior=True), counts)
-    html = report.render_report(store, run, tmp_path / "r.html").read_text()
+    html = reports.render_report(store, run, tmp_path / "r.html").read_text()
     rows = {r[0]: r for r in _table_rows(html, "Allocations")}
     assert rows["signal grpo · 500 rollouts · posterior"][-1] == "exact"
     cell = rows[f"signal {spec} · 700 rollouts · posterior"][-1]
@@ -287,7 +287,7 @@ def test_the_allocation_table_shows_the_certified_gap(tmp_path):
 
 
 def test_without_a_stored_allocation_the_report_uses_the_default_policy(runs):
-    data = report.load_run(runs, "run-b")  # no analysis and no allocation stored
+    data = reports.load_run(runs, "run-b")  # no analysis and no allocation stored
     assert data.computed == [*analyze.ANALYSIS_TABLES, "allocation"]
     counts = analyze.counts_from_samples(runs, "run-b", answers=False)
     expected, config = allocate.default_allocation("run-b", counts)
@@ -300,41 +300,41 @@ def test_without_a_stored_allocation_the_report_uses_the_default_policy(runs):
 def test_run_card_shows_the_registry_status_at_render_time(tmp_path):
     store = Store(tmp_path / "data")
     build_run(store, "live", n_prompts=12, status="sampling")
-    html = report.render_report(store, "live", tmp_path / "a.html").read_text()
+    html = reports.render_report(store, "live", tmp_path / "a.html").read_text()
     assert _card_item(html, "Status") == "sampling"
     store.set_run_status("live", "done")
-    html = report.render_report(store, "live", tmp_path / "b.html").read_text()
+    html = reports.render_report(store, "live", tmp_path / "b.html").read_text()
     assert _card_item(html, "Status") == "done"
 
 
 def test_public_functions_take_a_store(runs, tmp_path):
     with pytest.raises(TypeError, match="Store"):
-        report.load_run(runs.root, "run-a")
+        reports.load_run(runs.root, "run-a")
     with pytest.raises(TypeError, match="Store"):
-        report.render_report(runs.root, "run-a", tmp_path / "a.html")
+        reports.render_report(runs.root, "run-a", tmp_path / "a.html")
 
 
 def test_unanalysed_G_falls_back_to_nearest(runs, tmp_path):
-    html = report.render_report(runs, "run-a", tmp_path / "a.html", G=10).read_text()
+    html = reports.render_report(runs, "run-a", tmp_path / "a.html", G=10).read_text()
     assert "G = 10 was not analysed" in html and "uses G = 8" in html
 
 
 def test_config_errors_name_the_bad_value():
     with pytest.raises(ConfigError, match="plotly_js='cdn' is unknown: allowed inline, shared"):
-        report.ReportConfig(plotly_js="cdn")
+        reports.ReportConfig(plotly_js="cdn")
     with pytest.raises(ConfigError, match="G=0 must be an integer >= 1"):
-        report.ReportConfig(G=0)
+        reports.ReportConfig(G=0)
     with pytest.raises(ValueError, match="unknown estimator"):
-        report.ReportConfig(estimator="nope")
+        reports.ReportConfig(estimator="nope")
 
 
 def test_comparison_needs_two_distinct_runs(runs, tmp_path):
-    with pytest.raises(report.ReportError, match="at least two"):
-        report.render_comparison(runs, ["run-a"], tmp_path / "c.html")
-    with pytest.raises(report.ReportError, match="duplicates"):
-        report.render_comparison(runs, ["run-a", "run-a"], tmp_path / "c.html")
+    with pytest.raises(reports.ReportError, match="at least two"):
+        reports.render_comparison(runs, ["run-a"], tmp_path / "c.html")
+    with pytest.raises(reports.ReportError, match="duplicates"):
+        reports.render_comparison(runs, ["run-a", "run-a"], tmp_path / "c.html")
     with pytest.raises(StoreError, match="unknown run"):
-        report.render_report(runs, "nope", tmp_path / "x.html")
+        reports.render_report(runs, "nope", tmp_path / "x.html")
 
 
 def _pipeline_imports(path: Path) -> set[str]:
@@ -374,7 +374,7 @@ def test_report_stage_imports_only_stages_to_its_left():
     assert {f.stem for f in files} >= {"__init__", "load", "charts", "compare", "render", "run_card", "rounds"}
     for path in files:
         imported = _pipeline_imports(path)
-        outside = {m for m in imported if not m.startswith("pipeline.report")}
+        outside = {m for m in imported if not m.startswith("pipeline.reports")}
         bad = outside - allowed
         assert not bad, f"report/{path.relative_to(REPORT_PACKAGE)} imports stages to its right or the CLI: {bad}"
 
@@ -386,13 +386,13 @@ def test_report_has_no_sql_text_and_its_queries_are_named_files():
     named = set(re.findall(r'named_query\(\s*"([a-z_]+)"', (REPORT_PACKAGE / "load.py").read_text()))
     assert named == {"grade_statuses", "sample_info", "top_mass", "dataset_observations"}
     for name in named:
-        assert (REPORT_PACKAGE.parent / "sql" / f"{name}.sql").is_file()
+        assert (REPORT_PACKAGE.parent / "sql" / f"{name}.sql").is_file()  # the top-level sql/ beside reports/
 
 
 def test_templates_ship_inside_the_report_package():
     names = {p.name for p in (REPORT_PACKAGE / "templates").glob("*.j2")}
     assert names == {"base.html.j2", "compare.html.j2", "report.html.j2", "section.html.j2"}
-    assert not (REPORT_PACKAGE.parent / "reports").exists()
+    assert REPORT_PACKAGE.name == "reports" and not (REPORT_PACKAGE.parent / "pipeline" / "report").exists()
 
 
 # --- CLI ----------------------------------------------------------------------------------------
@@ -458,8 +458,8 @@ def _section(sections, sid):
 
 
 def test_the_chosen_estimator_is_drawn_and_the_others_are_one_click_away(runs):
-    data = report.load_run(runs, "run-a")
-    sections = build_sections(data, report.ReportConfig(estimator="rloo"))
+    data = reports.load_run(runs, "run-a")
+    sections = build_sections(data, reports.ReportConfig(estimator="rloo"))
     html = str(_section(sections, "weights").charts[0].html)
     assert html.count('"visible":"legendonly"') == len(data.estimators) - 1
     assert '"name":"rloo (yours)"' in html
@@ -474,8 +474,8 @@ def test_the_chosen_estimator_is_drawn_and_the_others_are_one_click_away(runs):
 
 
 def test_the_prompt_tables_never_list_a_prompt_twice(runs):
-    data = report.load_run(runs, "run-a")
-    tables = _section(build_sections(data, report.ReportConfig()), "prompts").tables
+    data = reports.load_run(runs, "run-a")
+    tables = _section(build_sections(data, reports.ReportConfig()), "prompts").tables
     assert len(tables) == 3
     ids = [[row[0] for row in t.rows] for t in tables]
     assert all(ids) and len({i for t in ids for i in t}) == sum(len(t) for t in ids)
@@ -486,7 +486,7 @@ def test_the_prompt_tables_never_list_a_prompt_twice(runs):
 
 
 def test_latex_reads_as_plain_text():
-    from pipeline.report.charts import plain_math, short
+    from pipeline.reports.charts import plain_math, short
 
     assert plain_math(r"What is $\frac{3}{4} + \dfrac{1}{2}$?") == "What is 3/4 + 1/2?"
     assert plain_math(r"$\sqrt{x^{2}+1} \le 2\pi$") == "√(x^2+1) ≤ 2π"
@@ -498,8 +498,8 @@ def test_latex_reads_as_plain_text():
 def test_pass_at_k_ticks_and_an_undefined_spearman_read_plainly(tmp_path):
     store = Store(tmp_path / "data")
     build_run(store, "flat", n_prompts=12, n_samples=6, skill=-40.0)  # every answer wrong
-    data = report.load_run(store, "flat")
-    sections = build_sections(data, report.ReportConfig())
+    data = reports.load_run(store, "flat")
+    sections = build_sections(data, reports.ReportConfig())
     html = str(_section(sections, "pass-at-k").charts[0].html)
     assert '"tickvals":[1,2,4,6]' in html
     calibration = _section(sections, "calibration")

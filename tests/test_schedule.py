@@ -11,11 +11,11 @@ import time
 
 import httpx
 import pytest
+from pipeline.flows import schedule
 from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.flows import schedule
 from pipeline.store import Store
 
 DIFFICULTY = [os.path.join(os.path.dirname(sys.executable), "difficulty")]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("uv_sources", ROOT / "scripts" / "uv_sources.py")
@@ -62,3 +66,77 @@ def test_the_script_reads_this_interpreters_pip():
     for flag, value in zip(flags[2::2], flags[3::2], strict=True):
         if flag in ("--find-links", "--constraint"):
             assert uv_sources.present(value), value
+
+
+# --- the layout and the wheel ---------------------------------------------------------------------
+
+
+def test_the_top_level_folders_are_the_packages_the_wheel_lists():
+    """Every folder with an ``__init__.py`` under ``pipeline/``, ``flows/``, ``reports/`` and ``sql/`` is
+    a package ``pyproject.toml`` names, and no ``.sql`` file is left under ``pipeline/``."""
+    import tomllib
+
+    from layout import package_folders
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for package, folder in package_folders().items():
+        for init in folder.rglob("__init__.py"):
+            found.add(".".join([package, *init.parent.relative_to(folder).parts]))
+    assert found == set(setuptools["packages"])
+    assert set(setuptools["package-dir"].values()) == {"flows", "reports", "sql"}
+    assert list((ROOT / "pipeline").rglob("*.sql")) == []
+    assert [p.name for p in (ROOT / "sql").glob("*.sql")]
+
+
+@pytest.mark.slow
+def test_a_profile_runs_from_the_built_wheel_outside_the_checkout(tmp_path):
+    """The wheel carries flows/, reports/ and sql/ inside ``pipeline``: unpacked alone (a pure-Python
+    wheel is a zip) and put first on the path, outside the checkout, it profiles and writes a report."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("difficulty_pipeline-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+        names = archive.namelist()
+    assert "pipeline/flows/prefect_flows.py" in names and "pipeline/sql/prompt_counts.sql" in names
+    assert "pipeline/reports/templates/report.html.j2" in names and "pipeline/cli/commands/profile.py" in names
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "DIFFICULTY_DATA": str(outside / "data")}
+    where = subprocess.run(
+        [sys.executable, "-c", "import pipeline.flows, pipeline.reports, pipeline.sql; print(pipeline.flows.__file__)"],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.strip().startswith(str(site))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "profile",
+            "--backend",
+            "simulate",
+            "--limit",
+            "6",
+            "--n",
+            "4",
+            "--no-prefect",
+        ],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    reports = list((outside / "data" / "reports").glob("*.html"))
+    assert len(reports) == 1 and "<html" in reports[0].read_text()[:2000].lower()

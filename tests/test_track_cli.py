@@ -190,7 +190,7 @@ def test_one_forgetting_default_everywhere():
     """`current` without --forgetting, the current-difficulty config, the curricula and the help all
     use observe.current.FORGETTING."""
     from pipeline import curriculum
-    from pipeline.cli.current import FORGETTING_HELP
+    from pipeline.cli.commands.current import FORGETTING_HELP
     from pipeline.observe.current import FORGETTING, CurrentConfig
 
     assert 0 < FORGETTING < 1 and CurrentConfig().forgetting == FORGETTING
@@ -218,9 +218,9 @@ def test_the_report_shows_training_since_the_profile(tmp_path, data_dir):
     pass rates: the report's training section charts the steps and sets the profile's prediction
     against them."""
     import numpy as np
-
-    from pipeline import report, run
     from pipeline.flows import executors
+
+    from pipeline import reports, run
 
     store = Store(data_dir)
     cfg = run.ProfileConfig.build(backend="simulate", limit=40, n=16, grade_workers=1, report=False)
@@ -233,7 +233,7 @@ def test_the_report_shows_training_since_the_profile(tmp_path, data_dir):
     table = tmp_path / "train.jsonl"
     table.write_text("".join(json.dumps({"step": s, "prompt_id": p, "n": n, "c": c}) + "\n" for s, p, n, c in steps))
     assert _track(str(table), "--dataset", "arithmetic")["steps_written"] == 5
-    html = report.render_report(store, run_id, tmp_path / "r.html").read_text()
+    html = reports.render_report(store, run_id, tmp_path / "r.html").read_text()
     assert "Training since the profile" in html and "Signal yield forecast at G = 8" in html
     assert "Silent groups and pass rate per step: table:train" in html
     assert "The profile&#39;s prediction against table:train" in html or "The profile's prediction" in html
@@ -274,6 +274,7 @@ def test_the_track_flow_imports_what_is_new(prefect_api, dump, shared, data_dir)
     from dataclasses import asdict
 
     from pipeline.flows import prefect_flows
+
     from pipeline.observe.track import TrackConfig
 
     store = Store(data_dir)

@@ -174,9 +174,8 @@ _FIRST_SCREEN = """() => {
 
 
 def test_report_first_screen_shows_the_verdict_and_a_wrapping_nav(tmp_path):
+    from pipeline.reports import render_report
     from report_fixtures import build_run, chromium_missing_message, open_browser
-
-    from pipeline.report import render_report
 
     missing = chromium_missing_message()
     if missing:  # a missing browser is a broken set-up, not a skip
@@ -204,7 +203,7 @@ def test_report_first_screen_shows_the_verdict_and_a_wrapping_nav(tmp_path):
 
 
 def test_report_of_an_always_wrong_run_warns_at_the_top(tmp_path):
-    from pipeline.report import render_report
+    from pipeline.reports import render_report
 
     data_dir, run_id, _ = _wrong_and_cut(tmp_path)
     html = render_report(Store(data_dir), run_id, tmp_path / "r.html").read_text()
@@ -299,16 +298,16 @@ def test_report_command_takes_the_estimator(tmp_path):
 
 
 def test_the_report_says_when_hard_and_easy_shares_are_zero_by_construction(tmp_path):
+    from pipeline.reports.sections import build_sections
     from report_fixtures import build_run
 
-    from pipeline import report
-    from pipeline.report.sections import build_sections
+    from pipeline import reports
 
     store = Store(tmp_path / "data")
     for run_id, n in (("few", 8), ("many", 32)):
         build_run(store, run_id, n_prompts=40, n_samples=n)
-        data = report.load_run(store, run_id)
-        share = next(s for s in build_sections(data, report.ReportConfig()) if s.id == "gradient-share")
+        data = reports.load_run(store, run_id)
+        share = next(s for s in build_sections(data, reports.ReportConfig()) if s.id == "gradient-share")
         said = any("0 by construction" in note for note in share.notes)
         assert said is (n == 8), run_id
         if n == 8:  # and so it is: no prompt of the hard band carries mass at n = 8

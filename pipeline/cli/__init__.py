@@ -79,14 +79,14 @@ _BY_NAME = {name: (target.split(":"), panel) for name, target, panel in COMMANDS
 def command_function(name: str) -> Any:
     """The function of command ``name`` (its module imported now)."""
     (module, function), _ = _BY_NAME[name]
-    return getattr(importlib.import_module(f"pipeline.cli.{module}"), function)
+    return getattr(importlib.import_module(f"pipeline.cli.commands.{module}"), function)
 
 
 def command_docstring(name: str) -> str:
     """The docstring of command ``name``'s function, read from its source without importing the
     module (the module's imports are what a command's start-up pays for)."""
     (module, function), _ = _BY_NAME[name]
-    spec = importlib.util.find_spec(f"pipeline.cli.{module}")
+    spec = importlib.util.find_spec(f"pipeline.cli.commands.{module}")
     source = spec.loader.get_source(spec.name) if spec is not None and spec.loader is not None else None
     for node in ast.parse(source or "").body:
         if isinstance(node, ast.FunctionDef) and node.name == function:

@@ -21,7 +21,7 @@ import typer
 from pipeline.errors import ConfigError
 from pipeline.grade import MAX_TIMEOUT_S, GradeConfig, check_timeout, check_workers
 from pipeline.prior import PRIORS as ADAPTIVE_PRIORS
-from pipeline.sample import GGUF_BACKENDS
+from pipeline.sample import BACKENDS, GGUF_BACKENDS
 from pipeline.sample.openai import DEFAULT_BASE_URL, OpenAIOptions
 from pipeline.sample.xllamacpp import XLlamaCppOptions
 
@@ -55,10 +55,10 @@ TemplateFile = Annotated[
     typer.Option("--template-file", help="Prompt template with {problem}.", rich_help_panel=_DATA),
 ]
 Backend = Annotated[
-    str, typer.Option("--backend", help="xllamacpp, llamacpp, vllm, openai or simulate.", rich_help_panel=_BACKEND)
+    str, typer.Option("--backend", help=f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}.", rich_help_panel=_BACKEND)
 ]
 Threads = Annotated[
-    int | None, typer.Option("--threads", help="llama.cpp threads (xllamacpp, llamacpp).", rich_help_panel=_BACKEND)
+    int | None, typer.Option("--threads", help="llama.cpp threads (xllamacpp).", rich_help_panel=_BACKEND)
 ]
 Slots = Annotated[
     int | None,

@@ -4,7 +4,7 @@
 wraps the same steps as tasks instead of looping itself, and a test can stop a run between two.
 Every result goes through the ``Store``, so a retried shard, a rerun or a rerun after ``kill -9``
 skips the shards already written and never duplicates a sample. The report is not rendered
-here: the caller renders it once the run is done (``pipeline.report.write_run_report``).
+here: the caller renders it once the run is done (``pipeline.reports.write_run_report``).
 """
 
 from __future__ import annotations

@@ -401,7 +401,7 @@ class Store:
         return query.files_rows(self, name, files, params, con)
 
     def files_query(self, name: str, files: list[Location], params: dict | None = None) -> pa.Table:
-        """Run ``pipeline/sql/<name>.sql`` over just ``files`` (bound as ``$files``), without the
+        """Run ``sql/<name>.sql`` over just ``files`` (bound as ``$files``), without the
         other tables' views (no listing of the whole data directory).
 
         On an object store the files are first copied, concurrently, to a temporary local folder
@@ -436,12 +436,12 @@ class Store:
         return query.user_result(self, sql, fetch, write=write)
 
     def named_query(self, name: str, params: dict | None = None) -> pa.Table:
-        """Run the query ``pipeline/sql/<name>.sql`` with its parameters bound."""
+        """Run the query ``sql/<name>.sql`` with its parameters bound."""
         return self.query(load_sql(name), params)
 
     @staticmethod
     def tables_query(name: str, tables: dict[str, pa.Table], params: dict | None = None) -> pa.Table:
-        """Run ``pipeline/sql/<name>.sql`` over tables in memory, each under its name (the views it
+        """Run ``sql/<name>.sql`` over tables in memory, each under its name (the views it
         reads), instead of the stored ones: what a finished run computed, not read back."""
         return query.tables_query(name, tables, params)
 

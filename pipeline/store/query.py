@@ -1,5 +1,5 @@
 """DuckDB over the data directory: one view per table, the sandbox for a user's SQL, named queries
-(``pipeline/sql/<name>.sql``) and queries over a given list of files or over tables in memory."""
+(``sql/<name>.sql``) and queries over a given list of files or over tables in memory."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ DERIVED_VIEWS = (
 
 
 def load_sql(name: str) -> str:
-    """The text of ``pipeline/sql/<name>.sql``."""
+    """The text of ``sql/<name>.sql``."""
     try:
         return resources.files("pipeline.sql").joinpath(f"{name}.sql").read_text()
     except FileNotFoundError as exc:
@@ -195,7 +195,7 @@ def _files_result(
     fetch: Callable[[duckdb.DuckDBPyRelation], Any],
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> Any:
-    """``pipeline/sql/<name>.sql`` over ``found`` on ``con``, else the store's own connection."""
+    """``sql/<name>.sql`` over ``found`` on ``con``, else the store's own connection."""
     db, lock = s._files_db if con is None else (con, nullcontext())
     with fs.local_paths(s, found) as local, lock:
         try:

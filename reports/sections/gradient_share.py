@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import polars as pl
+from pipeline.reports.charts import BAND_COLORS, Charts, Section, TableView, band_text, figure, fmt, pct
+from pipeline.reports.load import ReportConfig, RunData, summary_rows
 
 from pipeline import estimators as est
 from pipeline import identify
-from pipeline.report.charts import BAND_COLORS, Charts, Section, TableView, band_text, figure, fmt, pct
-from pipeline.report.load import ReportConfig, RunData, summary_rows
 
 __all__ = ["gradient_share_section"]
 

@@ -12,11 +12,11 @@ from collections import Counter
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pipeline.reports.charts import Charts, Section, TableView, figure, fmt, pct
+from pipeline.reports.load import RunData
 
 from pipeline import curriculum
 from pipeline.observe import current
-from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
-from pipeline.report.load import RunData
 
 __all__ = ["training_section"]
 

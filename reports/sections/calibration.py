@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 
+from pipeline.reports.charts import Charts, Section, TableView, figure, fmt, pct
+from pipeline.reports.load import RunData, summary_rows
+
 from pipeline import calibrate as cal
-from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
-from pipeline.report.load import RunData, summary_rows
 
 __all__ = ["calibration_section"]
 

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
+from pipeline.reports.charts import Charts, Section, TableView, figure, fmt
+from pipeline.reports.load import ReportConfig, RunData
 
 from pipeline import verdict
-from pipeline.report.charts import Charts, Section, TableView, figure, fmt
-from pipeline.report.load import ReportConfig, RunData
 
 __all__ = ["ALLOCATION_KEY", "allocation_label", "allocation_parts", "allocation_section"]
 

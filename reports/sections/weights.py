@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
-
-from pipeline import estimators as est
-from pipeline.report.charts import (
+from pipeline.reports.charts import (
     Charts,
     Section,
     estimator_colors,
@@ -18,7 +16,9 @@ from pipeline.report.charts import (
     hist,
     pass_rate_bins,
 )
-from pipeline.report.load import ReportConfig, RunData
+from pipeline.reports.load import ReportConfig, RunData
+
+from pipeline import estimators as est
 
 __all__ = ["weights_section"]
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-
-from pipeline.report.charts import Charts, Section, figure, floats, hist, pass_rate_bins, sample_rows
-from pipeline.report.load import ReportConfig, RunData
+from pipeline.reports.charts import Charts, Section, figure, floats, hist, pass_rate_bins, sample_rows
+from pipeline.reports.load import ReportConfig, RunData
 
 __all__ = ["pass_rates_section"]
 

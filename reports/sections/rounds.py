@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from pipeline.reports.charts import Charts, Section, TableView, figure, floats, fmt, hist, pct
+from pipeline.reports.load import RunData
 
 from pipeline import adaptive, verdict
-from pipeline.report.charts import Charts, Section, TableView, figure, floats, fmt, hist, pct
-from pipeline.report.load import RunData
 from pipeline.store import RoundCount
 
 __all__ = ["adaptive_settings", "adaptive_section", "posterior_note"]

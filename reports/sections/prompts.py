@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from pipeline.reports.charts import Section, TableView, floats, fmt, pct, short
+from pipeline.reports.load import ReportConfig, RunData
 
 from pipeline import estimators as est
-from pipeline.report.charts import Section, TableView, floats, fmt, pct, short
-from pipeline.report.load import ReportConfig, RunData
 
 __all__ = ["prompts_section"]
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pipeline.flows import api_server, watchdog
+from pipeline.flows.executors import after_run, open_executor, warm_up
 from prefect import flow, task
 from prefect.context import FlowRunContext
 from prefect.futures import wait
@@ -31,8 +33,6 @@ from prefect.utilities.annotations import quote
 
 from pipeline import history, run
 from pipeline.errors import BackendUnavailableError, PipelineError
-from pipeline.flows import api_server, watchdog
-from pipeline.flows.executors import after_run, open_executor, warm_up
 from pipeline.observe.track import TrackConfig, run_track
 from pipeline.store import Store
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from pipeline.reports.charts import Charts, Section, TableView, figure, floats, fmt, pct
+from pipeline.reports.load import ReportConfig, RunData
 
 from pipeline import estimators as est
-from pipeline.report.charts import Charts, Section, TableView, figure, floats, fmt, pct
-from pipeline.report.load import ReportConfig, RunData
 
 __all__ = ["BREAKDOWN_COLUMNS", "breakdown_section"]
 

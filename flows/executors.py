@@ -11,7 +11,7 @@ import importlib.util
 import logging
 from typing import Any
 
-from pipeline import history, report, run
+from pipeline import history, reports, run
 from pipeline.errors import PipelineError, ReportError, StoreError
 from pipeline.finish import FinishedRun
 from pipeline.observe import track
@@ -61,7 +61,7 @@ def after_run(config: run.ProfileConfig, store: Store, finished: FinishedRun) ->
     run_id = finished.run_id
     track.track_run(store, run_id, finished.analysis.prompt_stats)
     try:
-        path = report.write_run_report(store, run_id, finished.analysis) if config.execution.report else None
+        path = reports.write_run_report(store, run_id, finished.analysis) if config.execution.report else None
     except StoreError as exc:  # a full disk: the run itself is stored and done, say so
         raise ReportError(
             f"run {run_id} is done and stored, but its report was not written: {exc}; write it later "

@@ -13,7 +13,7 @@ import typer
 from pipeline.cli.options import DataDir, Runs, open_store
 from pipeline.cli.output import say
 from pipeline.errors import ConfigError, StoreError
-from pipeline.report import ReportConfig, render_comparison, render_report
+from pipeline.reports import ReportConfig, render_comparison, render_report
 from pipeline.store import Location, Store, is_remote, resolve_data_dir
 
 _HTML = (".html", ".htm")

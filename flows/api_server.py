@@ -39,8 +39,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
-from pipeline.errors import ConfigError, OrchestrationError
 from pipeline.flows import watchdog
+
+from pipeline.errors import ConfigError, OrchestrationError
 
 log = logging.getLogger(__name__)
 

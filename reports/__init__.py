@@ -15,12 +15,13 @@ A run whose analysis tables are missing is analysed in memory with the default s
 computed for the report.
 """
 
+from pipeline.reports.charts import Chart, Section, TableView
+from pipeline.reports.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
+from pipeline.reports.render import PLOTLY_JS_NAME, render_comparison, render_report, write_plotly_js
+from pipeline.reports.sections import build_sections
+
 from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
-from pipeline.report.charts import Chart, Section, TableView
-from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
-from pipeline.report.render import PLOTLY_JS_NAME, render_comparison, render_report, write_plotly_js
-from pipeline.report.sections import build_sections
 from pipeline.store import Store
 
 

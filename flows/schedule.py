@@ -77,10 +77,9 @@ def make_deployment(
     """
     check_choice("flow", flow, FLOWS)
     check_schedule(cron, interval, timezone)
+    from pipeline.flows import prefect_flows
     from prefect.schedules import Cron, Interval
     from prefect.types.entrypoint import EntrypointType
-
-    from pipeline.flows import prefect_flows
 
     target = getattr(prefect_flows, FLOWS[flow])
     sched = Cron(cron, timezone=timezone or "UTC") if cron else Interval(interval)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from pipeline.reports.charts import Charts, Section, TableView, band_text, figure, floats, fmt, hist, pct
+from pipeline.reports.load import ReportConfig, RunData, metric, summary_rows
 
 from pipeline import estimators as est
-from pipeline.report.charts import Charts, Section, TableView, band_text, figure, floats, fmt, hist, pct
-from pipeline.report.load import ReportConfig, RunData, metric, summary_rows
 
 __all__ = ["compare_sections", "paired"]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 import polars as pl
+from pipeline.reports.charts import Charts, Section, TableView, figure, fmt, pct
+from pipeline.reports.load import RunData, summary_rows
+from pipeline.reports.sections.rounds import posterior_note
 
 from pipeline import identify
-from pipeline.report.charts import Charts, Section, TableView, figure, fmt, pct
-from pipeline.report.load import RunData, summary_rows
-from pipeline.report.sections.rounds import posterior_note
 
 __all__ = ["zero_signal_section"]
 

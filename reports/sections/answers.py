@@ -4,10 +4,9 @@ modal answer's share against pass rate."""
 from __future__ import annotations
 
 import polars as pl
+from pipeline.reports.charts import Charts, Section, TableView, figure, floats, fmt, pct, sample_rows
+from pipeline.reports.load import ReportConfig, RunData
 from plotly.subplots import make_subplots
-
-from pipeline.report.charts import Charts, Section, TableView, figure, floats, fmt, pct, sample_rows
-from pipeline.report.load import ReportConfig, RunData
 
 __all__ = ["answers_section"]
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import polars as pl
-
-from pipeline.report.charts import Section, TableView, fmt, pct, short
-from pipeline.report.load import RunData
-from pipeline.report.sections.rounds import posterior_note
+from pipeline.reports.charts import Section, TableView, fmt, pct, short
+from pipeline.reports.load import RunData
+from pipeline.reports.sections.rounds import posterior_note
 
 __all__ = ["run_card_section"]
 

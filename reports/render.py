@@ -16,14 +16,14 @@ from pathlib import Path
 import plotly
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
+from pipeline.reports.compare import compare_sections
+from pipeline.reports.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
+from pipeline.reports.sections import build_sections
 from plotly.offline import get_plotlyjs
 
 from pipeline import verdict as verdicts
 from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
-from pipeline.report.compare import compare_sections
-from pipeline.report.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
-from pipeline.report.sections import build_sections
 from pipeline.store import Location, Store
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ PLOTLY_JS_NAME = "plotly.min.js"
 
 def _env() -> Environment:
     return Environment(
-        loader=PackageLoader("pipeline.report", "templates"),
+        loader=PackageLoader("pipeline.reports", "templates"),
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
         trim_blocks=True,
         lstrip_blocks=True,

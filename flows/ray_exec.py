@@ -22,9 +22,10 @@ import threading
 from dataclasses import replace
 from typing import Any, Self
 
+from pipeline.flows import watchdog
+
 from pipeline import run
 from pipeline.errors import ConfigError, MissingDependencyError
-from pipeline.flows import watchdog
 from pipeline.sample import GGUF_BACKENDS
 from pipeline.store import Store
 

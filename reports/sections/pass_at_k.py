@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.report.charts import Charts, Section, figure
-from pipeline.report.load import RunData, summary_rows
-from pipeline.report.sections.rounds import posterior_note
+from pipeline.reports.charts import Charts, Section, figure
+from pipeline.reports.load import RunData, summary_rows
+from pipeline.reports.sections.rounds import posterior_note
 
 __all__ = ["pass_at_k_section"]
 

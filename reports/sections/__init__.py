@@ -14,21 +14,21 @@ Definitions: ``docs/estimators.md``.
 
 from __future__ import annotations
 
-from pipeline.report.charts import Charts, Section
-from pipeline.report.load import ReportConfig, RunData
-from pipeline.report.sections.allocation import allocation_section
-from pipeline.report.sections.answers import answers_section
-from pipeline.report.sections.breakdown import breakdown_section
-from pipeline.report.sections.calibration import calibration_section
-from pipeline.report.sections.gradient_share import gradient_share_section
-from pipeline.report.sections.pass_at_k import pass_at_k_section
-from pipeline.report.sections.pass_rates import pass_rates_section
-from pipeline.report.sections.prompts import prompts_section
-from pipeline.report.sections.rounds import adaptive_section
-from pipeline.report.sections.run_card import run_card_section
-from pipeline.report.sections.training import training_section
-from pipeline.report.sections.weights import weights_section
-from pipeline.report.sections.zero_signal import zero_signal_section
+from pipeline.reports.charts import Charts, Section
+from pipeline.reports.load import ReportConfig, RunData
+from pipeline.reports.sections.allocation import allocation_section
+from pipeline.reports.sections.answers import answers_section
+from pipeline.reports.sections.breakdown import breakdown_section
+from pipeline.reports.sections.calibration import calibration_section
+from pipeline.reports.sections.gradient_share import gradient_share_section
+from pipeline.reports.sections.pass_at_k import pass_at_k_section
+from pipeline.reports.sections.pass_rates import pass_rates_section
+from pipeline.reports.sections.prompts import prompts_section
+from pipeline.reports.sections.rounds import adaptive_section
+from pipeline.reports.sections.run_card import run_card_section
+from pipeline.reports.sections.training import training_section
+from pipeline.reports.sections.weights import weights_section
+from pipeline.reports.sections.zero_signal import zero_signal_section
 
 __all__ = ["build_sections"]
 

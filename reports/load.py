@@ -4,7 +4,7 @@ The analysis is the run's own (``analyze.analysis_of_run``: the stored tables, e
 its samples with the default settings, never written); the allocation is the stored one(s), else
 the one default policy (``allocate.default_allocation``). Tables computed for the report rather
 than stored are listed in ``RunData.computed`` so the run card can say so. Every query is a named
-file of ``pipeline/sql`` run through the ``Store``.
+file of ``sql/`` run through the ``Store``.
 """
 
 from __future__ import annotations
