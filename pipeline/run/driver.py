@@ -44,6 +44,28 @@ from pipeline.store import RunRecord, Store
 log = logging.getLogger(__name__)
 
 
+def stored_dataset(store: Store, dataset: str, limit: int | None) -> datasets.LoadResult:
+    """The problems a data directory already holds under ``dataset`` (a local file's ``local-<stem>`` or
+    ``verl-<stem>``, a saved load), in their load order, the first ``limit`` of them: so
+    ``profile --dataset NAME``, as a verdict prints it, profiles again what the run profiled, even
+    where the file it was loaded from has moved.
+
+    Raises:
+        DatasetError: no adapter of that name and no problems stored under it.
+    """
+    problems = store.read_table("problems", {"dataset": dataset})
+    if problems.num_rows == 0:
+        raise DatasetError(
+            f"unknown dataset {dataset!r}: no adapter of that name and no problems stored under it in "
+            f"{store.root}; adapters: {sorted(datasets.ADAPTERS)} (a local file: --data-file PATH)"
+        )
+    if limit is not None:
+        problems = problems.slice(0, limit)
+    statuses = problems.column("status").to_pylist()
+    counts = {status: statuses.count(status) for status in dict.fromkeys(statuses)}
+    return datasets.LoadResult(problems, rows_read=problems.num_rows, duplicates=0, status_counts=counts)
+
+
 def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan:
     """Load the problems, store them, register the run and split it into shards (or take the
     plan stored by an earlier start of the same run).
@@ -52,19 +74,24 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
     that does not exist fails before any work.
     """
     data = config.data
-    result = datasets.load(
-        data.dataset if data.data_file is None or data.dataset != "arithmetic" else None,
-        data_file=data.data_file,
-        split=data.split,
-        limit=data.limit,
-        seed=config.sampling.seed,
-    )
+    stored = data.data_file is None and data.dataset not in datasets.ADAPTERS
+    if stored:
+        result = stored_dataset(store, data.dataset, data.limit)
+    else:
+        result = datasets.load(
+            data.dataset if data.data_file is None or data.dataset != "arithmetic" else None,
+            data_file=data.data_file,
+            split=data.split,
+            limit=data.limit,
+            seed=config.sampling.seed,
+        )
     problems = result.problems
     if problems.num_rows == 0:
         raise DatasetError("the dataset has no problems")
     dataset = problems.column("dataset")[0].as_py()
     template = template_for(dataset, data.template_file)
-    store.add_problems(problems, dataset)
+    if not stored:  # a stored dataset's rows are in the store already
+        store.add_problems(problems, dataset)
     gradable = problems.filter(pc.equal(problems.column("status"), schema.PROBLEM_OK))
     skipped = {k: v for k, v in result.status_counts.items() if k != schema.PROBLEM_OK}
     acfg = config.adaptive
