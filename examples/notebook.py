@@ -10,7 +10,10 @@ import pipeline
 # %% Open the data directory: one read-only DuckDB connection over the tables of `difficulty sql`.
 data = pipeline.open(sys.argv[1] if len(sys.argv) > 1 else "difficulty-data")
 runs = data.runs().pl()
-run = runs.row(0, named=True)  # the newest run
+finished = runs.filter(runs["status"] == "done")  # a run still sampling has no analysis yet
+if finished.is_empty():
+    raise SystemExit(f"no finished run in {data.root}: run `difficulty profile` first")
+run = finished.row(0, named=True)  # the newest finished run
 print(f"run {run['run_id']}: {run['dataset']}, model {run['model']}, {run['n_prompts']} prompts, {run['status']}")
 
 # %% Each prompt's pass rate, grouped: a group of G answers teaches nothing when all are right or all wrong.

@@ -105,3 +105,22 @@ def test_every_command_of_the_page_runs_as_written(tmp_path):
     for line in batches:  # 4 distinct prompts of the run, by the top-level prompt_id verl carried through
         drawn = re.findall(r"'([0-9a-f]{16})'", line.split("profiled")[0])
         assert len(set(drawn)) == 4 and set(drawn) <= ids
+
+
+def test_the_notebook_reads_the_newest_finished_run(tmp_path):
+    """A run still sampling (newer, no analysis yet) is passed over, not crashed on."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.store import RunRecord, Store
+
+    data = tmp_path / "data"
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--no-report", "--limit", "6", "--data-dir", str(data)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    Store(data).register_run(RunRecord("still-sampling", dataset="arithmetic", model="m", status="sampling"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "notebook.py"), str(data)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "still-sampling" not in proc.stdout and ": arithmetic, model" in proc.stdout
