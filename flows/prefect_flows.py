@@ -132,7 +132,7 @@ def _flow_steps(config: run.ProfileConfig) -> run.Steps:
     """The driver's steps as tasks (arguments that carry the plan quoted)."""
     return run.Steps(
         prepare=lambda cfg, data, executor: load_task(cfg, data, executor.model_name),
-        started=lambda plan: rename_flow_run(run.run_label(config, plan.run_id)),
+        started=lambda plan: rename_flow_run(run.run_label(config, plan.run_id, plan.dataset)),
         run_shards=_run_shards,
         next_round=lambda cfg, data, plan: round_task(cfg, data, quote(plan)),
         finish=lambda cfg, data, plan, state: finish_task(cfg, data, quote(plan), quote(state)),

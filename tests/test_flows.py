@@ -171,6 +171,10 @@ def test_run_label_and_config_checks():
         == "gsm8k/ckpt-7.gguf/abc"
     )
     assert run.run_label(run.ProfileConfig()) == "arithmetic/xllamacpp-default/pending"
+    # a schedule of a local file is named after the file, not the bundled set's default name
+    gsm8k = run.ProfileConfig.build(data_file="data/gsm8k/test.jsonl", backend="simulate")
+    assert run.run_label(gsm8k) == "local-gsm8k-test/simulate-default/pending"
+    assert run.run_label(gsm8k, "abc", "gsm8k") == "gsm8k/simulate-default/abc"
     with pytest.raises(ConfigError, match="executor='dask'"):
         run.ProfileConfig.build(executor="dask")
     with pytest.raises(ConfigError, match="replicas=0"):

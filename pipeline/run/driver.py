@@ -289,9 +289,13 @@ def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Step
         return steps.finish(config, store, plan, state)
 
 
-def run_label(config: ProfileConfig, run_id: str | None = None) -> str:
-    """A run's display name: ``<dataset>/<model>/<run id>`` (``pending`` before it is known)."""
+def run_label(config: ProfileConfig, run_id: str | None = None, dataset: str | None = None) -> str:
+    """A run's display name: ``<dataset>/<model>/<run id>`` (``pending`` before it is known).
+    ``dataset``: the stored name once the problems are loaded; before, a data file's (the
+    ``--dataset`` default names the bundled set only when no file is given)."""
     data, engine = config.data, config.engine
-    dataset = data.dataset or (Path(data.data_file).stem if data.data_file else "local")
+    if dataset is None:
+        named = data.dataset if data.dataset and (data.data_file is None or data.dataset != "arithmetic") else None
+        dataset = named or datasets.local_name(data.data_file)
     model = Path(engine.model).name if engine.model else f"{engine.backend}-default"
     return f"{dataset}/{model}/{run_id or 'pending'}"
