@@ -53,15 +53,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 15) -> None:
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 15) -> float | None:
+    """Send ``sig`` to the process group (a terminal's Ctrl-C reaches the whole group): the seconds it
+    took to exit, or None where it had to be killed."""
     if proc.poll() is not None:
-        return
+        return 0.0
+    start = time.monotonic()
     os.killpg(proc.pid, sig)
     try:
         proc.wait(timeout=grace_s)
+        return time.monotonic() - start
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        return None
 
 
 @pytest.mark.slow
@@ -145,9 +150,11 @@ def test_served_deployment_runs_on_its_schedule(tmp_path):
         completed = [r for r in flow_runs if r["state_type"] == "COMPLETED"]
         assert any(r["name"].endswith(run_id) and r["deployment_id"] for r in completed)
     finally:
-        if served is not None:
-            _stop(served, signal.SIGINT)  # Ctrl-C: the runner pauses the schedule and exits
+        stopped = _stop(served, signal.SIGINT) if served is not None else None  # Ctrl-C: pause and exit
         _stop(server)
         server_log.close()
         serve_log.close()
     assert served.returncode is not None and server.returncode is not None
+    assert stopped is not None, (
+        "Ctrl-C did not stop `difficulty schedule`: " + (tmp_path / "serve.log").read_text()[-2000:]
+    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline import adaptive, grade
+from pipeline import adaptive, datasets, grade
 from pipeline.adaptive import AdaptiveConfig
 from pipeline.checks import check_bool, check_choice, check_int
 from pipeline.errors import ConfigError
@@ -58,6 +58,13 @@ class DataConfig:
                 object.__setattr__(self, name, str(getattr(self, name)))
         if self.limit is not None:
             check_int("limit", self.limit, 1)
+
+    def display_name(self) -> str:
+        """The dataset's name before its problems are loaded: ``--dataset``, or a data file's
+        ``local-<stem>`` (the ``--dataset`` default names the bundled set only when no file is given)."""
+        if self.data_file is not None and (self.dataset or "arithmetic") == "arithmetic":
+            return datasets.local_name(self.data_file)
+        return self.dataset or "arithmetic"
 
     def is_bundled(self) -> bool:
         """True for the bundled arithmetic set (no data file)."""
@@ -161,6 +168,13 @@ class ProfileConfig:
         if missing:
             object.__setattr__(self, "sampling", replace(self.sampling, **missing))
         self.sampling.params()  # checks n, temperature, top_p, max_tokens, seed
+
+    def display_name(self) -> str:
+        """The dataset's name before its problems are loaded: ``--dataset``, or a data file's
+        ``local-<stem>`` (the ``--dataset`` default names the bundled set only when no file is given)."""
+        if self.data_file is not None and (self.dataset or "arithmetic") == "arithmetic":
+            return datasets.local_name(self.data_file)
+        return self.dataset or "arithmetic"
 
     def is_bundled(self) -> bool:
         return self.data.is_bundled()

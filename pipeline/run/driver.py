@@ -294,8 +294,6 @@ def run_label(config: ProfileConfig, run_id: str | None = None, dataset: str | N
     ``dataset``: the stored name once the problems are loaded; before, a data file's (the
     ``--dataset`` default names the bundled set only when no file is given)."""
     data, engine = config.data, config.engine
-    if dataset is None:
-        named = data.dataset if data.dataset and (data.data_file is None or data.dataset != "arithmetic") else None
-        dataset = named or datasets.local_name(data.data_file)
+    dataset = dataset or data.display_name()
     model = Path(engine.model).name if engine.model else f"{engine.backend}-default"
     return f"{dataset}/{model}/{run_id or 'pending'}"

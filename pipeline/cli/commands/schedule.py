@@ -49,7 +49,7 @@ def schedule_cmd(
         config = profile.to_dict()
     from pipeline.flows import schedule
 
-    deployment = name or schedule.default_name(flow, profile.data.dataset)
+    deployment = name or schedule.default_name(flow, profile.data.display_name())
     say(
         f"serving deployment {deployment!r} ({'cron ' + cron if cron else f'every {interval:g} s'}); "
         "Ctrl-C stops it and pauses the schedule"
