@@ -100,7 +100,7 @@ def report_peers(out: dict) -> list[tuple[str, str]]:
     above the default's."""
     print(
         "\npeers at equal budget: GRPO expected signal per prompt at the true pass rates "
-        "(default policy's budget, 16/prompt; mean +- sd over seeds)"
+        "(default policy's budget, 16/prompt; mean +- sd over seeds, and the ratio to the default per seed)"
     )
     below = []
     for truth, rows in out.items():
@@ -108,7 +108,8 @@ def report_peers(out: dict) -> list[tuple[str, str]]:
         print(f"\n== {truth} ==")
         for rule, vals in rows.items():
             v = np.array(vals)
-            print(f"  {rule:14s} {v.mean():.5f} +- {v.std():.5f}   x default {v.mean() / d.mean():.4f}")
+            r = v / d  # per seed: the same prompts and profile for every rule
+            print(f"  {rule:14s} {v.mean():.5f} +- {v.std():.5f}   x default {r.mean():.4f} +- {r.std():.4f}")
         beaten = [r for r, vals in rows.items() if r != "default" and np.mean(vals) > d.mean() * (1 + 1e-12)]
         below += [(truth, r) for r in beaten]
         print(f"  default: {'on or above every rule' if not beaten else 'below ' + ', '.join(beaten)}")
