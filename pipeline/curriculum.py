@@ -596,6 +596,11 @@ class PoolPolicy(_Base):
         super().update_index(idx, n, c, step)
         self.mean[idx] = c / n
 
+    def set_counts(self, n, c, step: int | None) -> None:
+        """Counts read elsewhere (the verl hook): their mean stands for the latest group's."""
+        super().set_counts(n, c, step)
+        self.mean = np.where(self.n > 0, self.c / np.maximum(self.n, 1), np.nan)
+
     def weights(self, cand: np.ndarray) -> np.ndarray:
         m = self.mean[cand]
         pooled = np.where(m <= self.low, self.hard, np.where(m <= self.high, 1.0, self.easy))
@@ -632,6 +637,11 @@ class DiffBasedPolicy(_Base):
         np.add.at(self.alpha, idx, c)
         np.add.at(self.beta, idx, n - c)
 
+    def set_counts(self, n, c, step: int | None) -> None:
+        """Counts read elsewhere (the verl hook, already discounted): the posterior is ``Beta(1 + c, 1 + n - c)``."""
+        super().set_counts(n, c, step)
+        self.alpha, self.beta = 1.0 + self.c, 1.0 + self.n - self.c
+
     def scores(self, cand: np.ndarray) -> np.ndarray:
         a, b = self.alpha[cand], self.beta[cand]
         p = self.rng.beta(a, b) if self.sample else a / (a + b)
@@ -667,6 +677,11 @@ class MoppsPolicy(_Base):
         super().update_index(idx, n, c, step)
         self.alpha[idx] = self.decay * self.alpha[idx] + (1 - self.decay) + c
         self.beta[idx] = self.decay * self.beta[idx] + (1 - self.decay) + n - c
+
+    def set_counts(self, n, c, step: int | None) -> None:
+        """Counts read elsewhere (the verl hook, already discounted): the posterior is ``Beta(1 + c, 1 + n - c)``."""
+        super().set_counts(n, c, step)
+        self.alpha, self.beta = 1.0 + self.c, 1.0 + self.n - self.c
 
     def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
         m = min(len(cand), math.ceil(k / self.ratio - 1e-9))

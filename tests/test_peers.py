@@ -235,3 +235,15 @@ def test_replay_prints_the_peers_rows(tmp_path):
     for name in curriculum.PEERS:
         r = curriculum.replay(log, name, 5)
         assert 0 <= r["signal_yield"] <= 1 and f"{r['signal_yield']:.4g}"[:4] in res.output
+
+
+def test_peers_take_counts_read_elsewhere():
+    """The verl hook replaces a policy's counts before each batch: each peer's own state follows them."""
+    n, c = np.array([8.0, 4.0, 0.0]), np.array([2.0, 4.0, 0.0])
+    pool = curriculum.make_policy("prime-rl", ["a", "b", "c"])
+    pool.set_counts(n, c, step=3)
+    assert pool.weights(np.arange(3)).tolist() == [0.2, 0.2, 1.0]  # 0.25: hard; 1: easy; unseen
+    for spec in ("trinity", "mopps"):
+        policy = curriculum.make_policy(spec, ["a", "b", "c"])
+        policy.set_counts(n, c, step=3)
+        assert (policy.alpha.tolist(), policy.beta.tolist()) == ([3.0, 5.0, 1.0], [7.0, 1.0, 1.0])
