@@ -66,7 +66,11 @@ def main() -> None:
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     if "timing" in sections or "exact" in sections:
-        timing(args, sections)
+        timed(*instance(10), alloc.AllocationConfig(budget=160, n_max=64, posterior=True))  # imports, caches
+    if "timing" in sections:
+        timing(args)
+    if "exact" in sections:
+        exact(args)
     if "peers" in sections:
         report_peers(run_peers(args))
 
@@ -117,10 +121,7 @@ def report_peers(out: dict) -> list[tuple[str, str]]:
     return below
 
 
-def timing(args, sections: set[str]) -> None:
-    if "timing" not in sections:
-        return exact(args)
-    timed(*instance(10), alloc.AllocationConfig(budget=160, n_max=64, posterior=True))  # imports, caches
+def timing(args) -> None:
     print(f"large instances: {SPEC}, budget {args.per_prompt}/prompt, n in [2, {args.n_max}]")
     head = ("prompts", "prior", "method", "time s", "x grpo", "gap", "rel. gap", "spent/B")
     print("{:>8} {:>9} {:>10} {:>8} {:>7} {:>10} {:>9} {:>8}".format(*head))
@@ -137,9 +138,6 @@ def timing(args, sections: set[str]) -> None:
                 f"{N:>8} {'posterior' if posterior else 'point':>9} {res.method:>10} {took:>8.2f} "
                 f"{took / base:>7.1f} {res.gap:>10.3g} {res.relative_gap:>9.2e} {spent:>8.6f}"
             )
-
-    if "exact" in sections:
-        exact(args)
 
 
 def exact(args) -> None:
