@@ -90,7 +90,8 @@ def run_peers(args) -> dict:
             n = np.full(len(p), args.profile_n)
             c = rng.binomial(args.profile_n, p)
             config = alloc.default_config(len(p))
-            rules = {"default": alloc.allocate(n, c, config).n, "uniform": peers.uniform(len(p), config)}
+            own = alloc.allocate(n, c, config)
+            rules = {"default": own.n, "uniform": own.uniform_n}
             rules.update({peer: peers.peer_allocation(peer, n, c, config) for peer in peers.PEERS})
             for rule, alloc_n in rules.items():
                 assert alloc_n.sum() <= config.budget

@@ -7,7 +7,7 @@ default reports. A rule may give a prompt 0 rollouts (it drops it); that prompt 
 to a signal or knapsack total, and makes the variance objective's total infinite.
 
 - ``sgpo``: group size proportional to ``1 / p_hat``; prompts always solved dropped, a share of the
-  never-solved kept at the largest group size (sGPO, arXiv 2606.08854);
+  never-solved kept (sized as if ``p_hat = 1/(n + 1)``) and the rest dropped (sGPO, arXiv 2606.08854);
 - ``vip``: the rollouts that minimise the summed gradient variance ``sum p q / n`` (VIP, arXiv
   2602.01601), the ``variance`` objective solved exactly;
 - ``knapsack``: the Knapsack-RL value ``(1 - p^n - q^n) p q^2`` solved exactly (arXiv 2509.25849);
@@ -24,7 +24,7 @@ from pipeline import allocate as alloc
 from pipeline.checks import check_number
 from pipeline.errors import ConfigError
 
-__all__ = ["PEERS", "knapsack", "peer_allocation", "pilot_commit", "sgpo", "uniform", "value", "vip"]
+__all__ = ["PEERS", "knapsack", "peer_allocation", "pilot_commit", "sgpo", "value", "vip"]
 
 #: The peers, in the order ``allocate --peers`` prints them.
 PEERS = ("sgpo", "vip", "knapsack", "pilot-commit")
@@ -161,8 +161,3 @@ def value(n_obs, c_obs, n, config: alloc.AllocationConfig, *, p_true: np.ndarray
     v = table[np.arange(int(keep.sum())), np.searchsorted(grid, n[keep])]
     total = float(v.sum())
     return -total if config.objective == "variance" else total
-
-
-def uniform(N: int, config: alloc.AllocationConfig) -> np.ndarray:
-    """The uniform allocation of ``config``'s budget (the baseline every allocation reports)."""
-    return alloc._uniform(config.budget, N, config.n_min, config.n_max)
