@@ -10,19 +10,32 @@ Prompts with U-shaped pass rates (``Beta(0.4, 0.4)``), 16 observed samples each,
    threshold method), the allocation that needs no relaxation.
 2. Small instances where the exact programme fits (``--exact-sizes`` prompts, n_max 64): the value
    of the relaxation's allocation over the exact optimum, and its certified gap.
+3. The peers at equal budget (``pipeline/peers.py``, docs/allocation-peers.md), on every truth of
+   ``bench/truths.py``: ``--peer-prompts`` prompts drawn from the truth, a profile of ``--profile-n``
+   samples each, the default policy's budget (16 rollouts per prompt, n in [2, 64]); every rule reads
+   the profile, and its allocation is scored by GRPO's expected signal at the true pass rates (per
+   prompt; mean and sd over ``--seeds``), with the verdict: where the default is below a peer.
 
     PYTHONPATH=$PWD python bench/allocation.py [--sizes 1000,10000,250000] [--exact-sizes 20,50,100]
+        [--sections timing,exact,peers] [--peer-prompts 2000] [--profile-n 8] [--seeds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from pipeline import allocate as alloc
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import truths  # noqa: E402
+
+from pipeline import allocate as alloc  # noqa: E402
+from pipeline import peers  # noqa: E402
 
 SPEC = "dapo:mode=resample,T=4"
 
@@ -45,9 +58,71 @@ def main() -> None:
     ap.add_argument("--exact-sizes", default="20,50,100")
     ap.add_argument("--per-prompt", type=int, default=16)
     ap.add_argument("--n-max", type=int, default=512)
+    ap.add_argument("--sections", default="timing,exact,peers", help="which of timing, exact, peers to run")
+    ap.add_argument("--peer-prompts", type=int, default=2000)
+    ap.add_argument("--profile-n", type=int, default=8)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--truths", default=None, help="comma-separated subset of " + ", ".join([*truths.TRUTHS, "real"]))
     args = ap.parse_args()
+    sections = set(args.sections.split(","))
+    if "timing" in sections or "exact" in sections:
+        timed(*instance(10), alloc.AllocationConfig(budget=160, n_max=64, posterior=True))  # imports, caches
+    if "timing" in sections:
+        timing(args)
+    if "exact" in sections:
+        exact(args)
+    if "peers" in sections:
+        report_peers(run_peers(args))
 
-    timed(*instance(10), alloc.AllocationConfig(budget=160, n_max=64, posterior=True))  # imports, caches
+
+def run_peers(args) -> dict:
+    """Per truth, per rule: GRPO's expected signal per prompt at the true pass rates, one value per seed."""
+    names = [*truths.TRUTHS, "real"] if args.truths is None else args.truths.split(",")
+    out: dict = {}
+    for name in names:
+        truth = truths.get(name)
+        if truth is None:
+            continue
+        rows: dict[str, list[float]] = {}
+        for seed in range(args.seeds):
+            rng = np.random.default_rng(seed)
+            p = truth.draw(args.peer_prompts, rng)
+            n = np.full(len(p), args.profile_n)
+            c = rng.binomial(args.profile_n, p)
+            config = alloc.default_config(len(p))
+            own = alloc.allocate(n, c, config)
+            rules = {"default": own.n, "uniform": own.uniform_n}
+            rules.update({peer: peers.peer_allocation(peer, n, c, config) for peer in peers.PEERS})
+            for rule, alloc_n in rules.items():
+                assert alloc_n.sum() <= config.budget
+                rows.setdefault(rule, []).append(peers.value(n, c, alloc_n, config, p_true=p) / len(p))
+        out[f"{name} ({truth.text})"] = rows
+    return out
+
+
+def report_peers(out: dict) -> list[tuple[str, str]]:
+    """Print each truth's table and verdict; return the (truth, peer) pairs where a peer's mean is
+    above the default's."""
+    print(
+        "\npeers at equal budget: GRPO expected signal per prompt at the true pass rates "
+        "(default policy's budget, 16/prompt; mean +- sd over seeds, and the ratio to the default per seed)"
+    )
+    below = []
+    for truth, rows in out.items():
+        d = np.array(rows["default"])
+        print(f"\n== {truth} ==")
+        for rule, vals in rows.items():
+            v = np.array(vals)
+            r = v / d  # per seed: the same prompts and profile for every rule
+            print(f"  {rule:14s} {v.mean():.5f} +- {v.std():.5f}   x default {r.mean():.4f} +- {r.std():.4f}")
+        beaten = [r for r, vals in rows.items() if r != "default" and np.mean(vals) > d.mean() * (1 + 1e-12)]
+        below += [(truth, r) for r in beaten]
+        print(f"  default: {'on or above every rule' if not beaten else 'below ' + ', '.join(beaten)}")
+    print(f"\ndefault on or above every peer on every truth: {'yes' if not below else 'NO'}")
+    return below
+
+
+def timing(args) -> None:
     print(f"large instances: {SPEC}, budget {args.per_prompt}/prompt, n in [2, {args.n_max}]")
     head = ("prompts", "prior", "method", "time s", "x grpo", "gap", "rel. gap", "spent/B")
     print("{:>8} {:>9} {:>10} {:>8} {:>7} {:>10} {:>9} {:>8}".format(*head))
@@ -65,6 +140,8 @@ def main() -> None:
                 f"{took / base:>7.1f} {res.gap:>10.3g} {res.relative_gap:>9.2e} {spent:>8.6f}"
             )
 
+
+def exact(args) -> None:
     print(f"\nwhere the exact programme fits: {SPEC}, budget {args.per_prompt}/prompt, n in [2, 64]")
     print(f"{'prompts':>8} {'prior':>9} {'exact s':>8} {'relax s':>8} {'relax/exact':>12} {'rel. gap':>9}")
     for N in (int(x) for x in args.exact_sizes.split(",")):

@@ -14,7 +14,9 @@ curve interpolated linearly where it crosses 0.75). uniform and DAPO (oversample
 rollouts) have no knob: their picks do not depend on outcomes, so their yield is the same at any
 coverage. Prints, per truth, each family's yield at coverage 0.75 (mean and spread over ``--seeds``),
 the default's own yield and coverage, and whether the default is on or above every baseline
-everywhere and at least 1.4x uniform on the U-shape.
+everywhere and at least 1.4x uniform on the U-shape. The peers (other projects' rules, knob around
+their published setting) get their own verdict at coverage 0.75, and their yield and coverage at
+their published settings beside the default family's without a coverage target (docs/curriculum.md §5).
 
     PYTHONPATH=$PWD python bench/curriculum.py [--prompts 2000] [--steps 50] [--batch-size 256] [--seeds 3]
 """
@@ -140,8 +142,9 @@ TRUTHS = {
     "mostly-hard": mostly_hard_log,
 }
 
-# Family -> (spec template with {x} the knob, knob values in order of rising coverage, baseline?).
-FAMILIES: dict[str, tuple[str, tuple, bool]] = {
+# Family -> (spec template with {x} the knob, knob values in order of rising coverage, kind): a
+# baseline (True), a policy of ours (False) or another project's rule ("peer", its knob around its default).
+FAMILIES: dict[str, tuple[str, tuple, bool | str]] = {
     "uniform": ("uniform", (None,), True),
     "dapo": ("dapo", (None,), True),
     "greso": ("greso:explore={x}", (0.02, 0.05, 0.1, 0.25, 0.5, 1.0), True),
@@ -156,7 +159,14 @@ FAMILIES: dict[str, tuple[str, tuple, bool]] = {
     "signal, Jeffreys prior": ("signal:prior=jeffreys,coverage={x}", (0.6, 0.7, 0.75, 0.8, 0.9), False),
     "signal, Thompson": ("signal:explore=thompson,coverage={x}", (0.6, 0.7, 0.75, 0.8, 0.9), False),
     "signal, optimism": ("signal:explore=optimism,coverage={x}", (0.6, 0.7, 0.75, 0.8, 0.9), False),
+    "prime-rl (peer; knob hard=easy)": ("prime-rl:hard={x},easy={x}", (0.02, 0.05, 0.1, 0.2, 0.5, 1.0), "peer"),
+    "trinity (peer; knob lamb)": ("trinity:lamb={x}", (0.05, 0.1, 0.15, 0.2, 0.3, 0.5), "peer"),
+    "mopps (peer; knob ratio)": ("mopps:ratio={x}", (0.2, 0.3, 0.4, 0.6, 0.8, 1.0), "peer"),
+    "cures (peer; knob scale)": ("cures:scale={x}", (1000.0, 100.0, 10.0, 1.0, 0.01), "peer"),
 }
+#: The peers at their published settings (``curriculum.PEERS``), and the default family with no coverage
+#: target (its most signal): a peer that trades coverage for yield is compared with it there.
+AT_DEFAULTS = (*curriculum.PEERS, "signal:coverage=0")
 
 
 def at_coverage(points: list[tuple[float, float]], target: float = TARGET_COVERAGE) -> float:
@@ -188,21 +198,29 @@ def run(args) -> dict:
                 out[truth][fam].append(y)
             r = curriculum.replay(log, curriculum.DEFAULT_POLICY, args.batch_size, seed=POLICY_SEED + seed, G=args.G)
             out[truth]["default"].append((r["signal_yield"], r["coverage"]))
+            if any(FAMILIES[f][2] == "peer" for f in families):
+                for spec in AT_DEFAULTS:
+                    r = curriculum.replay(log, spec, args.batch_size, seed=POLICY_SEED + seed, G=args.G)
+                    out[truth].setdefault("at defaults", {}).setdefault(spec, []).append(
+                        (r["signal_yield"], r["coverage"])
+                    )
     return out
 
 
 def report(out: dict) -> bool:
     ok = True
+    peers_below: list[str] = []
     for truth, rows in out.items():
         print(f"\n== {truth} == yield at coverage {TARGET_COVERAGE} (mean +- sd over seeds)")
         means = {}
         for fam, ys in rows.items():
-            if fam == "default":
+            if fam in ("default", "at defaults"):
                 continue
             ys = np.array(ys, dtype=float)
             hit = np.isfinite(ys)
             means[fam] = float(ys[hit].mean()) if hit.any() else float("nan")
-            kind = "baseline" if FAMILIES[fam][2] else "policy"
+            tag = FAMILIES[fam][2]
+            kind = tag if isinstance(tag, str) else "baseline" if tag else "policy"
             spread = f"{ys[hit].std():.3f}" if hit.any() else "-"
             note = "" if hit.all() else f"  (coverage {TARGET_COVERAGE} reached in {hit.sum()} of {len(ys)} seeds)"
             print(f"  {fam:32s} {kind:8s} {means[fam]:.3f} +- {spread}{note}")
@@ -210,7 +228,7 @@ def report(out: dict) -> bool:
         dy, dc = float(d[:, 0].mean()), float(d[:, 1].mean())
         print(f"  {'default (' + curriculum.DEFAULT_POLICY + ')':32s} {'':8s} {dy:.3f} +- {d[:, 0].std():.3f}"
               f"  at coverage {dc:.3f}")  # fmt: skip
-        base = {f: m for f, m in means.items() if FAMILIES[f][2] and np.isfinite(m)}
+        base = {f: m for f, m in means.items() if FAMILIES[f][2] is True and np.isfinite(m)}
         beaten = [f for f, m in base.items() if m > dy + 1e-9]
         below = dc < TARGET_COVERAGE
         verdict = "on or above every baseline" if not beaten else f"below {', '.join(beaten)}"
@@ -218,8 +236,29 @@ def report(out: dict) -> bool:
         print(f"  default: {verdict}; coverage {'below' if below else 'at least'} {TARGET_COVERAGE}; "
               f"{ratio:.3f}x uniform")  # fmt: skip
         ok &= not beaten and not below and (truth != "u-drift" or ratio >= 1.4)
+        peers_below += _report_peers(truth, rows, means, dy)
     print(f"\ndefault meets the bench's bar on every truth: {'yes' if ok else 'NO'}")
+    if any(FAMILIES[f][2] == "peer" for f in next(iter(out.values()), {}) if f in FAMILIES):
+        verdict = "yes" if not peers_below else "NO: below " + "; ".join(peers_below)
+        print(f"default on or above every peer at coverage {TARGET_COVERAGE} on every truth: {verdict}")
     return ok
+
+
+def _report_peers(truth: str, rows: dict, means: dict, dy: float) -> list[str]:
+    """Print the peers' verdict at the target coverage and each peer at its published setting (yield
+    and coverage) beside the default family without a coverage target; return where a peer is above."""
+    peer_means = {f: m for f, m in means.items() if FAMILIES[f][2] == "peer" and np.isfinite(m)}
+    if not peer_means:
+        return []
+    beaten = [f.split(" ")[0] for f, m in peer_means.items() if m > dy + 1e-9]
+    print(f"  default vs peers at coverage {TARGET_COVERAGE}: "
+          f"{'on or above every peer' if not beaten else 'below ' + ', '.join(beaten)}")  # fmt: skip
+    for spec, pairs in rows.get("at defaults", {}).items():
+        a = np.array(pairs)
+        label = "ours, no coverage target" if spec.startswith("signal") else "as published"
+        print(f"    {spec:18s} {label:25s} yield {a[:, 0].mean():.3f} +- {a[:, 0].std():.3f}"
+              f" at coverage {a[:, 1].mean():.3f} +- {a[:, 1].std():.3f}")  # fmt: skip
+    return [f"{p} on {truth}" for p in beaten]
 
 
 def main() -> None:

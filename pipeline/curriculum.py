@@ -15,6 +15,9 @@ next batch where the signal is:
   plus ``kappa`` posterior standard deviations (``explore=optimism``);
 - baselines, the rules a user would write: ``greedy``, ``bonus``, ``dapo``, ``greso``
   (docs/curriculum.md §5);
+- peers, other projects' published rules: ``prime-rl`` (its difficulty-pool sampler), ``trinity``
+  (Trinity-RFT's ``diff_based`` selector), ``mopps`` (MoPPS: Thompson sampling on Beta posteriors) and
+  ``cures`` (CurES's sampler) (docs/curriculum.md §5);
 - ``oracle`` (replay only): sees the step's outcomes and picks non-silent groups first, an upper bound.
 
 Multiplicity (``signal:max_groups=M``): ``choose_groups(k)`` hands out ``k`` groups, a prompt getting
@@ -47,6 +50,7 @@ __all__ = [
     "BASELINES",
     "DEFAULT_POLICY",
     "LOG_COLUMNS",
+    "PEERS",
     "Policy",
     "SignalConfig",
     "SignalPolicy",
@@ -66,6 +70,8 @@ LOG_COLUMNS = ("step", "prompt_id", "n", "c")
 DEFAULT_POLICY = "signal"
 #: The simplest rules a user would write, replayed beside the policies (docs/curriculum.md §6).
 BASELINES = ("greedy", "bonus", "dapo", "greso")
+#: Other projects' published rules, at their defaults, replayed beside the baselines (docs/curriculum.md §5).
+PEERS = ("prime-rl", "trinity", "mopps", "cures")
 #: What ``replay`` and ``difficulty replay`` run when no policy is named.
 ALL_POLICIES = (
     "uniform",
@@ -74,6 +80,7 @@ ALL_POLICIES = (
     "signal:explore=optimism",
     "signal:prior=jeffreys",
     *BASELINES,
+    *PEERS,
     "oracle",
 )
 #: Coverage is measured over the log's last this many steps.
@@ -552,10 +559,169 @@ class DapoPolicy(UniformPolicy):
     name = "dapo"
 
 
+def weighted_sample(rng: np.random.Generator, w: np.ndarray, k: int) -> np.ndarray:
+    """``k`` positions drawn without replacement, each next draw with probability proportional to ``w``
+    among those left (successive sampling, by Efraimidis and Spirakis' keys ``log(u) / w``); positions
+    of weight 0 come only after every positive one, in random order."""
+    w = np.asarray(w, dtype=float)
+    u = rng.random(len(w))
+    with np.errstate(divide="ignore"):
+        keys = np.where(w > 0, np.log(u) / np.where(w > 0, w, 1.0), -np.inf)
+    return np.lexsort((rng.random(len(w)), -keys))[:k]
+
+
+class PoolPolicy(_Base):
+    """Peer: prime-rl's difficulty-pool sampler. Each prompt sits in a pool by its latest group mean,
+    ``hard`` (at most ``low``), ``normal`` (at most ``high``) or ``easy``, and is drawn with that pool's
+    weight (``hard`` 0.2, normal 1, ``easy`` 0.2: prime-rl's defaults); a prompt never seen weighs 1.
+    prime-rl draws each task with replacement; a log holds one group per prompt and step, so here a
+    batch is drawn without replacement with the same weights (successive sampling)."""
+
+    name = "prime-rl"
+
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, hard: float = 0.2, easy: float = 0.2,
+                 low: float = 0.25, high: float = 0.75):  # fmt: skip
+        for name, x in (("hard", hard), ("easy", easy)):
+            check_number(name, x, 0)
+        check_number("low", low, 0, 1)
+        check_number("high", high, 0, 1)
+        if high <= low:
+            raise ConfigError(f"high={high!r} must be above low={low!r}")
+        super().__init__(prompt_ids, n, c, seed=seed)
+        self.hard, self.easy, self.low, self.high = float(hard), float(easy), float(low), float(high)
+        # the latest group mean; NaN: never seen (a profile's counts count as a first group)
+        self.mean = np.where(self.n > 0, self.c / np.maximum(self.n, 1), np.nan)
+
+    def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray, step: int | None = None) -> None:
+        super().update_index(idx, n, c, step)
+        self.mean[idx] = c / n
+
+    def set_counts(self, n, c, step: int | None) -> None:
+        """Counts read elsewhere (the verl hook): their mean stands for the latest group's."""
+        super().set_counts(n, c, step)
+        self.mean = np.where(self.n > 0, self.c / np.maximum(self.n, 1), np.nan)
+
+    def weights(self, cand: np.ndarray) -> np.ndarray:
+        m = self.mean[cand]
+        pooled = np.where(m <= self.low, self.hard, np.where(m <= self.high, 1.0, self.easy))
+        return np.where(np.isnan(m), 1.0, pooled)
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        return cand[weighted_sample(self.rng, self.weights(cand), k)]
+
+
+class DiffBasedPolicy(_Base):
+    """Peer: Trinity-RFT's ``diff_based`` selector. Each prompt has ``Beta(alpha, beta)`` from
+    ``Beta(1, 1)``; after every step every prompt's parameters are discounted towards 1,
+    ``alpha <- (1 - lamb) alpha + lamb``, and the picked ones add their successes (``beta`` their
+    failures). The score is ``-|target - p|``, ``p`` the posterior mean (or a draw, ``sample``); the
+    batch is the ``k`` best (``tau = 0``) or drawn from ``softmax(score / tau)`` without replacement.
+    Its anchor term (``rho``: a pass rate interpolated from two reference models' rates) needs
+    per-prompt features a training log does not carry, so it is off (``rho = 0``)."""
+
+    name = "trinity"
+
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, lamb: float = 0.2, target: float = 0.5,
+                 tau: float = 0.0, sample: bool = False):  # fmt: skip
+        check_number("lamb", lamb, 0, 1)
+        check_number("target", target, 0, 1)
+        check_number("tau", tau, 0)
+        super().__init__(prompt_ids, n, c, seed=seed)
+        self.lamb, self.target, self.tau, self.sample = float(lamb), float(target), float(tau), bool(sample)
+        self.alpha, self.beta = 1.0 + self.c, 1.0 + self.n - self.c
+
+    def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray, step: int | None = None) -> None:
+        super().update_index(idx, n, c, step)
+        self.alpha = (1 - self.lamb) * self.alpha + self.lamb
+        self.beta = (1 - self.lamb) * self.beta + self.lamb
+        np.add.at(self.alpha, idx, c)
+        np.add.at(self.beta, idx, n - c)
+
+    def set_counts(self, n, c, step: int | None) -> None:
+        """Counts read elsewhere (the verl hook, already discounted): the posterior is ``Beta(1 + c, 1 + n - c)``."""
+        super().set_counts(n, c, step)
+        self.alpha, self.beta = 1.0 + self.c, 1.0 + self.n - self.c
+
+    def scores(self, cand: np.ndarray) -> np.ndarray:
+        a, b = self.alpha[cand], self.beta[cand]
+        p = self.rng.beta(a, b) if self.sample else a / (a + b)
+        return -np.abs(self.target - p)
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        s = self.scores(cand)
+        if self.tau == 0:
+            return cand[np.lexsort((self.rng.random(len(cand)), -s))[:k]]
+        return cand[weighted_sample(self.rng, np.exp((s - s.max()) / self.tau), k)]
+
+
+class MoppsPolicy(_Base):
+    """Peer: MoPPS (model predictive prompt selection). Each prompt has ``Beta(alpha, beta)`` from
+    ``Beta(a0, b0) = Beta(1, 1)``; a picked prompt's parameters are discounted towards the prior,
+    ``alpha <- decay alpha + (1 - decay) a0 + successes`` (``beta`` likewise, failures; ``decay`` 1 as
+    in its code). Each step it is handed a uniform draw of ``k / ratio`` candidates (its trainer's data
+    loader; ``ratio`` = 0.6, its ``top_k_ratio``), draws one ``p`` from each candidate's posterior and
+    keeps the ``k`` draws nearest ``target`` = 0.5."""
+
+    name = "mopps"
+
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, decay: float = 1.0, target: float = 0.5,
+                 ratio: float = 0.6):  # fmt: skip
+        check_number("decay", decay, 0, 1)
+        check_number("target", target, 0, 1)
+        check_number("ratio", ratio, 0, 1, lo_open=True)
+        super().__init__(prompt_ids, n, c, seed=seed)
+        self.decay, self.target, self.ratio = float(decay), float(target), float(ratio)
+        self.alpha, self.beta = 1.0 + self.c, 1.0 + self.n - self.c
+
+    def update_index(self, idx: np.ndarray, n: np.ndarray, c: np.ndarray, step: int | None = None) -> None:
+        super().update_index(idx, n, c, step)
+        self.alpha[idx] = self.decay * self.alpha[idx] + (1 - self.decay) + c
+        self.beta[idx] = self.decay * self.beta[idx] + (1 - self.decay) + n - c
+
+    def set_counts(self, n, c, step: int | None) -> None:
+        """Counts read elsewhere (the verl hook, already discounted): the posterior is ``Beta(1 + c, 1 + n - c)``."""
+        super().set_counts(n, c, step)
+        self.alpha, self.beta = 1.0 + self.c, 1.0 + self.n - self.c
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        m = min(len(cand), math.ceil(k / self.ratio - 1e-9))
+        pool = cand[self.rng.choice(len(cand), size=m, replace=False)] if m < len(cand) else cand
+        gap = (self.rng.beta(self.alpha[pool], self.beta[pool]) - self.target) ** 2
+        return pool[np.argsort(gap, kind="stable")[:k]]
+
+
+class CuresPolicy(_Base):
+    """Peer: CurES's sampler. A prompt's accuracy is its ``Beta(c + 1, n - c + 1)`` posterior mean
+    ``p`` on every outcome so far; it is drawn, without replacement, with probability proportional to
+    ``exp(sqrt(p (1 - p)) / t)``, ``t = (c + 1) / scale`` (``scale`` = 0.01 in its code, where the
+    weights differ from uniform's by under 0.5%)."""
+
+    name = "cures"
+
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, scale: float = 0.01):
+        check_number("scale", scale, 0, lo_open=True)
+        super().__init__(prompt_ids, n, c, seed=seed)
+        self.scale = float(scale)
+
+    def weights(self, cand: np.ndarray) -> np.ndarray:
+        n, c = self.n[cand], self.c[cand]
+        p = (c + 1) / (n + 2)
+        z = np.sqrt(p * (1 - p)) * self.scale / (c + 1)
+        return np.exp(z - z.max())
+
+    def _pick(self, k: int, cand: np.ndarray) -> np.ndarray:
+        return cand[weighted_sample(self.rng, self.weights(cand), k)]
+
+
+_PEER_CLASSES = {"prime-rl": PoolPolicy, "trinity": DiffBasedPolicy, "mopps": MoppsPolicy, "cures": CuresPolicy}
 _SIGNAL_PARAMS = {f.name: f.type for f in fields(SignalConfig)}
 _BASELINE_PARAMS = {
     "bonus": {"G": int, "beta": float, "forgetting": float},
     "greso": {"k": int, "explore": float},
+    "prime-rl": {"hard": float, "easy": float, "low": float, "high": float},
+    "trinity": {"lamb": float, "target": float, "tau": float, "sample": bool},
+    "mopps": {"decay": float, "target": float, "ratio": float},
+    "cures": {"scale": float},
 }
 
 
@@ -577,6 +743,8 @@ def make_policy(spec: str, prompt_ids: Sequence[str], n=None, c=None, *, seed: i
         return BonusPolicy(prompt_ids, n, c, seed=seed, **params)
     if name == "greso":
         return GresoPolicy(prompt_ids, n, c, seed=seed, **params)
+    if name in _PEER_CLASSES:
+        return _PEER_CLASSES[name](prompt_ids, n, c, seed=seed, **params)
     if name == "greedy":  # baseline: the discounted Jeffreys posterior mean alone, coverage only by a floor
         params = {"explore": "mean", "prior": "jeffreys", "floor": 0.0, "cover": "lru", "coverage": 0.0, **params}
         name = "signal"
@@ -584,7 +752,9 @@ def make_policy(spec: str, prompt_ids: Sequence[str], n=None, c=None, *, seed: i
         if G is not None:
             params.setdefault("G", int(G))
         return SignalPolicy(prompt_ids, n, c, seed=seed, config=SignalConfig(**params))
-    raise ConfigError(f"unknown policy {name!r}; known: uniform, signal, {', '.join(BASELINES)}, oracle (replay only)")
+    raise ConfigError(
+        f"unknown policy {name!r}; known: uniform, signal, {', '.join((*BASELINES, *PEERS))}, oracle (replay only)"
+    )
 
 
 # --- replay -----------------------------------------------------------------------------------

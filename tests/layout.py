@@ -48,6 +48,8 @@ LAYERS = (
     "api",
     "analyze",
     "allocate",
+    # the other allocation rules at the same budget, scored on allocate's objectives
+    "peers",
     "finish",
     "calibrate",
     "export",

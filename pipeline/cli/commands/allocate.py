@@ -12,7 +12,7 @@ import typer
 from pipeline.allocate import AllocationConfig
 from pipeline.cli.counts import counts_of
 from pipeline.cli.options import DataDir, DatasetName, RunId, open_store
-from pipeline.cli.output import say
+from pipeline.cli.output import emit, say
 from pipeline.errors import ConfigError
 
 _EXPORT_SUFFIXES = (".parquet", ".jsonl", ".json")
@@ -79,6 +79,14 @@ def allocate_cmd(
         Path | None,
         typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),
     ] = None,
+    peers: Annotated[
+        bool,
+        typer.Option(
+            "--peers",
+            help="Also print the rules of sGPO, VIP, Knapsack-RL and Pilot-Commit at the same budget, each "
+            "scored on this allocation's objective (docs: Allocation peers). Nothing of theirs is stored.",
+        ),
+    ] = False,
     data_dir: DataDir = None,
 ) -> None:
     """Allocate a rollout budget over prompts; writes the allocation table and an export file.
@@ -149,3 +157,25 @@ def allocate_cmd(
         )
         + (f"; wrote {output}" if output else "")
     )
+    if peers:
+        emit(_peer_rows(n, c, config, result), "table", title=f"allocation peers at {config.budget} rollouts ({what})")
+
+
+def _peer_rows(n, c, config: AllocationConfig, result):
+    """One row per rule, the allocation's own first: its total on the allocation's objective, the
+    rollouts it spends, the prompts it gives none, and its total over the allocation's."""
+    import pyarrow as pa
+
+    from pipeline import peers
+
+    rows = [("this allocation", result.n), ("uniform", result.uniform_n)]
+    rows += [(name, peers.peer_allocation(name, n, c, config)) for name in peers.PEERS]
+    names, totals, spent, dropped, ratio = [], [], [], [], []
+    for name, alloc_n in rows:
+        total = result.total if name == "this allocation" else peers.value(n, c, alloc_n, config)
+        names.append(name)
+        totals.append(total)
+        spent.append(int(alloc_n.sum()))
+        dropped.append(int((alloc_n == 0).sum()))
+        ratio.append(total / result.total if result.total else float("nan"))
+    return pa.table({"rule": names, "value": totals, "rollouts": spent, "prompts dropped": dropped, "x this": ratio})

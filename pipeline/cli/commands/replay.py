@@ -18,7 +18,8 @@ def replay_cmd(
         typer.Option(
             "--policies",
             help="Policy specs, comma-separated (uniform, signal[:explore=...,coverage=...,forgetting=...], "
-            "the baselines greedy, bonus, dapo, greso, and oracle); default: all.",
+            "the baselines greedy, bonus, dapo, greso, the peers prime-rl, trinity, mopps, cures, and oracle); "
+            "default: all.",
         ),
     ] = None,
     group_size: Annotated[
@@ -33,7 +34,8 @@ def replay_cmd(
     only the outcomes of its own earlier picks. Signal yield: the share of picked groups neither all
     right nor all wrong; coverage: the share of prompts picked in the last 10 steps. The oracle sees
     each step's outcomes (an upper bound); the default policy is marked, and the simplest rules a user
-    would write (greedy, bonus, dapo, greso) are replayed beside the policies as baselines.
+    would write (greedy, bonus, dapo, greso) are replayed beside the policies as baselines, and other
+    projects' published rules (prime-rl's pool sampler, Trinity-RFT's diff_based, MoPPS, CurES) as peers.
     """
     from pipeline import curriculum, datasets, specs
 
@@ -45,8 +47,9 @@ def replay_cmd(
         emit(_table(rows), "json")
         return
     for row in rows:
-        baseline = specs.spec_name(row["policy"]) in curriculum.BASELINES
-        row["policy"] = row["policy"] + (" (default)" if row["default"] else " (baseline)" if baseline else "")
+        kind = specs.spec_name(row["policy"])
+        mark = " (baseline)" if kind in curriculum.BASELINES else " (peer)" if kind in curriculum.PEERS else ""
+        row["policy"] = row["policy"] + (" (default)" if row["default"] else mark)
     emit(_table(rows), "table", title=f"replay of {log.name}")
     uniform = next((r for r in rows if r["policy"] == "uniform"), None)
     default = next((r for r in rows if r["default"]), None)
