@@ -71,7 +71,7 @@ LAYERS = (
 ROOMS = {
     "run": ("progress", "config", "plan", "shards", "rounds", "driver"),
     "store": ("fs", "files", "registry", "query"),
-    "observe": ("record", "match", "sources", "trainers", "track", "current", "snapshot"),
+    "observe": ("record", "match", "sources", "trainers", "audit", "track", "current", "snapshot"),
     "reports": ("load", "charts", "sections", "compare", "render"),
     # one module per section, in page order, but ``rounds`` first: the run card, zero-signal and
     # pass@k sections show its posterior note

@@ -274,7 +274,7 @@ def read_nemo(path: str | Path, step: int, *, score_threshold: float | None = No
             raise DatasetError(
                 f"{str(path)!r} was written under dynamic sampling (filtered_rewards): it holds only the groups with "
                 "a spread, the all-right and all-wrong ones dropped, so its pass rates are biased; track a run "
-                "without grpo.use_dynamic_sampling, or compare its counters with `difficulty audit`"
+                "without grpo.use_dynamic_sampling"
             )
         if "content" not in obj or "rewards" not in obj:
             raise DatasetError(f"{str(path)!r}: line {line + 1} has no content or rewards (fields {sorted(obj)[:8]})")
@@ -283,11 +283,7 @@ def read_nemo(path: str | Path, step: int, *, score_threshold: float | None = No
         texts = [m for m in messages[:-1] if isinstance(m, str)] or [m for m in messages if isinstance(m, str)]
         prompts.append("\n\n".join(texts) or None)
         values.append(_one(obj["rewards"], "rewards", path, line))
-    groups, current, count = [], None, -1
-    for text in prompts:  # consecutive rollouts of one prompt: one group (repeat_interleave)
-        if text != current:
-            current, count = text, count + 1
-        groups.append(f"group-{count}")
+    groups = _runs(prompts)  # a prompt's rollouts are consecutive (repeat_interleave)
     bad = next((i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, int | float)), None)
     if bad is not None:
         raise DatasetError(f"{str(path)!r}: line {lines[bad] + 1}: reward {values[bad]!r} is not a number")
@@ -295,6 +291,49 @@ def read_nemo(path: str | Path, step: int, *, score_threshold: float | None = No
     correct = sources._binary(pa.array(rewards, pa.float64()), "rewards", str(path), score_threshold)
     n = len(prompts)
     return Rollouts(prompts, [None] * n, groups, rewards, correct, np.asarray(lines, np.int64), [], size, n, mtime)
+
+
+def _runs(prompts: list[str | None]) -> list[str]:
+    """A group per run of consecutive rollouts of one prompt (the trainers repeat a prompt in place)."""
+    groups, current, count = [], None, -1
+    for text in prompts:
+        if text != current or count < 0:
+            current, count = text, count + 1
+        groups.append(f"group-{count}")
+    return groups
+
+
+def read_verl(
+    path: str | Path, step: int, *, correct_field: str | None = None, score_threshold: float | None = None
+) -> Rollouts | None:
+    """One verl step file (``sources``' reader) as rollouts: a group per run of one ``input``, the
+    reward its ``score``, correctness as ``sources.read_verl_file`` counts it."""
+    path = Path(path)
+    data = path.read_bytes()
+    body = sources._complete_body(path, data)
+    if body is None:
+        return None
+    cols, lines = sources._read_verl_lines(path, body, correct_field)
+    if "input" not in cols or "score" not in cols:
+        raise DatasetError(f"{str(path)!r}: no input or score field (fields {sorted(cols)}); not a verl rollout dump")
+    field = "score" if score_threshold is not None else correct_field or (
+        sources.VERL_CORRECT_FIELD if sources.VERL_CORRECT_FIELD in cols else "score")  # fmt: skip
+    if field not in cols:
+        raise ConfigError(f"correct_field={correct_field!r} is not a field of {str(path)!r}: fields {sorted(cols)}")
+    correct = sources._binary(cols[field], field, str(path), score_threshold)
+    prompts = cols["input"].to_pylist()
+    rewards = np.asarray(cols["score"].to_pylist(), dtype=np.float64)
+    n = len(prompts)
+    return Rollouts(
+        prompts, [None] * n, _runs(prompts), rewards, correct, lines, [], len(data), n, path.stat().st_mtime
+    )
+
+
+def steps_of(fmt: str, folder: str | Path) -> list[tuple[int, Path]]:
+    """The step files of a trainer's folder in its format, by step."""
+    if fmt == "verl":
+        return sources.verl_steps(folder)
+    return prime_steps(folder) if fmt == "prime-rl" else nemo_steps(folder)
 
 
 def read_step(
@@ -305,7 +344,7 @@ def read_step(
     correct_field: str | None = None,
     score_threshold: float | None = None,
 ) -> Rollouts | None:
-    """One step file of a prime-rl or NeMo-RL folder, before matching."""
+    """One step file of a trainer's folder, before matching."""
     if correct_field is not None and score_threshold is not None:
         raise ConfigError(
             f"correct_field={correct_field!r} and score_threshold={score_threshold!r}: name one way to count a "
@@ -317,7 +356,9 @@ def read_step(
         if correct_field is not None:
             raise ConfigError(f"correct_field={correct_field!r}: NeMo-RL's step file has one reward, no named fields")
         return read_nemo(path, step, score_threshold=score_threshold)
-    raise ConfigError(f"rollout format {fmt!r} is unknown: allowed prime-rl, nemo-rl")
+    if fmt == "verl":
+        return read_verl(path, step, correct_field=correct_field, score_threshold=score_threshold)
+    raise ConfigError(f"rollout format {fmt!r} is unknown: allowed {', '.join(FORMATS)}")
 
 
 def read_file(
