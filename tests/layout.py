@@ -52,6 +52,8 @@ LAYERS = (
     "calibrate",
     "export",
     "observe",
+    # files other selectors warm-start from (MoPPS's index_score.json), from a run's counts
+    "warmstart",
     "curriculum",
     # what a run means for training, from its tables: the CLI prints it, the report shows it first
     "verdict",
