@@ -54,6 +54,8 @@ LAYERS = (
     "calibrate",
     "export",
     "observe",
+    # files other selectors warm-start from (MoPPS's index_score.json), from a run's counts
+    "warmstart",
     "curriculum",
     # what a run means for training, from its tables: the CLI prints it, the report shows it first
     "verdict",
@@ -73,7 +75,7 @@ LAYERS = (
 ROOMS = {
     "run": ("progress", "config", "plan", "shards", "rounds", "driver"),
     "store": ("fs", "files", "registry", "query"),
-    "observe": ("record", "match", "sources", "track", "current", "snapshot"),
+    "observe": ("record", "match", "sources", "trainers", "audit", "track", "current", "snapshot"),
     "reports": ("load", "charts", "sections", "compare", "render"),
     # one module per section, in page order, but ``rounds`` first: the run card, zero-signal and
     # pass@k sections show its posterior note

@@ -402,3 +402,61 @@ def test_verl_dataloader_draws_by_the_policy_and_follows_new_steps(store, data_d
     assert easy_after > 3 * easy_before
     assert set(drawn_a) | set(drawn_b) == set(range(40))  # the floor: every prompt within 20 batches
     assert first["latest_step"] == 0 and second["latest_step"] == 1
+
+
+# --- verl V1's per-prompt rollout count ------------------------------------------------------------
+
+
+def verl_v1_groups(batch: list[dict], config_n: int) -> dict[str, list[str]]:
+    """The groups verl's V1 agent loop forms of a batch, mirrored from ``AgentLoopWorkerTQ._run_prompt``
+    (verl-project/verl ``verl/trainer/ppo/v1/agent_loop_tq.py``, commit 02dd715, Apache-2.0; verl 0.9.1,
+    the version ``make venv-verl`` installs, predates it): per row ``n = prompt.pop("__rollout_n__",
+    config.n)`` sessions, each output keyed ``f"{uid}_{session_id}_{i}"`` under the row's uid."""
+    groups: dict[str, list[str]] = {}
+    for row in batch:
+        prompt = dict(row)
+        uid = prompt["uid"]
+        n = prompt.pop("__rollout_n__", config_n)
+        for session_id in range(n):
+            groups.setdefault(uid, []).append(f"{uid}_{session_id}_0")
+    return groups
+
+
+def test_verl_v1_forms_a_group_of_16_beside_groups_at_the_configured_n():
+    """``rollout_n``: the signal policy with ``max_groups=4`` gives the prompts at 8 of 16 four groups each;
+    each becomes one batch row with ``__rollout_n__`` = 4 x 4 = 16, the freed rows go to the next prompts at
+    the configured n = 4, and verl's V1 loop forms one group of 16 per such row beside groups of 4."""
+    ids = [f"p{i}" for i in range(40)]
+    n, c = _profile_counts()
+    best = [20, 30]
+    c[[i for i in MID if i not in best]] += np.resize([-1.0, 1.0], 18)
+    policy, G = "signal:objective=mass,coverage=0,max_groups=4", 4
+    schedule = vc.CurriculumSchedule(ids, BATCH, policy=policy, group_size=G, counts=lambda: (n, c), rollout_n=True)
+
+    class Base:  # verl's RLHFDataset, as far as the hook uses it: a row as a dict
+        def __init__(self, data_files, tokenizer, config, processor=None, max_samples=-1):
+            self.rows = [{"raw_prompt": p, "index": i} for i, p in enumerate(ids)]
+
+        def __getitem__(self, item):
+            return dict(self.rows[item])
+
+    dataset = vc.dataset_class(Base)(data_files=["train.parquet"], tokenizer=None, config={})
+    dataset.schedule = schedule
+    batch = [{**dataset[j], "uid": f"uid-{j}"} for j in range(BATCH)]  # the trainer's uid per row
+    twin = make_policy(policy, ids, seed=0, G=G)
+    twin.set_counts(n, c, None)
+    given = Counter(twin.choose_groups(BATCH))
+    assert max(given.values()) == 4 and len(given) < BATCH
+    assert {row["raw_prompt"]: row["__rollout_n__"] for row in batch if row["__rollout_n__"] > G} == {
+        p: m * G for p, m in given.items() if m > 1
+    }
+    assert len({row["raw_prompt"] for row in batch}) == BATCH  # one row per prompt
+    sizes = sorted(len(g) for g in verl_v1_groups(batch, G).values())
+    assert 16 in sizes and G in sizes and len(sizes) == BATCH
+    assert sum(sizes) == sum(m * G for m in given.values()) + (BATCH - len(given)) * G
+    # without the key, every row draws the configured n (the multiplicity route: m rows of n)
+    plain = vc.CurriculumSchedule(ids, BATCH, policy=policy, group_size=G, counts=lambda: (n, c))
+    rows = [{"uid": f"u{j}", "row": plain.next_row()} for j in range(BATCH)]
+    assert sorted(len(g) for g in verl_v1_groups(rows, G).values()) == [G] * BATCH
+    with pytest.raises(ConfigError, match="group_size"):
+        vc.VerlCurriculumConfig(rollout_n=True)

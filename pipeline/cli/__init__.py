@@ -67,6 +67,7 @@ COMMANDS = [
     ("drift", "drift:drift_cmd", ORCHESTRATION),
     ("track", "track:track_cmd", ORCHESTRATION),
     ("current", "current:current_cmd", ORCHESTRATION),
+    ("audit", "audit:audit_cmd", ORCHESTRATION),
     ("weights", "weights:weights_cmd", CALCULATORS),
     ("groupsize", "groupsize:groupsize_cmd", CALCULATORS),
     ("tries", "tries:tries_cmd", CALCULATORS),

@@ -31,6 +31,13 @@ in the one process that iterates: ``data.dataloader_num_workers`` must be 0 (eac
 on its own), as verl's removed curriculum sampler required too. The dataset of ``data.val_files`` is
 verl's own, unchanged.
 
+verl's V1 agent loop (``verl/trainer/ppo/v1/agent_loop_tq.py``, verl PR #6710; after 0.9.1) reads a
+row's own rollout count, ``prompt.pop("__rollout_n__", rollout.n)``, and runs that many sessions under
+the row's one uid. With ``+data.curriculum.rollout_n=true`` a prompt the policy gives ``m`` groups
+takes one slot with ``__rollout_n__ = m * group_size``: one group of ``m * n`` rollouts, a baseline over
+all of them, where the multiplicity route (the default, for verl versions without the key) makes ``m``
+groups of ``n``. The slots it frees go to the policy's next prompts, one group of ``n`` each.
+
 Outcomes come back through the data directory, not through verl: verl dumps each step's rollouts
 (``trainer.rollout_data_dir``), ``difficulty track <dir> --data-file train.parquet`` imports them
 into the ``observations`` table (``--interval 60`` keeps importing), and before each batch the dataset
@@ -43,7 +50,8 @@ Settings (``data.curriculum.*``, added with hydra's ``+``): ``data_dir`` (defaul
 ``$DIFFICULTY_DATA``, then ``./difficulty-data``), ``policy`` (a spec of ``curriculum.make_policy``,
 default ``signal``), ``dataset`` (the stored dataset the rows are prompts of; default: the one
 ``difficulty load --data-file`` makes of the train file, loaded and stored if missing),
-``group_size`` (``G`` of the policy's score, say ``actor_rollout_ref.rollout.n``), ``seed``.
+``group_size`` (``G`` of the policy's score, say ``actor_rollout_ref.rollout.n``), ``seed``,
+``rollout_n`` (true: per-prompt rollout counts through ``__rollout_n__``; needs ``group_size``).
 Rows are matched to prompt ids as ``difficulty track`` matches verl rows: by problem text (the last
 user message), else by ``extra_info.index``; a row matching nothing is a prompt of its own, never
 observed (its prior only).
@@ -52,6 +60,7 @@ observed (its prior only).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -62,7 +71,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import datasets
-from pipeline.checks import check_int
+from pipeline.checks import check_bool, check_int
 from pipeline.curriculum import DEFAULT_POLICY, make_policy
 from pipeline.errors import ConfigError, DatasetError, StoreError
 
@@ -70,6 +79,9 @@ log = logging.getLogger(__name__)
 
 CLASS_NAME = "CurriculumRLHFDataset"
 CONFIG_KEY = "curriculum"  # data.curriculum.* in verl's config
+# A batch row's own rollout count: verl's V1 agent loop runs ``prompt.pop("__rollout_n__", rollout.n)``
+# sessions of the row under its one uid (verl/trainer/ppo/v1/agent_loop_tq.py, verl PR #6710).
+ROLLOUT_N_KEY = "__rollout_n__"
 
 
 @dataclass(frozen=True)
@@ -81,11 +93,18 @@ class VerlCurriculumConfig:
     dataset: str | None = None
     group_size: int | None = None
     seed: int = 0
+    rollout_n: bool = False
 
     def __post_init__(self) -> None:
         if self.group_size is not None:
             check_int("data.curriculum.group_size", self.group_size, 1)
         check_int("data.curriculum.seed", self.seed)
+        check_bool("data.curriculum.rollout_n", self.rollout_n)
+        if self.rollout_n and self.group_size is None:
+            raise ConfigError(
+                "data.curriculum.rollout_n=true needs data.curriculum.group_size: the rollouts of one group, "
+                "actor_rollout_ref.rollout.n"
+            )
 
 
 def curriculum_config(data_config: Mapping) -> VerlCurriculumConfig:
@@ -169,6 +188,10 @@ class CurriculumSchedule:
     each batch ``counts()`` is asked for the current ``(n, c)`` per prompt of ``self.ids`` (None: no
     change), then ``policy.choose_groups(B)`` fills the batch's ``B`` slots (a prompt given ``m``
     groups in ``m`` slots in a row). ``chosen`` keeps every batch's ids, in order, one per slot.
+
+    With ``rollout_n`` (verl's V1 agent loop, ``ROLLOUT_N_KEY``) a prompt given ``m`` groups takes one
+    slot instead, drawing ``m * group_size`` rollouts in one group (``slot_n``); the slots it frees go
+    to the next prompts the policy chooses among the rest, one group each.
     """
 
     def __init__(
@@ -180,7 +203,10 @@ class CurriculumSchedule:
         seed: int = 0,
         group_size: int | None = None,
         counts: Callable[[], tuple[np.ndarray, np.ndarray] | None] | None = None,
+        rollout_n: bool = False,
     ) -> None:
+        if rollout_n and group_size is None:
+            raise ConfigError("rollout_n needs group_size: the rollouts of one group (actor_rollout_ref.rollout.n)")
         first: dict[str, int] = {}
         for i, pid in enumerate(row_ids):
             first.setdefault(str(pid), i)
@@ -198,14 +224,21 @@ class CurriculumSchedule:
         self.fetched = 0
         self.rows: list[int] = []
         self.chosen: list[list[str]] = []
+        self.group_size = group_size
+        self.rollout_n = rollout_n
+        self.slot_n: list[int] = []  # with rollout_n: each slot's rollouts in the current batch
         self.dataset: str | None = None  # the stored dataset, when built from the data directory
 
     def next_row(self) -> int:
+        return self.next_slot()[0]
+
+    def next_slot(self) -> tuple[int, int | None]:
+        """The next fetch's row and, with ``rollout_n``, its rollouts (None without)."""
         slot = self.fetched % self.batch
         if slot == 0:
             self._choose()
         self.fetched += 1
-        return self.rows[slot]
+        return self.rows[slot], (self.slot_n[slot] if self.rollout_n else None)
 
     def _choose(self) -> None:
         got = self.counts() if self.counts is not None else None
@@ -213,7 +246,17 @@ class CurriculumSchedule:
             n, c = got
             # Discounted to the newest step imported: later updates age them from there.
             self.policy.set_counts(n, c, getattr(self.counts, "latest_step", None))
+        step = getattr(self.policy, "t", None)
         pids = self.policy.choose_groups(self.batch)
+        if self.rollout_n:
+            groups = dict(Counter(pids))  # a prompt's groups are one slot of m * G rollouts
+            if len(groups) < self.batch:
+                if step is not None:  # the freed slots are picks of the same step
+                    self.policy.t = step
+                rest = [p for p in self.ids if p not in groups]
+                groups.update(dict.fromkeys(self.policy.choose(self.batch - len(groups), among=rest), 1))
+            pids = list(groups)
+            self.slot_n = [m * self.group_size for m in groups.values()]
         self.chosen.append(pids)
         self.rows = [self.first_row[p] for p in pids]
 
@@ -312,6 +355,7 @@ def build_schedule(frame, data_files: Any, data_config: Mapping, prompt_key: str
         policy=settings.policy,
         seed=settings.seed,
         group_size=settings.group_size,
+        rollout_n=settings.rollout_n,
     )
     schedule.counts = ObservedCounts(store, dataset, schedule.ids, schedule.policy.forgetting)
     schedule.dataset = dataset
@@ -338,7 +382,13 @@ def dataset_class(base: type | None = None) -> type:
                 )
 
         def __getitem__(self, item):
-            return super().__getitem__(item if self.schedule is None else self.schedule.next_row())
+            if self.schedule is None:
+                return super().__getitem__(item)
+            row, n = self.schedule.next_slot()
+            got = super().__getitem__(row)
+            if n is not None:
+                got[ROLLOUT_N_KEY] = n
+            return got
 
     return CurriculumRLHFDataset
 

@@ -61,7 +61,7 @@ def answer_text(value: Any) -> str | None:
     return datasets.normalize_problem(value if isinstance(value, str) else str(value))
 
 
-def _index_of(original: str | None) -> int | None:
+def index_of(original: str | None) -> int | None:
     """verl's ``extra_info.index`` of a problem's source row (an ``index`` column is accepted too)."""
     row = datasets.original_row(original)
     if not row:
@@ -115,7 +115,7 @@ class Matcher:
         # A row ``load`` collapsed into an earlier one (same problem) keeps its index: it names that problem.
         collapsed = [(pid, text) for _, pid, text in datasets.collapsed_rows(problems)]
         for pid, original in [*zip(pids, originals, strict=False), *collapsed]:
-            index = _index_of(original)
+            index = index_of(original)
             if index is None:
                 continue
             if index in by_index and by_index[index] != pid:

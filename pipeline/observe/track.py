@@ -12,6 +12,7 @@ import logging
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 from pipeline import datasets
 from pipeline.checks import check_bool, check_number
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.observe import record, sources
+from pipeline.observe import record, sources, trainers
 from pipeline.observe.match import Matcher
 from pipeline.store import Store
 
@@ -150,48 +151,112 @@ def track_verl(
     a step whose file has changed since (grown) is read again and replaced, never kept short.
     """
     source = _source(source, "verl", Path(folder).resolve().name)
+
+    def read(path: Path, step: int, matcher: Matcher) -> sources.VerlFile | None:
+        return sources.read_verl_file(
+            path, step, matcher, source=source, model=model, correct_field=correct_field,
+            score_threshold=score_threshold,
+        )  # fmt: skip
+
+    files = _expect(folder, "verl", sources.verl_steps(folder))
+    result = _track_steps(store, source, files, read, problems, final=final, settle_s=settle_s, trainer="verl")
+    if score_threshold is not None:
+        result.notes.append(_THRESHOLD_NOTE.format(score_threshold))
+    return result
+
+
+_THRESHOLD_NOTE = (
+    "correctness read as score >= {}: a shaped score (format bonus, length penalty) is not correctness; prefer a "
+    "binary field (--correct-field)"
+)
+
+
+def track_trainer(
+    store: Store,
+    fmt: str,
+    folder: Path,
+    problems: pa.Table,
+    *,
+    source: str | None = None,
+    model: str | None = None,
+    correct_field: str | None = None,
+    score_threshold: float | None = None,
+    final: bool = False,
+    settle_s: float = DEFAULT_SETTLE_S,
+) -> TrackResult:
+    """A prime-rl or NeMo-RL rollout folder (``trainers``), by the rule of ``track_verl``; a prime-rl
+    step is also complete once its batch shipped (``trainers.prime_shipped``)."""
+    source = _source(source, fmt, Path(folder).resolve().name)
+    files = _expect(folder, fmt, trainers.prime_steps(folder) if fmt == "prime-rl" else trainers.nemo_steps(folder))
+
+    def read(path: Path, step: int, matcher: Matcher) -> sources.VerlFile | None:
+        return trainers.read_file(
+            fmt, path, step, matcher, source=source, model=model, correct_field=correct_field,
+            score_threshold=score_threshold,
+        )  # fmt: skip
+
+    shipped = trainers.prime_shipped if fmt == "prime-rl" else None
+    result = _track_steps(
+        store, source, files, read, problems, final=final, settle_s=settle_s, trainer=fmt, shipped=shipped
+    )
+    if score_threshold is not None:
+        result.notes.append(_THRESHOLD_NOTE.format(score_threshold).replace("score", "reward", 1))
+    return result
+
+
+def _expect(folder: Path, fmt: str, files: list[tuple[int, Path]]) -> list[tuple[int, Path]]:
+    """The step files found, or an error when the folder holds files but none of this format's (an
+    empty folder is a run that has not written its first step yet)."""
+    if files or not any(Path(folder).iterdir()):
+        return files
+    found = trainers.detect(folder)  # names the files and the formats read when it holds none
+    raise DatasetError(
+        f"{str(folder)!r} holds {found} rollouts, not {fmt}'s ({trainers.FORMATS[fmt]}): use --input-format {found}"
+    )
+
+
+def _track_steps(
+    store: Store,
+    source: str,
+    files: list[tuple[int, Path]],
+    read: Callable[[Path, int, Matcher], sources.VerlFile | None],
+    problems: pa.Table,
+    *,
+    final: bool,
+    settle_s: float,
+    trainer: str,
+    shipped: Callable[[Path], bool] | None = None,
+) -> TrackResult:
+    """The steps of a trainer's folder not yet recorded, in order, each once it is complete (``track_verl``)."""
     settle_s = check_number("settle_s", settle_s, 0, unit="seconds")
     result = TrackResult(source)
     stored = record.stored_steps(store, source)
     matcher = Matcher.from_problems(problems)
-    files = sources.verl_steps(folder)
     rows_of: dict[int, int] = {}  # rollouts of the files read or counted, for the newest step's check
     for at, (step, path) in enumerate(files):
-        newer = at + 1 < len(files)
+        newer = at + 1 < len(files) or (shipped is not None and shipped(path))
         known = stored.get(step, False)
         if known is None or (known and known[0] == _size(path)):
             result.already += 1  # a table's step, or one stored before sizes were kept: as it was
             if known:
                 rows_of[step] = known[1]
             continue
-        got = sources.read_verl_file(
-            path,
-            step,
-            matcher,
-            source=source,
-            model=model,
-            correct_field=correct_field,
-            score_threshold=score_threshold,
-        )
+        got = read(path, step, matcher)
         if got is None and newer:
             raise DatasetError(
                 f"{str(path)!r}: step {step} is cut (its last line is not whole JSON) but newer steps exist: "
-                "verl stopped writing it and will not come back to it; restore the file or move it out of the "
+                f"{trainer} stopped writing it and will not come back to it; restore the file or move it out of the "
                 "rollout folder"
             )
         if got is not None:
             rows_of[step] = got.rows
-        if got is None or not (newer or final or _settled(got, step, files[:at], rows_of, settle_s)):
-            log.info("%s: step %d is not complete yet (verl may still be writing it); waiting", path, step)
+        settled = shipped is None and got is not None and _settled(got, step, files[:at], rows_of, settle_s)
+        if got is None or not (newer or final or settled):
+            log.info("%s: step %d is not complete yet (%s may still be writing it); waiting", path, step, trainer)
             result.pending.append(step)
             continue
         record.write_step(store, source, step, got.observations, got.unmatched, read=(got.size, got.rows))
         result.add(step, got.observations, got.unmatched)
-    if score_threshold is not None:
-        result.notes.append(
-            f"correctness read as score >= {score_threshold}: a shaped score (format bonus, length penalty) is not "
-            "correctness; prefer a binary field (--correct-field)"
-        )
     return result
 
 
@@ -251,7 +316,7 @@ def track_labels(
     return result
 
 
-TRACK_KINDS = ("verl", "table", "label", "run")
+TRACK_KINDS = ("verl", "prime-rl", "nemo-rl", "table", "label", "run")
 
 
 @dataclass(frozen=True)
@@ -259,13 +324,14 @@ class TrackConfig:
     """One source to import, as ``difficulty track`` takes it (JSON-able: a scheduled flow's parameter).
 
     Attributes:
-        path: a verl rollout folder or a table file (none for a label or a run).
-        kind: ``verl``, ``table``, ``label`` or ``run`` (None: a folder is verl, a file a table).
+        path: a trainer's rollout folder or a table file (none for a label or a run).
+        kind: ``verl``, ``prime-rl``, ``nemo-rl``, ``table``, ``label`` or ``run`` (None: a folder's
+            format is read from its files, ``trainers.detect``; a file is a table).
         source: the source's name in the table (None: from the kind and the path).
         dataset, data_file: the dataset its prompts belong to (stored, or a file loaded now).
         model: the model or training run the outcomes come from.
-        correct_field, score_threshold: how a verl rollout's correctness is read.
-        final, settle_s: when the newest verl step is complete (``track_verl``): the trainer is done,
+        correct_field, score_threshold: how a rollout's correctness is read.
+        final, settle_s: when the newest step of a trainer's folder is complete (``track_verl``): the trainer is done,
             or its file unchanged this many seconds with as many rollouts as the step before.
         label, label_n, counts: a label column, the rollouts behind it, what it counts.
         run: a profile run to record.
@@ -295,13 +361,13 @@ class TrackConfig:
             return "run"
         if self.kind is not None:
             if self.kind not in TRACK_KINDS:
-                raise ConfigError(f"--input-format {self.kind!r} is unknown: allowed {', '.join(TRACK_KINDS[:3])}")
+                raise ConfigError(f"--input-format {self.kind!r} is unknown: allowed {', '.join(TRACK_KINDS[:5])}")
             return self.kind
         if self.label is not None:
             return "label"
         if self.path is None:
-            raise ConfigError("give the PATH of a verl rollout folder or a table, --label COLUMN or --run RUN")
-        return "verl" if Path(self.path).is_dir() else "table"
+            raise ConfigError("give the PATH of a trainer's rollout folder or a table, --label COLUMN or --run RUN")
+        return trainers.detect(self.path) if Path(self.path).is_dir() else "table"
 
 
 def run_track(store: Store, config: TrackConfig) -> TrackResult:
@@ -327,6 +393,19 @@ def run_track(store: Store, config: TrackConfig) -> TrackResult:
     if kind == "verl":
         return track_verl(
             store,
+            Path(config.path),
+            problems,
+            source=config.source,
+            model=config.model,
+            correct_field=config.correct_field,
+            score_threshold=config.score_threshold,
+            final=config.final,
+            settle_s=config.settle_s,
+        )
+    if kind in trainers.FORMATS:
+        return track_trainer(
+            store,
+            kind,
             Path(config.path),
             problems,
             source=config.source,

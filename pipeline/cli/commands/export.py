@@ -16,7 +16,8 @@ ExportFormat = Annotated[
     typer.Option(
         "--format",
         help="verl (Parquet, measurements inside extra_info), trl (Parquet for TRL's GRPOTrainer: prompt, answer), "
-        "parquet or jsonl (the original rows). Default: verl for a verl dataset, else by the --output suffix.",
+        "parquet or jsonl (the original rows), mopps (MoPPS's index_score.json: each row index's 0/1 outcomes). "
+        "Default: verl for a verl dataset, else by the --output suffix.",
         show_default=False,
     ),
 ]
@@ -95,6 +96,9 @@ def export_cmd(
     """
     from pipeline.export import FIELD, ExportConfig, export_run
 
+    if fmt is not None and fmt.lower() == "mopps":
+        _export_mopps(run, output, data_dir, keep=keep, band=band, field=field, exclude_list=exclude_list)
+        return
     band_edges = parse_band(band)
     config = ExportConfig(format=fmt.lower() if fmt else None, keep=keep, band=band_edges, G=G, field=field or FIELD)
     store = open_store(data_dir)
@@ -130,3 +134,18 @@ def export_cmd(
         say(f"n_rollouts: the allocation {what}, budget {a['budget']}")
     if result.exclude_list is not None:
         say(f"exclude list: {result.exclude_list} ({result.left_out + result.missing} prompt ids)")
+
+
+def _export_mopps(run: str, output: Path, data_dir, **unused) -> None:
+    """``--format mopps``: the run's counts as MoPPS's prior file (``pipeline.warmstart``)."""
+    from pipeline.warmstart import write_mopps
+
+    given = [f"--{k.replace('_', '-')}" for k, v in unused.items() if v is not None]
+    if given:
+        raise ConfigError(f"--format mopps writes every measured prompt's outcomes: {', '.join(given)} does not apply")
+    got = write_mopps(open_store(data_dir), run, output)
+    say(
+        f"wrote {got.rows} rows ({got.outcomes} outcomes) to {got.path} (MoPPS index_score.json, keyed by "
+        f"extra_info.index; tasksampler.bandit_init_dir)"
+        + (f"; {got.no_index} measured prompts have no row index and are not in it" if got.no_index else "")
+    )

@@ -1,4 +1,4 @@
-"""``track``: observations imported from a source (verl dumps, tables, labels, a run)."""
+"""``track``: observations imported from a source (verl, prime-rl or NeMo-RL rollouts, tables, labels, a run)."""
 
 from __future__ import annotations
 
@@ -33,13 +33,18 @@ ObsDataFile = Annotated[
 def track_cmd(
     path: Annotated[
         Path | None,
-        typer.Argument(help="verl rollout folder (trainer.rollout_data_dir) or a table file; none with --label/--run."),
+        typer.Argument(
+            help="A trainer's rollout folder: verl (trainer.rollout_data_dir: <step>.jsonl), prime-rl (its output "
+            "dir: rollouts/step_N/train/all/traces.jsonl) or NeMo-RL (its log dir: train_data_stepN.jsonl); or a "
+            "table file; none with --label/--run."
+        ),
     ] = None,
     kind: Annotated[
         str | None,
         typer.Option(
             "--input-format",
-            help="What PATH is: verl, table or label (default: a folder is verl, a file a table).",
+            help="What PATH is: verl, prime-rl, nemo-rl, table or label (default: a folder's format is read from its "
+            "files, a file is a table).",
             show_default=False,
         ),
     ] = None,
@@ -51,21 +56,28 @@ def track_cmd(
     ] = None,
     correct_field: Annotated[
         str | None,
-        typer.Option("--correct-field", help="verl: the binary correctness field (default: acc, if present)."),
+        typer.Option(
+            "--correct-field",
+            help="verl: the binary correctness field (default: acc, if present); prime-rl: a reward or metric name "
+            "(default: the trace's total reward).",
+        ),
     ] = None,
     score_threshold: Annotated[
         float | None,
-        typer.Option("--score-threshold", help="verl: count score >= this as correct (only when no binary field)."),
+        typer.Option(
+            "--score-threshold",
+            help="Count a shaped score (verl's score, a prime-rl or NeMo-RL reward) >= this as correct.",
+        ),
     ] = None,
     final: Annotated[
-        bool, typer.Option("--final", help="verl: training is over, the newest step is complete (import it now).")
+        bool, typer.Option("--final", help="Training is over: the newest step is complete (import it now).")
     ] = False,
     settle: Annotated[
         float,
         typer.Option(
             "--settle",
-            help="verl: the newest step is complete once unchanged this many seconds with as many rollouts as "
-            "the step before.",
+            help="verl, NeMo-RL: the newest step is complete once unchanged this many seconds with as many "
+            "rollouts as the step before (prime-rl: once its batch shipped).",
         ),
     ] = 60.0,
     label: Annotated[
