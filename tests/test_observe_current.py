@@ -48,6 +48,21 @@ def test_no_forgetting_is_the_pooled_posterior():
     assert got["b"]["post_mean"] == pytest.approx(0.5 / 9, rel=1e-12)
 
 
+def test_current_reads_a_prompts_groups():
+    """Prompt a had two groups of 4 at step 1 (one all right, one mixed) and one silent group at step 2,
+    after a profile of 16: its posterior is that of the summed counts, and it says 3 training groups, 2
+    of them silent (the profile's counts are not a group)."""
+    profile = record.observation_rows("profile:r", "profile", 0, "d", ["a"], [16], [0], None)
+    step1 = record.observation_rows("verl:run", "training", 1, "d", ["a", "a"], [4, 4], [4, 2], None, None, [0, 1])
+    step2 = record.observation_rows("verl:run", "training", 2, "d", ["a"], [4], [0], None, None, [0])
+    config = CurrentConfig(forgetting=1.0)
+    (got,) = current_difficulty(pa.concat_tables([profile, step1, step2]), config).to_pylist()
+    assert (got["n_obs"], got["c_obs"], got["groups"], got["silent_groups"]) == (28, 6, 3, 2)
+    merged = record.observation_rows("verl:run", "training", 1, "d", ["a"], [8], [6], None)
+    (one,) = current_difficulty(pa.concat_tables([profile, merged, step2]), config).to_pylist()
+    assert one["post_mean"] == got["post_mean"] and (one["groups"], one["silent_groups"]) == (2, 1)
+
+
 def test_forgetting_discounts_by_age_from_the_latest_step():
     lam = 0.5
     obs = _obs([(0, "a", 8, 8), (2, "a", 8, 0), (1, "b", 4, 1)])

@@ -48,6 +48,8 @@ CURRENT = pa.schema(
         pa.field("post_lo", pa.float64()),
         pa.field("post_hi", pa.float64()),
         pa.field("silent", pa.float64()),  # P(a group of group_size is all right or all wrong)
+        pa.field("groups", pa.int64()),  # training groups observed (a row is a group), undiscounted
+        pa.field("silent_groups", pa.int64()),  # of them all right or all wrong
     ]
 )
 
@@ -194,6 +196,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
     w = _weights(step, latest_steps(obs), config.forgetting)
     n = obs.column("n").to_numpy().astype(float)
     c = obs.column("c").to_numpy().astype(float)
+    # A training row is one group (observations §1); a profile's or a label's counts are not groups.
+    training = pc.equal(obs.column("kind"), "training").to_numpy(zero_copy_only=False).astype(np.int64)
     grouped = (
         pa.table(
             {
@@ -205,6 +209,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
                 "wn": w * n,
                 "wc": w * c,
                 "step": obs.column("step"),
+                "group": training,
+                "silent_group": training * ((c == 0) | (c == n)),
             }
         )
         .group_by(["dataset", "prompt_id"])
@@ -216,6 +222,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
                 ("wc", "sum"),
                 ("step", "max"),
                 ("source", "count_distinct"),
+                ("group", "sum"),
+                ("silent_group", "sum"),
             ]
         )
         .sort_by([("dataset", "ascending"), ("prompt_id", "ascending")])
@@ -240,6 +248,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
             pa.array(lo),
             pa.array(hi),
             pa.array(plus + minus),
+            grouped.column("group_sum"),
+            grouped.column("silent_group_sum"),
         ],
         schema=CURRENT,
     )
