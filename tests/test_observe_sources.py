@@ -41,7 +41,7 @@ def dump(tmp_path) -> Path:
 
 
 def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _expected(path: Path, problems: pa.Table, field: str = "acc") -> dict[str, tuple[int, int]]:
@@ -108,7 +108,7 @@ def test_rerun_adds_nothing_twice(dump, matcher, store):
     assert record.recorded_steps(store, "verl:run-1") == {1, 2, 3, 4}
 
 
-def _two_group_step(dump: Path, uid: bool) -> tuple[Path, str]:
+def _two_group_step(dump: Path, uid: bool, blank: bool = False) -> tuple[Path, str]:
     """Step 3 of the fixture (8 prompts, a group of 4 each) with one prompt given a second group of 4,
     all right, after its first (mixed) one; with ``uid``, each group's lines carry verl's uid, and the
     lines are shuffled as verl's batch balancing leaves them."""
@@ -127,13 +127,14 @@ def _two_group_step(dump: Path, uid: bool) -> tuple[Path, str]:
     if uid:
         rows = rows[1::2] + rows[::2]  # order no longer tells the groups
     path = dump / "3.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path.write_text("".join(json.dumps(r) + "\n" + ("\n" if blank and i == 3 else "") for i, r in enumerate(rows)))
     return path, first
 
 
-@pytest.mark.parametrize("uid", [False, True])
-def test_a_prompt_with_two_groups_in_a_step_keeps_two_groups(dump, matcher, store, uid):
-    path, first = _two_group_step(dump, uid)
+@pytest.mark.parametrize(("uid", "blank"), [(False, False), (True, False), (True, True)])
+def test_a_prompt_with_two_groups_in_a_step_keeps_two_groups(dump, matcher, store, uid, blank):
+    """By the counts, by uid, and by uid read line by line (a blank line sends the file to Python's reader)."""
+    path, first = _two_group_step(dump, uid, blank)
     obs, _ = sources.read_verl_step(path, 3, matcher, source="verl:run-1", model="q")
     pid = matcher.by_chat(first)[0]
     mine = obs.filter(pc.equal(obs["prompt_id"], pid))
@@ -472,3 +473,12 @@ def test_an_index_of_a_collapsed_duplicate_counts_for_its_problem(tmp_path, shar
     per = {(r["step"], r["prompt_id"]): r["n"] for r in obs.to_pylist()}
     assert all(per[(s, pid)] == 8 * rows for s in (0, 1) for pid, rows in merged.items())
     assert obs.num_rows == 2 * 1207
+
+
+def test_a_dump_with_uid_missing_on_a_row_is_named(dump, matcher):
+    path, _ = _two_group_step(dump, uid=True)
+    rows = _lines(path)
+    del rows[5]["uid"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DatasetError, match="uid is missing on row 5"):
+        sources.read_verl_step(path, 3, matcher, source="verl:run-1", model="q")
