@@ -311,7 +311,7 @@ def moved_prompts(
 # is this far below the maximum (``prior.plausible_priors``), the hedged plan's range (chi-square(1)'s
 # 95% point over 2). A bin's largest move under them counts as one standard deviation: the range is
 # along the one direction the counts identify worst, and stands in for the fit's other directions
-# (at 0.5, a one-sd range, a profile of n = 16 still left bins 3 sd out).
+# (at 0.5, a one-sd range, a profile of n = 16 still left a bin 2.96 sd out).
 PRIOR_DROP = 1.92
 
 
