@@ -37,6 +37,7 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import estimators, specs
 from pipeline.checks import check_choice, check_int, check_number
@@ -760,8 +761,15 @@ def make_policy(spec: str, prompt_ids: Sequence[str], n=None, c=None, *, seed: i
 # --- replay -----------------------------------------------------------------------------------
 
 
+GROUP_COLUMN = "group_index"  # optional in a log: a prompt's groups of one step (the observations table's)
+
+
 def check_log(log: pa.Table, where: str = "log") -> pa.Table:
-    """The log's ``step, prompt_id, n, c`` with one row per (step, prompt) (rows of one step summed).
+    """The log's ``step, prompt_id, n, c`` with one row per (step, prompt) (rows of one step summed),
+    and per (step, prompt) its ``groups`` and ``signal_groups`` (those neither all right nor all
+    wrong). A log with a ``group_index`` column (the ``observations`` table's: a prompt given ``m``
+    groups in a step is ``m`` rows) keeps its groups apart; rows without one (or with it empty) are
+    one group per step and prompt, summed as before.
 
     Raises:
         DatasetError: a missing column, a null, ``n < 1`` or ``c`` outside ``[0, n]`` (the first row named).
@@ -782,10 +790,13 @@ def check_log(log: pa.Table, where: str = "log") -> pa.Table:
                 "prompt_id": log.column("prompt_id").cast(pa.string()),
                 "n": log.column("n").cast(pa.int64()),
                 "c": log.column("c").cast(pa.int64()),
+                "group": pc.fill_null(log.column(GROUP_COLUMN).cast(pa.int64()), -1)
+                if GROUP_COLUMN in log.column_names
+                else pa.array(np.full(log.num_rows, -1, np.int64)),
             }
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise DatasetError(f"{where}: step, n and c must be whole numbers ({exc})") from exc
+        raise DatasetError(f"{where}: step, n, c and {GROUP_COLUMN} must be whole numbers ({exc})") from exc
     n, c = table.column("n").to_numpy(), table.column("c").to_numpy()
     bad = np.flatnonzero((c < 0) | (c > n) | (n < 1))
     if len(bad):
@@ -795,10 +806,17 @@ def check_log(log: pa.Table, where: str = "log") -> pa.Table:
             f"{where}: row {i} (step {step}, prompt {prompt!r})"
             f" has n={n[i]}, c={c[i]}; need n >= 1 and 0 <= c <= n ({len(bad)} such rows)"
         )
-    return (
-        table.group_by(["step", "prompt_id"])
+    groups = (
+        table.group_by(["step", "prompt_id", "group"])
         .aggregate([("n", "sum"), ("c", "sum")])
-        .rename_columns(["step", "prompt_id", "n", "c"])
+        .rename_columns(["step", "prompt_id", "group", "n", "c"])
+    )
+    n, c = groups.column("n").to_numpy(), groups.column("c").to_numpy()
+    groups = groups.append_column("signal", pa.array(((c > 0) & (c < n)).astype(np.int64)))
+    return (
+        groups.group_by(["step", "prompt_id"])
+        .aggregate([("n", "sum"), ("c", "sum"), ("group", "count"), ("signal", "sum")])
+        .rename_columns(["step", "prompt_id", "n", "c", "groups", "signal_groups"])
     )
 
 
@@ -816,7 +834,8 @@ def replay(
 
     At each step the policy picks ``batch_size`` prompts among those with an outcome at that step,
     knowing only the outcomes of what it picked before, and sees the logged outcome of each pick.
-    ``signal_yield`` is the share of picked groups with ``0 < c < n``; ``coverage`` the share of the
+    ``signal_yield`` is the share of picked groups with ``0 < c < n`` (a picked prompt brings every
+    group the log kept of it at that step, ``check_log``); ``coverage`` the share of the
     log's prompts picked at least once in its last ``COVERAGE_WINDOW`` steps. ``oracle`` sees each
     step's outcomes and takes its non-silent groups first (random among them): the scale's top.
     ``prior_n``, ``prior_c``: a profile's counts per prompt, aligned with the log's sorted prompt ids.
@@ -831,15 +850,18 @@ def replay(
     step = table.column("step").to_numpy()
     n_all = table.column("n").to_numpy().astype(float)
     c_all = table.column("c").to_numpy().astype(float)
+    g_all = table.column("groups").to_numpy()
+    live_all = table.column("signal_groups").to_numpy()
     order = np.lexsort((pid, step))
     pid, step, n_all, c_all = pid[order], step[order], n_all[order], c_all[order]
+    g_all, live_all = g_all[order], live_all[order]
     steps, starts = np.unique(step, return_index=True)
     bounds = list(starts) + [len(step)]
     oracle = specs.spec_name(policy_name) == "oracle"
     policy = None if oracle else make_policy(policy_name, ids_sorted, prior_n, prior_c, seed=seed, G=G)
     if policy is not None and policy.max_groups > 1:
         raise ConfigError(
-            f"policy {policy_name!r}: a log holds the one group each prompt had per step, so a replay cannot give a "
+            f"policy {policy_name!r}: a log holds the groups each prompt had per step, so a replay cannot give a "
             "prompt more; multiplicity (max_groups) is measured on simulated truths (bench/multiplicity.py)"
         )
     rng = np.random.default_rng(seed)
@@ -851,16 +873,16 @@ def replay(
         cand = pid[rows]
         k = min(int(batch_size), len(cand))
         if oracle:
-            live = (c_all[rows] > 0) & (c_all[rows] < n_all[rows])
+            live = live_all[rows] > 0
             key = np.where(live, 0.0, 1.0) + rng.random(len(rows))
             local = np.argsort(key)[:k]
         else:
             chosen = policy.choose_index(k, cand)
             local = np.searchsorted(cand, chosen)  # cand is sorted within the step
             policy.update_index(chosen, n_all[rows[local]], c_all[rows[local]], int(steps[s]))
-        r = rows[local]
-        picked_total += len(r)
-        signal_total += int(((c_all[r] > 0) & (c_all[r] < n_all[r])).sum())
+        r = rows[local]  # a picked prompt brings every group it had at the step
+        picked_total += int(g_all[r].sum())
+        signal_total += int(live_all[r].sum())
         if s >= window_from:
             seen[pid[r]] = True
     return {

@@ -336,6 +336,10 @@ _OBSERVATIONS = (
     col("n", INT32, False),  # outcomes observed
     col("c", INT32, False),  # of them correct
     col("observed_at", UTC_MICROS),  # when the source drew them (else imported)
+    # The row's group among the prompt's groups of the step (0, 1, ...): a prompt given m groups in a
+    # step is m rows. Null: the row holds all of the prompt's outcomes of the step, not split into
+    # groups (labels, profiles, tables, files stored before groups were kept); read as one group.
+    col("group_index", INT32),
 )
 # Rows of a source that matched no prompt of the dataset: kept, with why, never dropped silently.
 _UNMATCHED = (

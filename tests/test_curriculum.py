@@ -120,6 +120,23 @@ def test_replay_default_beats_uniform_and_oracle_bounds_it():
     assert {k: default[k] for k in ("steps", "batch_size")} == {"steps": 30, "batch_size": 40}
 
 
+def test_replay_reads_a_prompts_groups_of_a_step():
+    """A log in the observations' layout keeps a prompt's two groups of one step apart: prompt a had
+    one silent group and one mixed, b one mixed. Picking both, 2 of 3 groups carry signal; the same
+    rows without group_index are one group per prompt (summed, as a log without groups reads)."""
+    rows = {"step": [1, 1, 1], "prompt_id": ["a", "a", "b"], "n": [8, 8, 8], "c": [8, 4, 4]}
+    grouped = pa.table({**rows, "group_index": [0, 1, 0]})
+    for policy in ("uniform", "oracle", curriculum.DEFAULT_POLICY):
+        assert curriculum.replay(grouped, policy, 2)["signal_yield"] == pytest.approx(2 / 3)
+        assert curriculum.replay(pa.table(rows), policy, 2)["signal_yield"] == 1.0
+    got = curriculum.check_log(grouped).sort_by("prompt_id").to_pylist()
+    assert [(r["n"], r["c"], r["groups"], r["signal_groups"]) for r in got] == [(16, 12, 2, 1), (8, 4, 1, 1)]
+    # The oracle, picking one prompt, takes the one with a live group (a had two silent ones).
+    assert curriculum.replay(pa.table({**rows, "group_index": [0, 1, 0], "c": [8, 8, 4]}), "oracle", 1)[
+        "signal_yield"
+    ] == pytest.approx(1.0)
+
+
 def test_coverage_floor_picks_every_prompt_within_its_period():
     """floor * k slots go to the least recently picked, so each prompt waits at most ceil(N / slots) steps."""
     N, k, floor = 100, 20, 0.25

@@ -48,6 +48,21 @@ def test_no_forgetting_is_the_pooled_posterior():
     assert got["b"]["post_mean"] == pytest.approx(0.5 / 9, rel=1e-12)
 
 
+def test_current_reads_a_prompts_groups():
+    """Prompt a had two groups of 4 at step 1 (one all right, one mixed) and one silent group at step 2,
+    after a profile of 16: its posterior is that of the summed counts, and it says 3 training groups, 2
+    of them silent (the profile's counts are not a group)."""
+    profile = record.observation_rows("profile:r", "profile", 0, "d", ["a"], [16], [0], None)
+    step1 = record.observation_rows("verl:run", "training", 1, "d", ["a", "a"], [4, 4], [4, 2], None, None, [0, 1])
+    step2 = record.observation_rows("verl:run", "training", 2, "d", ["a"], [4], [0], None, None, [0])
+    config = CurrentConfig(forgetting=1.0)
+    (got,) = current_difficulty(pa.concat_tables([profile, step1, step2]), config).to_pylist()
+    assert (got["n_obs"], got["c_obs"], got["groups"], got["silent_groups"]) == (28, 6, 3, 2)
+    merged = record.observation_rows("verl:run", "training", 1, "d", ["a"], [8], [6], None)
+    (one,) = current_difficulty(pa.concat_tables([profile, merged, step2]), config).to_pylist()
+    assert one["post_mean"] == got["post_mean"] and (one["groups"], one["silent_groups"]) == (2, 1)
+
+
 def test_forgetting_discounts_by_age_from_the_latest_step():
     lam = 0.5
     obs = _obs([(0, "a", 8, 8), (2, "a", 8, 0), (1, "b", 4, 1)])
@@ -155,26 +170,45 @@ def test_two_models_measuring_the_same_rates_agree_at_the_level():
     assert math.isclose(same["level"], 0.95)
 
 
-@pytest.mark.parametrize("profile_n", [4, 16])
-def test_compare_is_calibrated_on_a_mixture_with_atoms(profile_n):
-    """30% of prompts at 0, 25% at 1, 45% Beta(2, 2); 4,000 prompts; training draws groups of 8 from
-    the profile's own rates. Jeffreys' per-prompt posterior mispredicts the end bins (0.59 vs 0.86 at
-    n = 4); the population prior fitted on the profile (adaptive profiling's ``auto``) predicts every
-    bin within binomial noise."""
-    rng = np.random.default_rng(5)
+def _mixture_compare(profile_n: int, seed: int) -> tuple[list[dict], int]:
+    """30% of prompts at 0, 25% at 1, 45% Beta(2, 2); 4,000 prompts profiled at ``profile_n``;
+    training draws groups of 8 from the profile's own rates at two steps, a quarter of the prompts
+    given a second group at the second step (stored as two groups). The ``--compare`` table, and
+    the training groups drawn."""
+    rng = np.random.default_rng(seed)
     prompts = 4000
     kind = rng.choice(3, size=prompts, p=[0.3, 0.25, 0.45])
     p = np.where(kind == 0, 0.0, np.where(kind == 1, 1.0, rng.beta(2, 2, prompts)))
-    prof = rng.binomial(profile_n, p)
-    obs = [_obs([(0, f"p{i}", profile_n, int(prof[i])) for i in range(prompts)], kind="profile", source="profile:r")]
-    train = []
-    for s in range(1, 4):
-        c = rng.binomial(8, p)
-        train += [(s, f"p{i}", 8, int(c[i])) for i in range(prompts)]
-    obs.append(_obs(train, source="verl:run"))
+    ids = [f"p{i}" for i in range(prompts)]
+    prof = rng.binomial(profile_n, p).tolist()
+    obs = [record.observation_rows("profile:r", "profile", 0, "d", ids, [profile_n] * prompts, prof, "m")]
+    twice = prompts // 4
+    for step, extra in ((1, 0), (2, twice)):
+        pids = ids + ids[:extra]
+        c = np.r_[rng.binomial(8, p), rng.binomial(8, p[:extra])].tolist()
+        groups = [0] * prompts + [1] * extra
+        obs.append(
+            record.observation_rows("verl:run", "training", step, "d", pids, [8] * len(pids), c, "m", None, groups)
+        )
     table = profile_vs_training(pa.concat_tables(obs), "profile:r", "verl:run", bins=5).to_pylist()
-    assert {r["bin_lo"] for r in table} >= {0.0, 0.8}
-    for r in table:
-        # Groups of one prompt share its rate: the noise is that of the prompts in the bin (a third of the groups).
-        sd = math.sqrt(max(r["predicted_silent"] * (1 - r["predicted_silent"]), 0.01) / (r["groups"] / 3))
-        assert r["observed_silent"] == pytest.approx(r["predicted_silent"], abs=3 * sd), r
+    return table, 2 * prompts + twice
+
+
+@pytest.mark.parametrize("profile_n", [4, 16])
+def test_compare_is_calibrated_on_a_mixture_with_atoms(profile_n):
+    """The profile's prediction of every bin, pass rate and silent share, lies within three standard
+    deviations of its predictive noise (the groups' binomial noise, a prompt's groups sharing its
+    rate, and the fitted prior's uncertainty), over three datasets drawn from one truth. At n = 4
+    the fitted prior alone (binomial noise only) put bins 4 to 5 standard deviations out on two of
+    these three seeds: neither the family (Beta or inflated Beta) nor the inflated Beta's
+    concentration is identified by four answers a prompt. ``groups`` counts groups, not prompt-steps."""
+    for seed in range(3):
+        table, drawn = _mixture_compare(profile_n, seed)
+        assert {r["bin_lo"] for r in table} >= {0.0, 0.8}
+        assert sum(r["groups"] for r in table) == drawn and sum(r["prompts"] for r in table) == 4000
+        for r in table:
+            for name, sd in (("pass_rate", r["pass_rate_sd"]), ("silent", r["silent_sd"])):
+                z = (r[f"observed_{name}"] - r[f"predicted_{name}"]) / sd
+                assert abs(z) <= 3.0, (seed, name, z, r)
+            # The noise stays a measurement: binomial noise alone at n = 16, the prior's range at n = 4.
+            assert r["silent_sd"] < (0.02 if profile_n == 16 else 0.2), r

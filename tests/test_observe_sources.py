@@ -9,7 +9,9 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
@@ -39,7 +41,7 @@ def dump(tmp_path) -> Path:
 
 
 def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _expected(path: Path, problems: pa.Table, field: str = "acc") -> dict[str, tuple[int, int]]:
@@ -104,6 +106,74 @@ def test_rerun_adds_nothing_twice(dump, matcher, store):
     (dump / "4.jsonl").write_text(text)
     assert run() == 8
     assert record.recorded_steps(store, "verl:run-1") == {1, 2, 3, 4}
+
+
+def _two_group_step(dump: Path, uid: bool, blank: bool = False) -> tuple[Path, str]:
+    """Step 3 of the fixture (8 prompts, a group of 4 each) with one prompt given a second group of 4,
+    all right, after its first (mixed) one; with ``uid``, each group's lines carry verl's uid, and the
+    lines are shuffled as verl's batch balancing leaves them."""
+    lines = _lines(dump / "3.jsonl")
+    first = next(r["input"] for r in lines if 0 < sum(o["acc"] for o in lines if o["input"] == r["input"]) < 4)
+    mine = [r for r in lines if r["input"] == first]
+    assert len(mine) == 4  # a mixed group
+    extra = [{**r, "acc": True, "score": 1.0} for r in mine]
+    if uid:
+        inputs = list(dict.fromkeys(r["input"] for r in lines))
+        for r in lines:
+            r["uid"] = f"u{inputs.index(r['input'])}"
+        for r in extra:
+            r["uid"] = "u-second"
+    rows = lines + extra
+    if uid:
+        rows = rows[1::2] + rows[::2]  # order no longer tells the groups
+    path = dump / "3.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" + ("\n" if blank and i == 3 else "") for i, r in enumerate(rows)))
+    return path, first
+
+
+@pytest.mark.parametrize(("uid", "blank"), [(False, False), (True, False), (True, True)])
+def test_a_prompt_with_two_groups_in_a_step_keeps_two_groups(dump, matcher, store, uid, blank):
+    """By the counts, by uid, and by uid read line by line (a blank line sends the file to Python's reader)."""
+    path, first = _two_group_step(dump, uid, blank)
+    obs, _ = sources.read_verl_step(path, 3, matcher, source="verl:run-1", model="q")
+    pid = matcher.by_chat(first)[0]
+    mine = obs.filter(pc.equal(obs["prompt_id"], pid))
+    kept = sorted(zip(mine["group_index"].to_pylist(), mine["n"].to_pylist(), mine["c"].to_pylist(), strict=True))
+    assert [(g, n) for g, n, _ in kept] == [(0, 4), (1, 4)]
+    assert kept[1][2] == 4 and 0 < kept[0][2] < 4  # the all-right group is not merged into the mixed one
+    assert obs.num_rows == 9 and set(obs["n"].to_pylist()) == {4}
+    # The step's silent share, rebuilt from the stored groups, is the groups' own.
+    record.write_step(store, "verl:run-1", 3, obs)
+    lines = _lines(path)
+    key = "uid" if uid else None
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(lines):
+        g = groups.setdefault((r["input"], r[key] if key else i // 4 if i >= 32 else -1), [])
+        g.append(int(r["acc"]))
+    truth = sum(sum(g) in (0, len(g)) for g in groups.values()) / len(groups)
+    (row,) = store.query("select groups, prompts, silent from observation_steps").to_pylist()
+    assert (row["groups"], row["prompts"]) == (9, 8)
+    assert row["silent"] == pytest.approx(truth)
+
+
+def test_group_numbers_by_counts():
+    codes = np.array([0, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 2, 2, 2, 2])  # prompt 1: 8 rollouts, others 4
+    assert record.group_numbers(codes).tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert record.group_numbers(np.array([0, 0, 0, 1, 1, 1, 1])).tolist() == [0] * 7  # 3 and 4: not one G
+    assert record.group_numbers(np.array([0, 0, 1, 1])).tolist() == [0] * 4
+    keys = np.array([5, 3, 2, 5, 3, 2])
+    assert record.group_codes(np.array([1, 0, 1, 1, 0, 1]), keys).tolist() == [0, 0, 1, 0, 0, 1]
+
+
+def test_observations_stored_before_groups_still_read(store):
+    """A step file written before ``group_index`` existed reads with it null: one group per row."""
+    rows = record.observation_rows("verl:old", "training", 2, "d", ["a", "b"], [8, 8], [6, 8], None)
+    old = rows.drop_columns(["group_index"])
+    store.write_table(record.TABLE, old, {"source": "verl:old"}, record.step_part(2))
+    got = record.read_observations(store, "verl:old")
+    assert got["group_index"].to_pylist() == [None, None] and got["n"].to_pylist() == [8, 8]
+    (row,) = store.query("select groups, silent from observation_steps").to_pylist()
+    assert row == {"groups": 2, "silent": 0.5}
 
 
 def test_dump_of_another_dataset_is_unmatched_with_reasons(dump, shared):
@@ -403,3 +473,12 @@ def test_an_index_of_a_collapsed_duplicate_counts_for_its_problem(tmp_path, shar
     per = {(r["step"], r["prompt_id"]): r["n"] for r in obs.to_pylist()}
     assert all(per[(s, pid)] == 8 * rows for s in (0, 1) for pid, rows in merged.items())
     assert obs.num_rows == 2 * 1207
+
+
+def test_a_dump_with_uid_missing_on_a_row_is_named(dump, matcher):
+    path, _ = _two_group_step(dump, uid=True)
+    rows = _lines(path)
+    del rows[5]["uid"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DatasetError, match="uid is missing on row 5"):
+        sources.read_verl_step(path, 3, matcher, source="verl:run-1", model="q")

@@ -286,3 +286,29 @@ def test_the_track_flow_imports_what_is_new(prefect_api, dump, shared, data_dir)
     os.utime(dump / "4.jsonl", (settled, settled))
     second = prefect_flows.track_source(config=config, store=asdict(store))
     assert (second["steps_written"], second["steps_already_recorded"], second["first_step"]) == (1, 3, 4)
+
+
+def test_current_compare_counts_groups_and_says_its_largest_deviation(data_dir):
+    """`current --compare`: a prompt given two groups in a step counts as two groups; each bin carries
+    its standard deviations, and the line under the table names the largest deviation in them."""
+    import numpy as np
+
+    from pipeline.observe import current, record
+
+    store = Store.open(data_dir)
+    rng = np.random.default_rng(0)
+    ids = [f"p{i}" for i in range(300)]
+    p = rng.beta(0.7, 0.7, len(ids))
+    prof = record.observation_rows("profile:r", "profile", 0, "d", ids, [16] * 300, rng.binomial(16, p).tolist(), None)
+    record.write_step(store, "profile:r", 0, prof)
+    pids, groups = ids + ids[:100], [0] * 300 + [1] * 100
+    c = rng.binomial(8, np.r_[p, p[:100]]).tolist()
+    train = record.observation_rows("verl:run", "training", 1, "d", pids, [8] * 400, c, None, None, groups)
+    record.write_step(store, "verl:run", 1, train)
+    out = runner.invoke(app, ["current", "--compare", "profile:r", "verl:run", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)
+    assert sum(r["groups"] for r in rows) == 400 and sum(r["prompts"] for r in rows) == 300
+    assert all(r["silent_sd"] > 0 and r["pass_rate_sd"] > 0 for r in rows)
+    worst = current.largest_deviation(pa.Table.from_pylist(rows))
+    assert f"largest deviation: {worst:.1f} standard deviations" in out.stderr

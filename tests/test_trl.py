@@ -83,8 +83,13 @@ def _expected(steps, threshold=1.0):
 
 
 def _table(store, source=SOURCE):
+    """Per (step, prompt) the counts summed over its groups, and the rows."""
     rows = record.read_observations(store, source).to_pylist()
-    return {(r["step"], r["prompt_id"]): (r["n"], r["c"]) for r in rows}, rows
+    out: dict[tuple[int, str], tuple[int, int]] = {}
+    for r in rows:
+        n, c = out.get((r["step"], r["prompt_id"]), (0, 0))
+        out[(r["step"], r["prompt_id"])] = (n + r["n"], c + r["c"])
+    return out, rows
 
 
 def _run(store, steps, **kw):
@@ -331,3 +336,19 @@ def test_real_grpo_trainer_records_each_step(shared, store, tmp_path):
     recorder.flush()
     recorder.close()
     assert recorder.steps_written == written
+
+
+def test_a_prompt_given_two_groups_in_a_step_keeps_two_groups(store):
+    """The sampler repeated prompt a (two groups of G in one call, in a row, as a curriculum's
+    multiplicity lays them out): one group all right, one mixed; b one silent group. Stored as three
+    groups, so the step's silent share is 2 of 3, not 1 of 2 with a merged into n = 2G."""
+    a1, a2, b = [1.0] * G, [1.0, 0.0, 1.0, 1.0], [0.0] * G
+    recorder = rec.record_rewards(_given([a1 + a2 + b]), data_dir=store, source=SOURCE, dataset=DATASET)
+    _trainer_call(recorder, 5, ["a"] * 2 * G + ["b"] * G)
+    recorder.close()
+    _, rows = _table(store)
+    got = sorted((r["prompt_id"], r["group_index"], r["n"], r["c"]) for r in rows)
+    assert got == [("a", 0, G, G), ("a", 1, G, 3), ("b", 0, G, 0)]
+    (row,) = store.query("select groups, silent from observation_steps").to_pylist()
+    assert row["groups"] == 3 and row["silent"] == pytest.approx(2 / 3)
+    assert recorder.last_counts == {"a": [2 * G, 7], "b": [G, 0]}

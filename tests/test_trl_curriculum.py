@@ -75,8 +75,12 @@ def _given(rewards_by_call):
 
 
 def _table(store, source=SOURCE):
-    rows = record.read_observations(store, source).to_pylist()
-    return {(r["step"], r["prompt_id"]): (r["n"], r["c"]) for r in rows}
+    """Per (step, prompt) the counts summed over its groups."""
+    out: dict[tuple[int, str], tuple[int, int]] = {}
+    for r in record.read_observations(store, source).to_pylist():
+        n, c = out.get((r["step"], r["prompt_id"]), (0, 0))
+        out[(r["step"], r["prompt_id"])] = (n + r["n"], c + r["c"])
+    return out
 
 
 # --- the sampler ---------------------------------------------------------------------------------

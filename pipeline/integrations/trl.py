@@ -11,9 +11,10 @@ Wrapping the function is therefore the one place that sees every completion's re
     trainer = GRPOTrainer(..., reward_funcs=record_rewards(
         my_reward, data_dir="difficulty-data", source="trl:run-1", dataset="local-math500-test"))
 
-Per step and prompt the recorder keeps ``n`` (completions whose reward is not NaN or None) and ``c``
-(rewards ``>= threshold``), the binomial counts of ``docs/estimators.md`` §1, and writes them as one
-``observations`` file per step (``record.write_step``, kind ``training``). The rewards go back to
+Per step and group of a prompt the recorder keeps ``n`` (completions whose reward is not NaN or None)
+and ``c`` (rewards ``>= threshold``), the binomial counts of ``docs/estimators.md`` §1, and writes them
+as one ``observations`` file per step (``record.write_step``, kind ``training``), one row per group: a
+prompt the sampler gave ``m`` groups in a step is ``m`` rows (``group_index``). The rewards go back to
 TRL unchanged: the very list the function returned (unless ``rollouts=`` caps them, below).
 
 ``rollouts={prompt_id: m}`` (an allocation, e.g. ``difficulty allocate``) keeps only the first ``m``
@@ -73,6 +74,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -136,7 +138,7 @@ class RewardRecorder:
         self.steps_written = 0
         self.last_counts: dict[str, list[int]] = {}  # the last call's [n, c] per prompt (n >= 1 only)
         self._c_at = DEFAULT_THRESHOLD if threshold is None else float(threshold)
-        self._open: dict[str, list[int]] = {}  # prompt_id -> [n, c] of the current step
+        self._open: dict[str, list[list[int]]] = {}  # prompt_id -> [n, c] of each group of the current step
         self._dirty = False  # the current step has counts not yet handed to the writer
         self._calls = 0
         self._closed = False
@@ -176,8 +178,12 @@ class RewardRecorder:
             )
         if self.rollouts is not None:
             rewards = self._cap(ids, rewards)
-        counts = self._count(ids, rewards)
-        self.last_counts = counts
+        groups = self._count(ids, rewards)
+        self.last_counts = {
+            pid: [sum(g[0] for g in cells), sum(g[1] for g in cells)]
+            for pid, cells in groups.items()
+            if any(g[0] for g in cells)
+        }
         state = kwargs.get("trainer_state")
         step = getattr(state, "global_step", None)
         if step is None:
@@ -188,13 +194,8 @@ class RewardRecorder:
                 self._hand_over()
                 self._open = {}
             self.step = step
-            for pid, (k, ok) in counts.items():
-                cell = self._open.get(pid)
-                if cell is None:
-                    self._open[pid] = [k, ok]
-                else:
-                    cell[0] += k
-                    cell[1] += ok
+            for pid, cells in groups.items():  # a call's groups follow those earlier calls of the step gave
+                self._open.setdefault(pid, []).extend(cells)
             self._dirty = True
         return rewards
 
@@ -209,11 +210,20 @@ class RewardRecorder:
             out.append(r if m is None or pos < m else math.nan)
         return out
 
-    def _count(self, ids: list, rewards: list) -> dict[str, list[int]]:
-        """This call's ``[n, c]`` per prompt, checked whole before anything is added to the step."""
-        counts: dict[str, list[int]] = {}
+    def _count(self, ids: list, rewards: list) -> dict[str, list[list[int]]]:
+        """This call's ``[n, c]`` per group of each prompt (in group order; a group whose rewards are
+        all NaN has ``n = 0``), checked whole before anything is added to the step. The groups are
+        told by the counts (``record.group_numbers``): TRL gives every group ``num_generations``
+        completions, so a prompt the sampler repeated ``m`` times has ``m`` of them."""
+        keys = [str(pid) for pid in ids]
+        code: dict[str, int] = {}
+        group = record.group_numbers(np.array([code.setdefault(k, len(code)) for k in keys], dtype=np.int64))
+        counts: dict[str, list[list[int]]] = {}
         at, free = self._c_at, self.threshold is not None
-        for pid, r in zip(ids, rewards, strict=True):
+        for pid, g, r in zip(keys, group.tolist(), rewards, strict=True):
+            cells = counts.setdefault(pid, [])
+            while len(cells) <= g:
+                cells.append([0, 0])
             if r is None:
                 continue
             x = float(r)
@@ -224,20 +234,17 @@ class RewardRecorder:
                     f"reward {r!r} of prompt {pid} is neither 0 nor 1: a shaped reward is not correctness. "
                     f"Pass threshold= (a reward >= threshold counts as correct) if it is, e.g. threshold=0.5"
                 )
-            cell = counts.get(pid)
-            if cell is None:
-                counts[pid] = cell = [0, 0]
-            cell[0] += 1
+            cells[g][0] += 1
             if x >= at:
-                cell[1] += 1
-        return {str(pid): cell for pid, cell in counts.items()}
+                cells[g][1] += 1
+        return counts
 
     # --- writing ------------------------------------------------------------------------------
 
     def _hand_over(self) -> None:
         """Queue the current step's counts for the writer (caller holds the lock)."""
         if self._dirty and self.step is not None:
-            snapshot = [(pid, k, ok) for pid, (k, ok) in self._open.items() if k >= 1]
+            snapshot = [(pid, g, k, ok) for pid, cells in self._open.items() for g, (k, ok) in enumerate(cells) if k]
             self._queue.put((self.step, snapshot, datetime.now(UTC)))
         self._dirty = False
 
@@ -250,9 +257,9 @@ class RewardRecorder:
                 step, snapshot, when = item
                 if not snapshot:
                     continue
-                pids, n, c = (list(col) for col in zip(*snapshot, strict=True))
+                pids, groups, n, c = (list(col) for col in zip(*snapshot, strict=True))
                 rows = record.observation_rows(
-                    self.source, "training", step, self.dataset, pids, n, c, self.model, observed_at=when
+                    self.source, "training", step, self.dataset, pids, n, c, self.model, observed_at=when, groups=groups
                 )
                 record.write_step(self.store, self.source, step, rows)
                 self.steps_written += 1

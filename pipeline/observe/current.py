@@ -48,6 +48,8 @@ CURRENT = pa.schema(
         pa.field("post_lo", pa.float64()),
         pa.field("post_hi", pa.float64()),
         pa.field("silent", pa.float64()),  # P(a group of group_size is all right or all wrong)
+        pa.field("groups", pa.int64()),  # training groups observed (a row is a group), undiscounted
+        pa.field("silent_groups", pa.int64()),  # of them all right or all wrong
     ]
 )
 
@@ -194,6 +196,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
     w = _weights(step, latest_steps(obs), config.forgetting)
     n = obs.column("n").to_numpy().astype(float)
     c = obs.column("c").to_numpy().astype(float)
+    # A training row is one group (observations §1); a profile's or a label's counts are not groups.
+    training = pc.equal(obs.column("kind"), "training").to_numpy(zero_copy_only=False).astype(np.int64)
     grouped = (
         pa.table(
             {
@@ -205,6 +209,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
                 "wn": w * n,
                 "wc": w * c,
                 "step": obs.column("step"),
+                "group": training,
+                "silent_group": training * ((c == 0) | (c == n)),
             }
         )
         .group_by(["dataset", "prompt_id"])
@@ -216,6 +222,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
                 ("wc", "sum"),
                 ("step", "max"),
                 ("source", "count_distinct"),
+                ("group", "sum"),
+                ("silent_group", "sum"),
             ]
         )
         .sort_by([("dataset", "ascending"), ("prompt_id", "ascending")])
@@ -240,6 +248,8 @@ def current_difficulty(observations: pa.Table, config: CurrentConfig | None = No
             pa.array(lo),
             pa.array(hi),
             pa.array(plus + minus),
+            grouped.column("group_sum"),
+            grouped.column("silent_group_sum"),
         ],
         schema=CURRENT,
     )
@@ -297,16 +307,70 @@ def moved_prompts(
     )
 
 
+# The fitted prior's uncertainty in ``profile_vs_training``: the priors whose profile log-likelihood
+# is this far below the maximum (``prior.plausible_priors``), the hedged plan's range (chi-square(1)'s
+# 95% point over 2). A bin's largest move under them counts as one standard deviation: the range is
+# along the one direction the counts identify worst, and stands in for the fit's other directions
+# (at 0.5, a one-sd range, a profile of n = 16 still left a bin 2.96 sd out).
+PRIOR_DROP = 1.92
+
+
+def plausible_fits(fitted: prior.Prior, n: np.ndarray, c: np.ndarray) -> list[prior.Prior]:
+    """Priors the profile's counts cannot tell from ``fitted`` (an ``auto`` mixture): each family the
+    mixture gives at least ``prior.HEDGE_MIN_WEIGHT`` fitted alone (at a profile's n = 4 the weights of
+    the Beta and the inflated Beta swing from one to the other between replicates of one dataset),
+    and the inflated Beta's concentration at the ends of its range (``prior.plausible_priors`` at
+    ``PRIOR_DROP``), in the mixture and alone."""
+    out = list(prior.plausible_priors(fitted, n, c, PRIOR_DROP))
+    fits = {"beta": prior.fit_prior, "inflated": prior.fit_inflated_prior, "grid": prior.fit_grid_prior}
+    for family, fit in fits.items():
+        if prior.HEDGE_MIN_WEIGHT <= fitted.family_weight(family) < 1.0:
+            alone = fit(n, c)
+            out.append(alone)
+            out += prior.plausible_priors(alone, n, c, PRIOR_DROP)
+    return out
+
+
+def _bin_moments(W: np.ndarray, points: np.ndarray, prompt: np.ndarray, n: np.ndarray) -> dict[str, np.ndarray]:
+    """Per prompt with groups (``prompt`` its index in ``W`` for each group, ``n`` the group's size) the
+    predictive mean and variance of its correct answers and of its silent groups, given the posterior
+    ``W`` over ``points``: a prompt's groups share one pass rate, so their noise adds within a prompt
+    (``E[Var | p] + Var(E | p)``), not as independent groups."""
+    k = W.shape[0]
+    M = np.bincount(prompt, weights=n, minlength=k)  # rollouts per prompt
+    Q = np.zeros((k, len(points)))  # expected silent groups per prompt at each node
+    Qv = np.zeros((k, len(points)))  # their Bernoulli variance at each node
+    for size in np.unique(n).tolist():
+        q = points**size + (1.0 - points) ** size
+        m = np.bincount(prompt[n == size], minlength=k).astype(float)
+        Q += m[:, None] * q[None, :]
+        Qv += m[:, None] * (q * (1.0 - q))[None, :]
+    mean_p = W @ points
+    var_p = W @ points**2 - mean_p**2
+    silent = np.einsum("ij,ij->i", W, Q)
+    return {
+        "rollouts": M,
+        "correct": M * mean_p,
+        "correct_var": M * (W @ (points * (1.0 - points))) + M**2 * var_p,
+        "silent": silent,
+        "silent_var": np.einsum("ij,ij->i", W, Qv) + np.einsum("ij,ij->i", W, Q**2) - silent**2,
+    }
+
+
 def profile_vs_training(
     observations: pa.Table, profile: str, training: str, bins: int = 5, config: CurrentConfig | None = None
 ) -> pa.Table:
     """The offline profile's prediction against what training then drew: prompts grouped into
     ``bins`` equal-width bins of the profile's posterior mean (under the population prior fitted on
     the profile's counts as adaptive profiling fits it, ``prior.choose_prior``; not ``config``'s
-    Beta prior); per bin the predicted and the
-    observed pass rate, and the predicted and observed share of silent training groups (each
-    training row is one group of its own size ``n``). A calibrated profile has them agree
-    within binomial noise."""
+    Beta prior); per bin the training groups (each training row is one group of its own size ``n``:
+    a prompt given ``m`` groups in a step is ``m`` rows), the predicted and the observed pass rate,
+    and the predicted and observed share of silent groups, each prediction with its standard
+    deviation (``pass_rate_sd``, ``silent_sd``): the binomial noise of the groups drawn, the groups of
+    one prompt sharing its pass rate, plus the fitted prior's own uncertainty, the bin's largest move
+    under the priors the counts cannot tell from the fit (``plausible_fits``; at a profile's n = 4
+    neither the family nor the inflated Beta's concentration is identified, and a bin's prediction
+    moves with them). A calibrated profile has each bin within a few standard deviations."""
     config = config or CurrentConfig()
     src = observations.column("source")
     prof = observations.filter(pc.equal(src, profile))
@@ -315,50 +379,65 @@ def profile_vs_training(
         raise ConfigError(
             f"need observations of both sources: {profile!r} has {prof.num_rows}, {training!r} {train.num_rows}"
         )
-    # The profile's posterior per prompt (its rows summed), looked up for every training row.
+    # The profile's counts per prompt (its rows summed); the training groups of the prompts it has.
     prof_counts = prof.group_by("prompt_id").aggregate([("n", "sum"), ("c", "sum")])
+    all_n = prof_counts.column("n_sum").to_numpy().astype(float)
+    all_c = prof_counts.column("c_sum").to_numpy().astype(float)
     at = {pid: i for i, pid in enumerate(prof_counts.column("prompt_id").to_pylist())}
-    rows_at = np.array([at.get(pid, -1) for pid in train.column("prompt_id").to_pylist()])
+    rows_at = np.array([at.get(pid, -1) for pid in train.column("prompt_id").to_pylist()], dtype=np.int64)
     known = rows_at >= 0
-    p_n = prof_counts.column("n_sum").to_numpy().astype(float)[rows_at[known]]
-    p_c = prof_counts.column("c_sum").to_numpy().astype(float)[rows_at[known]]
-    n = train.column("n").to_numpy()[known]
-    c = train.column("c").to_numpy()[known]
+    used, prompt = np.unique(rows_at[known], return_inverse=True)  # the profiled prompts training drew
+    prompt = prompt.reshape(-1)
+    n = train.column("n").to_numpy()[known].astype(np.int64)
+    c = train.column("c").to_numpy()[known].astype(np.int64)
     # The population prior fitted on the profile's counts, not Jeffreys' per prompt: a posterior mean
     # binned and compared is calibrated only under the prior the pass rates were drawn from.
-    fitted = prior.choose_prior(
-        prof_counts.column("n_sum").to_numpy().astype(float), prof_counts.column("c_sum").to_numpy().astype(float)
-    )
-    points, W = prior.posterior_nodes(fitted, p_n, p_c, degree=int(n.max(initial=1)))
-    mean = W @ points
-    predicted_silent = np.empty(len(n))
-    for size in np.unique(n):  # one posterior moment per group size present
-        at_size = n == size
-        predicted_silent[at_size] = W[at_size] @ (points ** int(size) + (1.0 - points) ** int(size))
-    bin_of = np.minimum((mean * bins).astype(int), bins - 1)
-    rows: dict[int, dict[str, float]] = {}
+    fitted = prior.choose_prior(all_n, all_c)
+    degree = 2 * int(n.max(initial=1))
+
+    def moments(under: prior.Prior) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        points, W = prior.posterior_nodes(under, all_n[used], all_c[used], degree=degree)
+        return W @ points, _bin_moments(W, points, prompt, n)
+
+    mean, got = moments(fitted)
+    others = [moments(p)[1] for p in plausible_fits(fitted, all_n, all_c)]
+    bin_of = np.minimum((mean * bins).astype(int), bins - 1)  # per prompt
+    silent = ((c == 0) | (c == n)).astype(float)
+    out: dict[str, list] = {k: [] for k in ("bin_lo", "bin_hi", "prompts", "groups")}
+    for name in ("predicted_pass_rate", "observed_pass_rate", "pass_rate_sd"):
+        out[name] = []
+    for name in ("predicted_silent", "observed_silent", "silent_sd"):
+        out[name] = []
+    group_bin = bin_of[prompt]
     for k in np.unique(bin_of).tolist():
-        m = bin_of == k
-        rows[k] = {
-            "groups": int(m.sum()),
-            "rollouts": int(n[m].sum()),
-            "pred": float((mean[m] * n[m]).sum()),
-            "correct": int(c[m].sum()),
-            "pred_silent": float(predicted_silent[m].sum()),
-            "silent": int(((c[m] == 0) | (c[m] == n[m])).sum()),
+        m, g = bin_of == k, group_bin == k
+        groups, rollouts = int(g.sum()), float(got["rollouts"][m].sum())
+        pred = {key: float(got[key][m].sum()) for key in ("correct", "silent")}
+        spread = {
+            key: max((float(o[key][m].sum()) - pred[key]) ** 2 for o in others) if others else 0.0
+            for key in ("correct", "silent")
         }
-    ks = sorted(rows)
-    return pa.table(
-        {
-            "bin_lo": [k / bins for k in ks],
-            "bin_hi": [(k + 1) / bins for k in ks],
-            "groups": [rows[k]["groups"] for k in ks],
-            "predicted_pass_rate": [rows[k]["pred"] / rows[k]["rollouts"] for k in ks],
-            "observed_pass_rate": [rows[k]["correct"] / rows[k]["rollouts"] for k in ks],
-            "predicted_silent": [rows[k]["pred_silent"] / rows[k]["groups"] for k in ks],
-            "observed_silent": [rows[k]["silent"] / rows[k]["groups"] for k in ks],
-        }
-    )
+        out["bin_lo"].append(k / bins)
+        out["bin_hi"].append((k + 1) / bins)
+        out["prompts"].append(int(m.sum()))
+        out["groups"].append(groups)
+        out["predicted_pass_rate"].append(pred["correct"] / rollouts)
+        out["observed_pass_rate"].append(float(c[g].sum()) / rollouts)
+        out["pass_rate_sd"].append(math.sqrt(float(got["correct_var"][m].sum()) + spread["correct"]) / rollouts)
+        out["predicted_silent"].append(pred["silent"] / groups)
+        out["observed_silent"].append(float(silent[g].sum()) / groups)
+        out["silent_sd"].append(math.sqrt(float(got["silent_var"][m].sum()) + spread["silent"]) / groups)
+    return pa.table(out)
+
+
+def largest_deviation(table: pa.Table) -> float:
+    """The largest ``|observed - predicted| / sd`` of a ``profile_vs_training`` table, over its bins'
+    pass rates and silent shares: beyond about 3 the profile did not predict what training drew."""
+    out = 0.0
+    for name in ("pass_rate", "silent"):
+        diff = pc.subtract(table.column(f"observed_{name}"), table.column(f"predicted_{name}")).to_numpy()
+        out = max(out, float(np.max(np.abs(diff) / table.column(f"{name}_sd").to_numpy(), initial=0.0)))
+    return out
 
 
 def label_agreement(observations: pa.Table, first: str, second: str, level: float = 0.95) -> dict[str, float]:

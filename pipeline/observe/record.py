@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,8 +62,10 @@ def observation_rows(
     c: list[int],
     model: str | None,
     observed_at: datetime | None = None,
+    groups: list[int] | None = None,
 ) -> pa.Table:
-    """One source step as ``observations`` rows, checked: ``0 <= c <= n``, ``n >= 1``, one row per prompt."""
+    """One source step as ``observations`` rows, checked: ``0 <= c <= n``, ``n >= 1``, one row per
+    prompt, or with ``groups`` (each row's ``group_index``) one row per group of a prompt."""
     if kind not in schema.OBSERVATION_KINDS:
         raise ConfigError(f"observation kind {kind!r} is unknown: allowed {', '.join(schema.OBSERVATION_KINDS)}")
     check_step(step, f"source {source}")
@@ -72,8 +75,13 @@ def observation_rows(
                 f"source {source} step {step}: prompt {pid} has c={ok} of n={k}: need 0 <= c <= n, "
                 f"1 <= n <= {MAX_COUNT}"
             )
-    if len(set(prompt_ids)) != len(prompt_ids):
-        raise ConfigError(f"source {source} step {step}: a prompt appears twice; merge its counts first")
+    if groups is None:
+        if len(set(prompt_ids)) != len(prompt_ids):
+            raise ConfigError(f"source {source} step {step}: a prompt appears twice; merge its counts first")
+    elif len(groups) != len(prompt_ids) or len(set(zip(prompt_ids, groups, strict=True))) != len(prompt_ids):
+        raise ConfigError(f"source {source} step {step}: each row needs its own (prompt, group), one group index each")
+    elif any(isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_COUNT for g in groups):
+        raise ConfigError(f"source {source} step {step}: group indices must be integers >= 0, got {groups[:5]}")
     rows = len(prompt_ids)
     when = observed_at or datetime.now(UTC)
     return pa.Table.from_arrays(
@@ -87,9 +95,51 @@ def observation_rows(
             pa.array(n, pa.int32()),
             pa.array(c, pa.int32()),
             pa.array([when] * rows, pa.timestamp("us", tz="UTC")),
+            pa.array([None] * rows if groups is None else groups, pa.int32()),
         ],
         schema=schema.OBSERVATIONS,
     )
+
+
+def group_numbers(prompt_codes: np.ndarray) -> np.ndarray:
+    """Each rollout's group among its prompt's groups in one step, told by the counts alone (the
+    rollouts in the order read, ``prompt_codes`` one code per rollout): a trainer gives every group
+    the same size ``G``, so where every prompt's rollouts are a multiple of the smallest prompt's,
+    that is ``G`` and a prompt with ``k G`` rollouts had ``k`` groups, its rollouts taken ``G`` at a
+    time in order. Otherwise (sizes that are not one ``G``) each prompt is one group. A step where
+    every prompt had the same number of groups cannot tell them apart this way: one group each.
+    Rollouts of one prompt at one pass rate are exchangeable, so the groups' silent shares are those
+    the trainer saw even where the order is not the trainer's (verl balances a batch before it dumps)."""
+    codes = np.asarray(prompt_codes, dtype=np.int64)
+    if codes.size == 0:
+        return np.zeros(0, np.int64)
+    sizes = np.bincount(codes)
+    size = int(sizes[sizes > 0].min())
+    if np.any(sizes % size):
+        return np.zeros(codes.size, np.int64)
+    # The rank of each rollout among its prompt's rollouts, in order: a stable sort by prompt.
+    order = np.argsort(codes, kind="stable")
+    starts = np.cumsum(sizes) - sizes
+    rank = np.empty(codes.size, np.int64)
+    rank[order] = np.arange(codes.size) - starts[codes[order]]
+    return rank // size
+
+
+def group_codes(prompt_codes: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Each rollout's group among its prompt's groups, told by a key per rollout (verl's ``uid``):
+    a prompt's distinct keys numbered 0, 1, ... in the order they first appear."""
+    codes = np.asarray(prompt_codes, dtype=np.int64)
+    keys = np.asarray(keys, dtype=np.int64)
+    if codes.size == 0:
+        return np.zeros(0, np.int64)
+    pair = codes * (int(keys.max()) + 1) + keys
+    pairs, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    prompt = codes[first]
+    order = np.lexsort((first, prompt))  # each prompt's groups in the order they first appear
+    starts = np.searchsorted(prompt[order], prompt[order])
+    rank = np.empty(len(pairs), np.int64)
+    rank[order] = np.arange(len(pairs)) - starts
+    return rank[inverse.reshape(-1)]
 
 
 def write_step(

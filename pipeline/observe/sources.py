@@ -7,7 +7,9 @@ Three kinds of source, each matched to one dataset's prompts by a ``match.Matche
   ``verl/trainer/ppo/ray_trainer.py``): ``input`` (the chat prompt decoded with special tokens
   skipped), ``output``, ``gts`` (the gold answer), ``score`` (the summed token-level reward),
   ``step``, then every per-rollout field the reward function returned (``acc``, ``pred``, ...).
-  ``verl_steps`` lists the files, ``read_verl_step`` reads one.
+  ``verl_steps`` lists the files, ``read_verl_step`` reads one. A prompt given ``m`` groups in a
+  step is stored as ``m`` rows (``group_index``): by ``uid`` when the dump has it, else by the counts
+  (``record.group_numbers``).
 - **generic tables** (CSV, Parquet, JSON Lines; ``read_table``): counts ``step, <key>, n, c``; one
   row per rollout ``step, <key>, reward``; or POLARIS-style lines ``step, index: [...], score:
   [...]`` (one score per rollout). ``<key>`` is ``prompt_id``, ``index`` (the dataset's own row
@@ -51,6 +53,7 @@ Step = tuple[pa.Table, pa.Table]  # (observations, unmatched) of one source step
 
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 VERL_CORRECT_FIELD = "acc"  # the binary field verl's math reward functions return beside ``score``
+VERL_GROUP_FIELD = "uid"  # verl's id of a batch row: the rollouts of one group share it
 KEYS = ("prompt_id", "index", "problem")  # generic tables: how a row names its prompt, first found wins
 
 
@@ -187,7 +190,7 @@ def _read_verl_lines(path: Path, body: bytes, correct_field: str | None) -> tupl
             return cols, np.arange(table.num_rows)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             log.info("%s: Arrow's JSON reader failed (%s); reading line by line", path, exc)
-    fields = ("input", "gts", "score", "step", correct_field or VERL_CORRECT_FIELD)
+    fields = ("input", "gts", "score", "step", VERL_GROUP_FIELD, correct_field or VERL_CORRECT_FIELD)
     values, rows = _parse_lines(path, body, fields)
     cols = {}
     for name in fields:
@@ -202,6 +205,8 @@ def _read_verl_lines(path: Path, body: bytes, correct_field: str | None) -> tupl
             cols[name] = pa.array(got, pa.string())
         elif name == "gts":
             cols[name] = pa.array([_gold(v) for v in got], pa.string())
+        elif name == VERL_GROUP_FIELD:  # an id: text or a number, compared as text
+            cols[name] = pa.array([None if v is None else str(v) for v in got], pa.string())
         else:
             bad = next((i for i, v in enumerate(got) if v is not None and not isinstance(v, int | float)), None)
             if bad is not None:
@@ -269,8 +274,9 @@ def read_verl_file(
 ) -> VerlFile | None:
     """One verl step file, read; None when the step is still being written.
 
-    Per prompt, ``n`` is its rollouts in the file and ``c`` the correct ones: from ``correct_field``
-    when named, else ``acc`` when the dump has it, else ``score`` (0/1, or ``>= score_threshold``).
+    Per group of a prompt (``_count_rows``), ``n`` is its rollouts in the file and ``c`` the correct
+    ones: from ``correct_field`` when named, else ``acc`` when the dump has it, else ``score`` (0/1,
+    or ``>= score_threshold``).
     A row whose ``input`` contains no problem of the dataset, or whose ``gts`` is not the dataset's
     answer, is an unmatched row (its line, from 0, and the reason). A last line that is not whole
     JSON means verl's writer is still on this file: the step is skipped this time (logged) and read
@@ -320,9 +326,21 @@ def read_verl_file(
     correct = _binary(cols[field], field, origin, score_threshold)
     obs, unmatched = _count_rows(
         matcher, cols["input"], cols.get("gts"), correct, lines, source=source, step=step, model=model,
-        observed_at=datetime.fromtimestamp(mtime, UTC),
+        observed_at=datetime.fromtimestamp(mtime, UTC), uids=_uids(cols, origin),
     )  # fmt: skip
     return VerlFile(obs, unmatched, len(data), len(lines), mtime)
+
+
+def _uids(cols: dict[str, Any], origin: str) -> pa.Array | None:
+    """The dump's ``uid`` column (verl's id of a batch row, shared by the row's group), when it has
+    one; a uid missing on some rows is a ``DatasetError`` naming the first."""
+    uids = cols.get(VERL_GROUP_FIELD)
+    if uids is None or uids.type == pa.null():
+        return None
+    if uids.null_count:
+        at = pc.index(pc.is_null(uids), True).as_py()
+        raise DatasetError(f"{origin!r}: {VERL_GROUP_FIELD} is missing on row {at}; every rollout of a dump needs one")
+    return uids
 
 
 def _codes(values: pa.Array) -> tuple[np.ndarray, list]:
@@ -341,8 +359,10 @@ def _count_rows(
     step: int,
     model: str | None,
     observed_at: datetime,
+    uids: pa.Array | None = None,
 ) -> Step:
-    """Match each distinct (input, gold) pair once, then count per prompt with numpy."""
+    """Match each distinct (input, gold) pair once, then count per group of a prompt with numpy
+    (``uids``: each rollout's group id, verl's ``uid``; else ``record.group_numbers``)."""
     in_idx, in_vals = _codes(inputs)
     if gts is None or gts.type == pa.null():
         g_idx, g_vals = np.zeros(len(in_idx), np.int64), [None]
@@ -369,11 +389,20 @@ def _count_rows(
                 pids.append(pid)
     row_code = code[inverse.reshape(-1)]
     ok = row_code >= 0
-    n = np.bincount(row_code[ok], minlength=len(pids))
-    c = np.bincount(row_code[ok], weights=correct[ok], minlength=len(pids)).astype(np.int64)
+    # One row per group of a prompt: by verl's uid when the dump has one, else by the counts.
+    if uids is not None:
+        group = record.group_codes(row_code[ok], _codes(uids)[0][ok])
+    else:
+        group = record.group_numbers(row_code[ok])
+    width = int(group.max(initial=0)) + 1
+    cell = row_code[ok] * width + group
+    cells, cell_of = np.unique(cell, return_inverse=True)
+    n = np.bincount(cell_of, minlength=len(cells))
+    c = np.bincount(cell_of, weights=correct[ok], minlength=len(cells)).astype(np.int64)
     obs = record.observation_rows(
-        source, "training", step, matcher.dataset, pids, n.tolist(), c.tolist(), model, observed_at
-    )
+        source, "training", step, matcher.dataset, [pids[k] for k in (cells // width).tolist()], n.tolist(),
+        c.tolist(), model, observed_at, groups=(cells % width).tolist(),
+    )  # fmt: skip
     bad = np.flatnonzero(~ok)
     pair_of = inverse.reshape(-1)
     texts = [in_vals[in_idx[r]] for r in bad.tolist()]

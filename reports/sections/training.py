@@ -129,14 +129,15 @@ def _prediction_table(obs: pa.Table, profile: str, source: str) -> TableView:
             [
                 f"{r['bin_lo']:.1f}-{r['bin_hi']:.1f}",
                 fmt(r["groups"]),
-                pct(r["predicted_pass_rate"]),
+                f"{pct(r['predicted_pass_rate'])} ± {pct(r['pass_rate_sd'])}",
                 pct(r["observed_pass_rate"]),
-                pct(r["predicted_silent"]),
+                f"{pct(r['predicted_silent'])} ± {pct(r['silent_sd'])}",
                 pct(r["observed_silent"]),
             ]
             for r in table.to_pylist()
         ],
-        "Prompts binned by this profile's posterior mean; each training group (a prompt at a step) is "
-        "set against the profile's prediction for a group of its size. Agreement within binomial noise: "
-        "the profile still describes training; a gap: the policy moved.",
+        "Prompts binned by this profile's posterior mean; each training group (a prompt given two groups "
+        "in a step counts two) is set against the profile's prediction for a group of its size, with its "
+        "standard deviation (the groups' binomial noise and the fitted prior's uncertainty). Within about "
+        "three standard deviations: the profile still describes training; beyond: the policy moved.",
     )

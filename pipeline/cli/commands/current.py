@@ -123,7 +123,16 @@ def current_cmd(
             say(line, fmt)
     if compare is not None:
         table = current.profile_vs_training(obs, compare[0], compare[1], config=config)
-    elif agree is not None:
+        worst = current.largest_deviation(table)
+        emit(table, fmt, output)
+        verdict = "beyond 3: the profile did not predict training" if worst > 3 else "within 3: calibrated"
+        say(
+            f"largest deviation: {worst:.1f} standard deviations of the predictive noise (the groups' binomial "
+            f"noise and the fitted prior's range); {verdict}",
+            fmt,
+        )
+        return
+    if agree is not None:
         table = pa.Table.from_pylist([current.label_agreement(obs, agree[0], agree[1])])
     elif moved:
         table = current.moved_prompts(obs, config)

@@ -11,7 +11,13 @@ from pipeline.cli.output import check_format, emit, say
 
 
 def replay_cmd(
-    log: Annotated[Path, typer.Argument(help="Training log (CSV, Parquet or JSON Lines) with step, prompt_id, n, c.")],
+    log: Annotated[
+        Path,
+        typer.Argument(
+            help="Training log (CSV, Parquet or JSON Lines) with step, prompt_id, n, c (and group_index to keep a "
+            "prompt's groups of a step apart)."
+        ),
+    ],
     batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts a policy picks per step.")] = 256,
     policies: Annotated[
         str | None,
