@@ -138,3 +138,23 @@ def test_track_help_names_the_trainers():
     out = runner.invoke(app, ["track", "--help"], env={"COLUMNS": "200"})
     assert out.exit_code == 0
     assert "prime-rl" in out.output and "NeMo-RL" in out.output and "train_data_stepN.jsonl" in out.output
+
+
+@pytest.mark.parametrize("trainer", ["prime-rl", "nemo-rl"])
+def test_a_prompt_given_two_groups_in_a_step_keeps_two_groups(tmp_path, shared, pairs, problems, data_dir, trainer):
+    """The same problem twice in a step (two groups of it): two observation rows, each group's own
+    counts, so the step's silent groups can be counted again."""
+    twice = [pairs[0], pairs[0], *pairs[1:3]]
+    folder = tmp_path / "run"
+    if trainer == "prime-rl":
+        truth = fixture.write_prime_rl(folder, twice, steps=1, group_size=4, seed=11)
+    else:
+        truth = fixture.write_nemo_rl(folder, twice, steps=1, group_size=4, seed=11)
+    _track(str(folder), "--data-file", str(shared / DEEPSCALER), "--final")
+    step = min(truth)
+    rows = Store(data_dir).query(
+        "select group_index, n, c from observations where prompt_id = $p order by group_index",
+        {"p": _pid(problems, pairs[0][0])},
+    ).to_pylist()
+    want = [[o for o in g if o is not None] for g in truth[step][:2]]
+    assert [(r["group_index"], r["n"], r["c"]) for r in rows] == [(i, len(g), sum(g)) for i, g in enumerate(want)]

@@ -294,12 +294,24 @@ def read_nemo(path: str | Path, step: int, *, score_threshold: float | None = No
 
 
 def _runs(prompts: list[str | None]) -> list[str]:
-    """A group per run of consecutive rollouts of one prompt (the trainers repeat a prompt in place)."""
-    groups, current, count = [], None, -1
-    for text in prompts:
-        if text != current or count < 0:
-            current, count = text, count + 1
-        groups.append(f"group-{count}")
+    """A group per run of consecutive rollouts of one prompt (the trainers repeat a prompt in place).
+    Two groups of one prompt side by side are one run: where every run is a multiple of the shortest
+    (every group has the configured size), a longer run is split into groups of that size."""
+    runs, current = [], None
+    for at, text in enumerate(prompts):
+        if at == 0 or text != current:
+            runs.append(0)
+            current = text
+        runs[-1] += 1
+    size = min(runs, default=1)
+    split = all(r % size == 0 for r in runs)
+    groups: list[str] = []
+    number = 0
+    for r in runs:
+        parts = r // size if split else 1
+        for _ in range(parts):
+            groups += [f"group-{number}"] * (r // parts)
+            number += 1
     return groups
 
 
@@ -373,15 +385,17 @@ def read_file(
     score_threshold: float | None = None,
 ) -> sources.VerlFile | None:
     """One step file matched to the dataset's prompts, as ``sources.read_verl_file`` returns a verl
-    step: per prompt its rollouts and correct ones; skipped and unmatched rollouts in ``unmatched``."""
+    step: per group of a prompt (the trainer's group id) its rollouts and correct ones; skipped and
+    unmatched rollouts in ``unmatched``."""
     record.check_source(source)
     got = read_step(fmt, path, step, correct_field=correct_field, score_threshold=score_threshold)
     if got is None:
         return None
     gts = None if all(g is None for g in got.golds) else pa.array(got.golds, pa.string())
+    uids = pa.array(got.groups, pa.string())
     obs, unmatched = sources._count_rows(
         matcher, pa.array(got.prompts, pa.string()), gts, got.correct, got.lines, source=source, step=step,
-        model=model, observed_at=datetime.fromtimestamp(got.modified, UTC),
+        model=model, observed_at=datetime.fromtimestamp(got.modified, UTC), uids=uids,
     )  # fmt: skip
     if got.skipped:
         skipped = sources._unmatched(source, step, *map(list, zip(*got.skipped, strict=True)))
