@@ -10,7 +10,7 @@ run through the Store) <- ``charts`` (figures, tables, sections, formatting) <- 
 atomic writes). The order is ``ROOMS`` in ``tests/layout.py``.
 
 A run whose analysis tables are missing is analysed in memory with the default settings
-(``analyze.analysis_of_run``) and one with no stored allocation gets the default allocation
+(``finish.analysis_of_run``) and one with no stored allocation gets the default allocation
 (``allocate.default_allocation``); neither is written, and the run card says which tables were
 computed for the report.
 """

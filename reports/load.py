@@ -1,6 +1,6 @@
 """What a report reads about one run: its registry row, sample counts, analysis and allocations.
 
-The analysis is the run's own (``analyze.analysis_of_run``: the stored tables, else computed from
+The analysis is the run's own (``finish.analysis_of_run``: the stored tables, else computed from
 its samples with the default settings, never written); the allocation is the stored one(s), else
 the one default policy (``allocate.default_allocation``). Tables computed for the report rather
 than stored are listed in ``RunData.computed`` so the run card can say so. Every query is a named
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import allocate as alloc
-from pipeline import analyze, schema
+from pipeline import analyze, finish, schema
 from pipeline import estimators as est
 from pipeline.checks import check_choice, check_int
 from pipeline.errors import ReportError, StoreError
@@ -116,7 +116,7 @@ def load_run(
     analysis_computed = False
     if analysis is None:
         analysis, analysis_computed = _analysis(store, run_id)
-    computed = list(analyze.ANALYSIS_TABLES) if analysis_computed else []
+    computed = list(finish.ANALYSIS_TABLES) if analysis_computed else []
     notes: list[str] = []
 
     group_sizes = _group_sizes(analysis.prompt_stats)
@@ -174,7 +174,7 @@ def _analysis(store: Store, run_id: str) -> tuple[analyze.Analysis, bool]:
     """The run's analysis and whether it was computed (not stored)."""
     try:
         # A stored analysis's weights stay on disk: the report reads its top rows by query.
-        return analyze.analysis_of_run(store, run_id, weights=False)
+        return finish.analysis_of_run(store, run_id, weights=False)
     except StoreError as exc:
         if store.files("samples", {"run_id": run_id}):
             raise  # the samples exist but cannot be read: say why, not that they are missing
@@ -183,7 +183,7 @@ def _analysis(store: Store, run_id: str) -> tuple[analyze.Analysis, bool]:
 
 def _default_allocation(run_id: str, stats_t: pa.Table) -> tuple[pa.Table, str, bool]:
     """The default allocation of the run's counts, a note saying what it is, and whether it worked."""
-    # in prompt_id order, as ``analyze.counts_from_samples`` gives them: ties of marginal gain go
+    # in prompt_id order, as ``finish.counts_from_samples`` gives them: ties of marginal gain go
     # to prompts in input order, so the same counts in the same order give the same allocation
     counts = stats_t.select(["prompt_id", "n", "c"]).sort_by("prompt_id")
     try:

@@ -29,7 +29,7 @@ from pipeline.flows import executors, prefect_flows
 from scipy import stats as sst
 from typer.testing import CliRunner
 
-from pipeline import adaptive, analyze, run, schema
+from pipeline import adaptive, analyze, finish, run, schema
 from pipeline import estimators as est
 from pipeline import prior as priors
 from pipeline.cli import app
@@ -965,7 +965,7 @@ def test_every_reader_stops_at_a_corrupt_adaptive_field(store):
     with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
         record_rounds(store, plan, adaptive.Prior(1.0, 1.0), set())
     with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
-        analyze.analysis_of_run(store, "r1")
+        finish.analysis_of_run(store, "r1")
     for command in ("analyze", "allocate", "report", "export"):
         args = [command, "--run", "r1", "--data-dir", str(store.root)]
         out = CliRunner().invoke(app, args + (["--output", str(store.root / "x.jsonl")] if command == "export" else []))
@@ -1006,10 +1006,10 @@ def test_analysis_is_the_finishs_whoever_computes_it(uninterrupted, tmp_path):
     out = CliRunner().invoke(app, ["analyze", "--run", rid, "--data-dir", str(store.root)])
     assert out.exit_code == 0, out.output
     assert (row_file.read_bytes(), row_file.stat().st_mtime_ns) == before
-    finished = analyze.read_analysis(ref, rid)
-    for name in analyze.ANALYSIS_TABLES:
+    finished = finish.read_analysis(ref, rid)
+    for name in finish.ANALYSIS_TABLES:
         shutil.rmtree(store.root / name / f"run_id={rid}")
-    got, computed = analyze.analysis_of_run(store, rid)
+    got, computed = finish.analysis_of_run(store, rid)
     assert computed
     want, have = finished.prompt_stats.sort_by("prompt_id"), got.prompt_stats.sort_by("prompt_id")
     assert have.column("post_mean").null_count == 0 and have.column("decided_band").null_count == 0

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pipeline.flows import executors, prefect_flows, watchdog
 
-from pipeline import analyze, run
+from pipeline import finish, run
 from pipeline.errors import BackendUnavailableError, SamplingError, StoreError
 from pipeline.store import RunRecord, Store
 
@@ -66,7 +66,7 @@ def test_a_copied_shard_is_quarantined_not_counted(store, check_complete, close_
     folder = store.partition_dir("samples", {"run_id": run_id})
     shutil.copy(folder / "shard-00000.parquet", folder / "shard-00007.parquet")  # no such shard
     shutil.copy(folder / "shard-00000.parquet", folder / "shard-00001.parquet")  # another's content
-    counts = analyze.counts_from_samples(store, run_id)  # analysis reads only the plan's files
+    counts = finish.counts_from_samples(store, run_id)  # analysis reads only the plan's files
     assert set(counts.column("n").to_pylist()) == {4} and counts.num_rows == 4
     moved = sorted(p.name for p in (store.root / "quarantine").rglob("shard-*.parquet"))
     assert moved == ["shard-00001.parquet", "shard-00007.parquet"]

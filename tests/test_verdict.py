@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from pipeline import analyze, schema, stats, verdict
+from pipeline import analyze, finish, schema, stats, verdict
 from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.store import Store
@@ -52,7 +52,7 @@ def test_profile_of_a_model_that_is_always_wrong_and_cut_off_says_so(tmp_path):
     assert "halves the silence" not in text
     assert "no estimator has any update mass" in text
     # the run's tables say the same: all wrong, nothing right
-    analysis, _ = analyze.analysis_of_run(Store(data_dir), run_id, weights=False)
+    analysis, _ = finish.analysis_of_run(Store(data_dir), run_id, weights=False)
     v = verdict.verdict(
         run_id, analysis.prompt_stats, analysis.summary, G=8, sample_info={"samples": 40, "truncated": 40}
     )
@@ -242,7 +242,7 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     run_id = Store(data_dir).list_runs().column("run_id")[0].as_py()
     # the same numbers as the report's rounds section: verdict.adaptive_savings is the one computation
     store = Store(data_dir)
-    analysis, _ = analyze.analysis_of_run(store, run_id, weights=False)
+    analysis, _ = finish.analysis_of_run(store, run_id, weights=False)
     run = store.get_run(run_id)
     ps = analysis.prompt_stats
     sv = verdict.adaptive_savings(

@@ -64,11 +64,11 @@ def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = 
 def print_verdict(store: Store, run_id: str, analysis: Analysis | None = None, G: int = SUMMARY_G) -> None:
     """The run's verdict (``pipeline.verdict``), last: what it means for training, a command per line.
     ``analysis``: what the caller computed (not read back); else the stored one."""
-    from pipeline import analyze, verdict
+    from pipeline import finish, verdict
     from pipeline.errors import StoreError
 
     if analysis is None:
-        analysis, _ = analyze.analysis_of_run(store, run_id, weights=False)
+        analysis, _ = finish.analysis_of_run(store, run_id, weights=False)
     try:
         run = store.get_run(run_id)
     except StoreError:  # a dataset's prior counts (``analyze --dataset``): no run, no samples

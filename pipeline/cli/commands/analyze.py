@@ -41,7 +41,7 @@ def analyze_cmd(
     The tables replace the run's earlier analysis; the zero-signal rates and gradient shares
     are printed.
     """
-    from pipeline import analyze
+    from pipeline import analyze, finish
 
     fmt = check_format(fmt)
     config = analyze.AnalyzeConfig(
@@ -52,11 +52,11 @@ def analyze_cmd(
     )
     store = open_store(data_dir)
     if run is not None and dataset is None:
-        run_id, result = run, analyze.analyze_run(store, run, config)  # an adaptive run's stays posterior
+        run_id, result = run, finish.analyze_run(store, run, config)  # an adaptive run's stays posterior
     else:
         run_id, counts = counts_of(store, run, dataset)
         result = analyze.analyze(counts, run_id, config)
-    analyze.write_analysis(store, run_id, result)
+    finish.write_analysis(store, run_id, result)
     say(
         f"analysed {result.prompt_stats.num_rows} prompts of {run_id}; wrote prompt_stats, weights "
         f"({result.weights.num_rows} rows) and summary under {store.root}",
