@@ -84,7 +84,7 @@ def measure(data_dir: str, data_file: Path, prompts: int, n: int) -> dict[str, f
         report=False,
     )
     start = time.perf_counter()
-    run_id = profile_direct(cfg, store)["run_id"]
+    run_id = profile_direct(cfg, store).run_id
     profile_s = time.perf_counter() - start
     start = time.perf_counter()
     counts = finish.counts_from_samples(store, run_id)

@@ -277,6 +277,46 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     assert ("the counts allow" in silent_line) == (by[(8, "share_posterior")] > 0)
 
 
+def test_one_profile_computes_its_verdict_once(tmp_path, monkeypatch):
+    """Over one `difficulty profile` (its finish, its observations, its report, the printed summary) the
+    verdict is computed once, and so is an adaptive run's simulation against the frontier: the report's
+    top, its rounds section and the command line show that one computation."""
+    import html
+    from collections import Counter
+
+    from pipeline import adaptive
+
+    calls = Counter()
+
+    def count(module, name):
+        real = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    count(verdict, "verdict")
+    count(adaptive, "rule_under_prior")
+    data_dir = tmp_path / "data"
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "60", "--adaptive", "band"]
+    out = runner.invoke(app, [*args, "--grade-workers", "1", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert calls == {"verdict": 1, "rule_under_prior": 1}
+    report = next(line.split("report: ", 1)[1] for line in out.output.splitlines() if line.startswith("report: "))
+    page = html.unescape(open(report).read())
+    saved = next(line.strip()[2:] for line in out.output.splitlines() if "adaptive sampling used" in line)
+    assert saved in " ".join(page.split())  # the line the command printed, on the report's first screen
+    assert 'id="adaptive"' in page and "Against the best any stopping rule can do" in page  # the rounds section
+    # a later report of the run computes its verdict again, once, in its own process
+    calls.clear()
+    run_id = Store(data_dir).list_runs().column("run_id")[0].as_py()
+    out = runner.invoke(app, ["report", "--run", run_id, "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert calls == {"verdict": 1, "rule_under_prior": 1}
+
+
 def test_a_width_run_names_no_frontier():
     """The frontier is a band target's (misclassification against rollouts): a width run gets none."""
     from pipeline import adaptive

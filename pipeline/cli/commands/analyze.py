@@ -11,7 +11,7 @@ from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.cli.counts import counts_of
 from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
 from pipeline.cli.output import check_format, emit_sections, say
-from pipeline.cli.run_summary import print_verdict, run_tables
+from pipeline.cli.run_summary import print_verdict, run_tables, stored_verdict
 from pipeline.specs import split_specs
 
 # The options' defaults are the configs' own.
@@ -65,4 +65,4 @@ def analyze_cmd(
     G = 8 if 8 in config.group_sizes else config.group_sizes[0]
     emit_sections(run_tables(result, run_id, G), fmt)
     if fmt == "table":
-        print_verdict(store, run_id, result, G)
+        print_verdict(stored_verdict(store, run_id, result, G))
