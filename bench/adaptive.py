@@ -106,8 +106,8 @@ def profile(store: Store, base: dict, prefect: bool, **over) -> str:
     if prefect:
         from pipeline.flows.prefect_flows import profile_flow
 
-        return profile_flow(cfg, store)["run_id"]
-    return executors.profile_direct(cfg, store)["run_id"]
+        return profile_flow(cfg, store).run_id
+    return executors.profile_direct(cfg, store).run_id
 
 
 def truth_by_prompt(store: Store, dataset: str, rates: dict[str, float]) -> dict[str, float]:

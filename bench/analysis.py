@@ -158,7 +158,7 @@ def main() -> None:
     import duckdb
 
     from pipeline import allocate as alloc
-    from pipeline import analyze
+    from pipeline import analyze, finish
     from pipeline.store import Store
 
     glob = str(args.data_dir / "samples" / f"run_id={RUN_ID}" / "*.parquet")
@@ -170,7 +170,7 @@ def main() -> None:
         return con.read_parquet(glob).aggregate("prompt_id, count(*) AS n", "prompt_id").to_arrow_table()
 
     def full(answers: bool):  # answers: from the shards' stored answer counts (Store.write_shard)
-        counts = analyze.counts_from_samples(store, RUN_ID, answers=answers)
+        counts = finish.counts_from_samples(store, RUN_ID, answers=answers)
         return counts, analyze.analyze(counts, RUN_ID, cfg)
 
     # The floor and the full analysis alternate, so a change in the machine's load reaches both;
@@ -193,14 +193,14 @@ def main() -> None:
 
     # Where the time goes: each phase alone (best of as many calls).
     t_query, flat = timed(lambda: store.sample_counts(RUN_ID, answers=True), repeat=args.repeat)
-    t_lists, counts_a = timed(lambda: analyze._counts_from_histogram(flat), repeat=args.repeat)
+    t_lists, counts_a = timed(lambda: analyze.counts_from_histogram(flat), repeat=args.repeat)
     assert counts_a.num_rows == args.prompts
     t_tables, res_a = timed(lambda: analyze.analyze(counts_a, RUN_ID, cfg), repeat=args.repeat)
     print(
         f"  histogram query (Store.sample_counts: the stored answer counts) {t_query:8.3f} s"
         f" = {t_query / floor_s:5.2f} x floor ({flat.num_rows:,} (prompt, answer) rows)"
     )
-    print(f"  rows -> per-prompt counts and lists (_counts_from_histogram)    {t_lists:8.3f} s")
+    print(f"  rows -> per-prompt counts and lists (counts_from_histogram)     {t_lists:8.3f} s")
     print(f"  analyze (prompt_stats, weights, summary)                        {t_tables:8.3f} s")
     print(
         f"  tables: prompt_stats {res_a.prompt_stats.num_rows:,} rows, weights "
@@ -221,7 +221,7 @@ def main() -> None:
 
     def from_samples():  # a run without stored answer counts (written before they existed)
         rows = store.files_query("answer_histogram", shard_paths)
-        return analyze.analyze(analyze._counts_from_histogram(rows), RUN_ID, cfg)
+        return analyze.analyze(analyze.counts_from_histogram(rows), RUN_ID, cfg)
 
     t_samples, _ = timed(from_samples, repeat=args.repeat)
     print(

@@ -65,7 +65,7 @@ def child(size: int, n: int, work: Path) -> dict:
     store = Store.open(work / "data")
     cfg = run.ProfileConfig.build(backend="simulate", data_file=str(problems_file(size, work)), n=n, report=False)
     t, c = time.perf_counter(), _cpu_s()
-    run_id = profile_flow(cfg, store)["run_id"]
+    run_id = profile_flow(cfg, store).run_id
     flow_s, flow_cpu = time.perf_counter() - t, _cpu_s() - c
     flow_peak = _peak_mb()
     t, c = time.perf_counter(), _cpu_s()

@@ -70,7 +70,7 @@ def problems_file(folder: Path, prompts: int) -> Path:
 def measure(data_dir: str, data_file: Path, prompts: int, n: int) -> dict[str, float]:
     from pipeline.flows.executors import profile_direct
 
-    from pipeline import analyze, run
+    from pipeline import analyze, finish, run
     from pipeline.store import Store
 
     store = Store.open(data_dir)
@@ -84,12 +84,12 @@ def measure(data_dir: str, data_file: Path, prompts: int, n: int) -> dict[str, f
         report=False,
     )
     start = time.perf_counter()
-    run_id = profile_direct(cfg, store)["run_id"]
+    run_id = profile_direct(cfg, store).run_id
     profile_s = time.perf_counter() - start
     start = time.perf_counter()
-    counts = analyze.counts_from_samples(store, run_id)
+    counts = finish.counts_from_samples(store, run_id)
     result = analyze.analyze(counts, run_id)
-    analyze.write_analysis(store, run_id, result)
+    finish.write_analysis(store, run_id, result)
     analysis_s = time.perf_counter() - start
     assert counts.num_rows == prompts and int(sum(counts.column("n").to_pylist())) == prompts * n
     return {"profile": profile_s, "analysis": analysis_s}

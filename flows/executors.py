@@ -11,10 +11,11 @@ import importlib.util
 import logging
 from typing import Any
 
-from pipeline import history, reports, run
-from pipeline.errors import PipelineError, ReportError, StoreError
+from pipeline import history, result, run
+from pipeline.errors import PipelineError
 from pipeline.finish import FinishedRun
 from pipeline.observe import track
+from pipeline.result import ProfileResult
 from pipeline.store import Store
 
 
@@ -54,23 +55,15 @@ def warm_up(config: run.ProfileConfig) -> None:
             importlib.import_module(name)
 
 
-def after_run(config: run.ProfileConfig, store: Store, finished: FinishedRun) -> dict[str, Any]:
+def after_run(config: run.ProfileConfig, store: Store, finished: FinishedRun) -> ProfileResult:
     """What follows a finished run, from what its finish computed (nothing read back): its outcomes
-    recorded as the observations source ``profile:<run id>``, then its report rendered. Returns
-    ``run_id``, ``report`` (its path, or None when not asked for) and ``finished``."""
-    run_id = finished.run_id
-    track.track_run(store, run_id, finished.analysis.prompt_stats)
-    try:
-        path = reports.write_run_report(store, run_id, finished.analysis) if config.execution.report else None
-    except StoreError as exc:  # a full disk: the run itself is stored and done, say so
-        raise ReportError(
-            f"run {run_id} is done and stored, but its report was not written: {exc}; write it later "
-            f"with `difficulty report --run {run_id}`"
-        ) from exc
-    return {"run_id": run_id, "report": path, "finished": finished}
+    recorded as the observations source ``profile:<run id>``, then its verdict computed and its
+    report rendered with it (``result.conclude``)."""
+    track.track_run(store, finished.run_id, finished)
+    return result.conclude(store, finished, report=config.execution.report)
 
 
-def profile_direct(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
+def profile_direct(config: run.ProfileConfig, store: Store) -> ProfileResult:
     """The whole profile without Prefect (same driver, same store, same executor choice)."""
     with open_executor(config) as executor:
         finished = run.profile(config, store, executor)

@@ -34,6 +34,7 @@ from prefect.utilities.annotations import quote
 from pipeline import history, run
 from pipeline.errors import BackendUnavailableError, PipelineError
 from pipeline.observe.track import TrackConfig, run_track
+from pipeline.result import ProfileResult
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ def _flow_steps(config: run.ProfileConfig) -> run.Steps:
     task_runner=ThreadPoolTaskRunner(max_workers=64),
     validate_parameters=False,
 )
-def profile(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
+def profile(config: run.ProfileConfig, store: Store) -> ProfileResult:
     """The driver (``run.profile``) with its steps as tasks: load, one retried task per shard
     (skipping shards already stored), one planning task per adaptive round, finish, report.
 
@@ -159,7 +160,7 @@ def profile(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
         store: the data directory (a served deployment passes ``asdict(Store)``).
 
     Returns:
-        ``{"run_id": ..., "report": path or None, "finished": what the finish computed}``.
+        The finished run, its verdict and its report's path (``result.ProfileResult``).
     """
     cfg = run.ProfileConfig.from_dict(config)
     data = _store(store)
@@ -182,7 +183,7 @@ def profile_checkpoints(config: history.CheckpointConfig, store: Store) -> list[
     cfg = history.CheckpointConfig.from_dict(config)
     data = _store(store)
 
-    def profile_one(profile_cfg: run.ProfileConfig) -> dict[str, Any]:
+    def profile_one(profile_cfg: run.ProfileConfig) -> ProfileResult:
         return profile(config=profile_cfg, store=data)
 
     return history.profile_new_checkpoints(cfg, data, profile_one, record=record_history_task)
@@ -227,7 +228,7 @@ def prefect_settings():
     return temporary_settings(updates=updates)
 
 
-def profile_flow(config: run.ProfileConfig, store: Store) -> dict[str, Any]:
+def profile_flow(config: run.ProfileConfig, store: Store) -> ProfileResult:
     """Run the profile as a Prefect flow (named ``<dataset>/<model>/<run id>`` in Prefect); its
     model and modules load while Prefect's API server starts."""
     api_server.start()  # at once (the command line started it already, before importing Prefect)

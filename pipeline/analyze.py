@@ -3,7 +3,7 @@
 Input is a counts table: ``prompt_id``, ``n`` (samples), ``c`` (correct) and optionally the
 answers, either raw (``answers``: list of extracted answers, ``answers_correct``: list of bools)
 or as histograms (``answer_values``, ``answer_counts``, ``answer_correct_counts``), which is what
-``counts_from_samples`` returns. Every per-prompt quantity depends only on ``(n, c)``, so it is
+``finish.counts_from_samples`` returns. Every per-prompt quantity depends only on ``(n, c)``, so it is
 computed once per unique pair (65 of them for 64 samples per prompt) and broadcast by index;
 that keeps the analysis of Big-Math near the cost of reading its counts.
 
@@ -21,7 +21,10 @@ The ``pass_rate`` column stays the observed share ``c/n``; ``post_mean`` holds t
 The adaptive decision columns of ``prompt_stats`` (``stop_round``, ``decided_band``, ...) come in
 with the counts table (``with_decisions``) and are copied through. ``posterior_inputs`` is the one
 place an adaptive run's counts and settings are made so, for the run's finish and for
-``analyze_run`` alike: a run's analysis is the same whoever computes it.
+``finish.analyze_run`` alike: a run's analysis is the same whoever computes it.
+
+Nothing here reads or writes the store: a run's counts are read, and its analysis written, by
+``pipeline.finish`` (the analysis is the pure step; the finish loads and saves around it).
 """
 
 from __future__ import annotations
@@ -37,10 +40,9 @@ import pyarrow.compute as pc
 from pipeline import adaptive, identify, schema, stats
 from pipeline import estimators as est
 from pipeline.checks import check_int
-from pipeline.errors import ConfigError, PipelineError, StoreError
+from pipeline.errors import ConfigError
 from pipeline.prior import Prior, cell_share, estimation_prior, posterior_nodes, state_prior
 from pipeline.prior import grid_points as prior_grid_points
-from pipeline.store import RunRecord, Store, conform
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +52,13 @@ __all__ = [
     "Analysis",
     "AnalyzeConfig",
     "Band",
-    "OBSERVATIONS_BACKEND",
-    "adaptive_counts",
-    "analysis_of_run",
     "analyze",
-    "analyze_run",
     "answer_counts",
+    "counts_from_histogram",
     "counts_from_priors",
-    "counts_from_samples",
     "posterior_config",
     "posterior_inputs",
     "prompt_stats",
-    "run_counts",
     "run_prior",
     "summary",
     "validate_counts",
@@ -228,7 +225,7 @@ def _strictly_ascending(values: pa.Array) -> bool:
     return bool(pc.all(pc.less(values.slice(0, len(values) - 1), values.slice(1))).as_py())
 
 
-def _counts_from_histogram(flat: pa.Table) -> pa.Table:
+def counts_from_histogram(flat: pa.Table) -> pa.Table:
     """Per-prompt counts and answer-histogram lists from (prompt, answer) rows in any order.
 
     One hash of the rows' prompt ids (dictionary codes), then integers only: a stable argsort by
@@ -276,31 +273,21 @@ def _counts_from_histogram(flat: pa.Table) -> pa.Table:
     )
 
 
-def counts_from_samples(store: Store, run_id: str, answers: bool = True) -> pa.Table:
-    """Per-prompt counts of one run, from one DuckDB ``GROUP BY`` over its samples (``Store.sample_counts``).
-
-    ``n`` counts every sample and ``c`` the correct ones (ungradable samples count as not correct;
-    ``sql/prompt_counts.sql``). With ``answers`` the query groups by (prompt, extracted answer)
-    instead (``sql/answer_histogram.sql``), still one pass over the samples, and the per-prompt
-    answer histograms come back as ``answer_values``, ``answer_counts`` and
-    ``answer_correct_counts`` (null answers counted in n, not listed; order: ``_counts_from_histogram``).
-    Prompts come in prompt_id order without answers, in the query's order with them.
-
-    Raises:
-        StoreError: the run has no samples.
-    """
-    flat = store.sample_counts(run_id, answers=answers)
-    return _counts_from_histogram(flat) if answers else flat
+def _shard_column(samples: pa.Table, name: str, type_: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """A column of a shard's samples as its table declares it; a missing one is all null."""
+    if name not in samples.column_names:
+        return pa.nulls(samples.num_rows, type_)
+    return samples.column(name).cast(type_)
 
 
 def answer_counts(run_id: str, shard: int, samples: pa.Table) -> pa.Table:
     """A shard's ``answer_counts`` rows (``Store.write_shard(..., answer_counts=...)`` writes them
     beside the shard): per (prompt, extracted answer, null included) its samples and how many were
-    graded correct (a null grade counts as not correct, as in the SQL). ``samples`` is conformed
-    to the samples table first, so a shard without extracted answers counts them as null."""
-    samples = conform(samples, "samples")
-    ok = pc.cast(pc.fill_null(samples.column("correct"), False), pa.int64())
-    keyed = pa.table({"prompt_id": samples.column("prompt_id"), "extracted_answer": samples.column("extracted_answer")})
+    graded correct (a null grade counts as not correct, as in the SQL). A shard without extracted
+    answers counts them as null. ``samples`` is the shard as the store conforms it; the caller writes it."""
+    ok = pc.cast(pc.fill_null(_shard_column(samples, "correct", pa.bool_()), False), pa.int64())
+    answers = _shard_column(samples, "extracted_answer", pa.string())
+    keyed = pa.table({"prompt_id": _shard_column(samples, "prompt_id", pa.string()), "extracted_answer": answers})
     grouped = keyed.append_column("ok", ok).group_by(["prompt_id", "extracted_answer"], use_threads=False)
     table = grouped.aggregate([([], "count_all"), ("ok", "sum")])
     rows = table.num_rows
@@ -649,7 +636,7 @@ def _reco_answer_rows(ids, n: np.ndarray, c: np.ndarray, pairs: _Pairs, counts: 
     if hist is None or hist[2] is None:
         raise ConfigError(
             "reco_answers needs each prompt's answer histogram with correct counts (a run's samples: "
-            "counts_from_samples(store, run_id, answers=True))"
+            "finish.counts_from_samples(store, run_id, answers=True))"
         )
     parent, cnt, cc = hist
     answered = np.bincount(parent, weights=cnt, minlength=N)
@@ -911,107 +898,8 @@ def estimation_config(settings: AnalyzeConfig, prior: Prior, n, c) -> AnalyzeCon
     return posterior_config(settings, estimation_prior(prior, n, c))
 
 
-def adaptive_counts(store: Store, run_id: str, n_min: int) -> pa.Table:
-    """Per prompt of an adaptive run (prompt-id order), ``n`` and ``c`` over all its samples and
-    ``n0``, ``c0`` over round 0's (``sql/adaptive_counts.sql``, over its finished shard files):
-    what its prior is fitted to.
-
-    Raises:
-        PipelineError: the run has no finished shards.
-    """
-    files = [f for _, f in sorted(store.shard_files(run_id).items())]
-    if not files:
-        raise PipelineError(f"run {run_id} has no finished shards")
-    return store.files_query("adaptive_counts", files, {"n_min": n_min})
-
-
 def run_prior(acfg: adaptive.AdaptiveConfig, counts: pa.Table) -> Prior:
-    """The prior an adaptive run decides with, from ``adaptive_counts`` (``prior.state_prior``):
+    """The prior an adaptive run decides with, from ``finish.adaptive_counts`` (``prior.state_prior``):
     a function of the samples alone, so each round, the finish and a later analysis fit the same."""
     n, c, n0, c0 = (counts.column(name).to_numpy().astype(np.int64) for name in ("n", "c", "n0", "c0"))
     return state_prior(acfg.prior, n, c, n0, c0)
-
-
-# --- a run's analysis ----------------------------------------------------------------------------
-
-# A run saved from observations (``observe.snapshot``) has no samples: its counts are its prompt_stats.
-OBSERVATIONS_BACKEND = "observations"
-
-
-def _registered(store: Store, run_id: str) -> RunRecord:
-    """The run's registry record; a run whose samples were written without one (tables made by
-    hand, by an older version) is read as a fixed-n run."""
-    return store.get_run(run_id, missing_ok=True) or RunRecord(run_id)
-
-
-def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
-    if run.backend != OBSERVATIONS_BACKEND:
-        return counts_from_samples(store, run.run_id, answers=answers)
-    stats_table = store.read_table("prompt_stats", {"run_id": run.run_id})
-    if stats_table.num_rows == 0:
-        raise StoreError(f"run {run.run_id} was saved from observations and has no prompt_stats: save it again")
-    return stats_table.select(["prompt_id", "n", "c"])
-
-
-def run_counts(store: Store, run_id: str, answers: bool = True) -> pa.Table:
-    """A run's per-prompt counts: from its samples (``counts_from_samples``), or, for a run saved
-    from observations, its stored ``prompt_stats``' ``n`` and ``c``.
-
-    Raises:
-        StoreError: the run has no samples (or, saved from observations, no prompt_stats).
-    """
-    return _run_counts(store, _registered(store, run_id), answers)
-
-
-def analyze_run(store: Store, run_id: str, config: AnalyzeConfig | None = None) -> Analysis:
-    """A run analysed from its counts with ``config``, nothing written. An adaptive run keeps what
-    makes its analysis valid, exactly as its finish made it: each prompt's decision and every
-    estimate a posterior expectation under its prior, fitted to its samples (``run_prior``)."""
-    run = _registered(store, run_id)
-    counts = _run_counts(store, run, answers=True)
-    acfg = run.adaptive
-    if acfg is None:
-        return analyze(counts, run_id, config)
-    prior = run_prior(acfg, adaptive_counts(store, run_id, acfg.n_min))
-    plans = store.read_table("plans", {"run_id": run_id})
-    counts, settings = posterior_inputs(counts, config, acfg, prior, plans)
-    return analyze(counts, run_id, settings)
-
-
-ANALYSIS_TABLES = ("prompt_stats", "weights", "summary")
-
-
-def read_analysis(store: Store, run_id: str, *, weights: bool = True) -> Analysis | None:
-    """The analysis tables stored for a run, or None when any of them is missing. Without
-    ``weights`` the ``weights`` table (a row per prompt, estimator and group size: 8.8 M rows at
-    160,000 prompts) is only checked to be there, and the result holds it empty."""
-    names = [name for name in ANALYSIS_TABLES if weights or name != "weights"]
-    tables = {name: store.read_table(name, {"run_id": run_id}) for name in names}
-    if any(t.num_rows == 0 for t in tables.values()):
-        return None
-    if not weights:
-        if not store.files("weights", {"run_id": run_id}):
-            return None
-        tables["weights"] = schema.WEIGHTS.empty_table()
-    return Analysis(**tables)
-
-
-def write_analysis(store: Store, run_id: str, result: Analysis) -> None:
-    """Store a run's analysis tables, replacing any earlier analysis of the run."""
-    for name in ANALYSIS_TABLES:
-        store.replace_partition(name, getattr(result, name), {"run_id": run_id})
-
-
-def analysis_of_run(
-    store: Store, run_id: str, config: AnalyzeConfig | None = None, *, weights: bool = True
-) -> tuple[Analysis, bool]:
-    """The analysis of a run: the stored tables, else ``analyze_run`` (computed, not written).
-
-    Returns ``(analysis, computed)``; ``computed`` is True when it was not stored. ``weights=False``:
-    a stored analysis comes without its ``weights`` rows (see ``read_analysis``); a computed one
-    has them all.
-    """
-    stored = read_analysis(store, run_id, weights=weights)
-    if stored is not None:
-        return stored, False
-    return analyze_run(store, run_id, config), True

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import analyze, datasets, schema
+from pipeline import datasets, finish, schema
 from pipeline.checks import check_int, check_number
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.store import Store
@@ -381,7 +381,7 @@ def calibrate_run(store: Store, run_id: str, config: CalibrationConfig | None = 
     problems = store.read_table("problems", {"dataset": dataset}) if dataset else schema.PROBLEMS.empty_table()
     if not problems.num_rows:
         raise StoreError(f"run {run_id}: dataset {dataset!r} has no stored problems (their labels); load it again")
-    analysis, _ = analyze.analysis_of_run(store, run_id)
+    analysis, _ = finish.analysis_of_run(store, run_id)
     st = analysis.prompt_stats
     rate = dict(zip(st.column("prompt_id").to_pylist(), st.column("pass_rate").to_pylist(), strict=True))
     n = dict(zip(st.column("prompt_id").to_pylist(), st.column("n").to_pylist(), strict=True))

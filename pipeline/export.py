@@ -64,7 +64,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import allocate, analyze, datasets, schema, stats
+from pipeline import allocate, datasets, finish, schema, stats
 from pipeline import estimators as est
 from pipeline.checks import check_choice, check_int
 from pipeline.errors import ConfigError, DatasetError, StoreError
@@ -242,7 +242,7 @@ def _chosen_allocation(store: Store, run_id: str, n_prompts: int) -> tuple[dict[
 
 
 def _measurements(store: Store, run_id: str, config: ExportConfig) -> tuple[dict[str, dict], dict | None]:
-    analysis, computed = analyze.analysis_of_run(store, run_id)
+    analysis, computed = finish.analysis_of_run(store, run_id)
     if computed:
         log.info("run %s has no stored analysis; measurements computed from its samples", run_id)
     prompt_stats = analysis.prompt_stats

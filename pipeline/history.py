@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pipeline import schema
 from pipeline.checks import check_number
 from pipeline.errors import ConfigError, MissingFileError
+from pipeline.result import ProfileResult
 from pipeline.run import ProfileConfig
 from pipeline.sample import GGUF_BACKENDS
 from pipeline.store import Store
@@ -187,7 +188,7 @@ def record_history(store: Store, checkpoint: Checkpoint, run_id: str) -> int:
 def profile_new_checkpoints(
     config: CheckpointConfig,
     store: Store,
-    profile_one: Callable[[ProfileConfig], dict[str, Any]],
+    profile_one: Callable[[ProfileConfig], ProfileResult],
     record: Callable[[Store, Checkpoint, str], int] = record_history,
 ) -> list[dict[str, Any]]:
     """Profile every checkpoint not yet in history, oldest step first.
@@ -208,8 +209,6 @@ def profile_new_checkpoints(
     for ckpt in todo:
         # One model in memory at a time: each profile frees its engines when it ends.
         run = profile_one(replace(config.profile, engine=replace(config.profile.engine, model=ckpt.path)))
-        rows = record(store, ckpt, run["run_id"])
-        out.append(
-            {"checkpoint": ckpt.name, "path": ckpt.path, "step": ckpt.step, "run_id": run["run_id"], "rows": rows}
-        )
+        rows = record(store, ckpt, run.run_id)
+        out.append({"checkpoint": ckpt.name, "path": ckpt.path, "step": ckpt.step, "run_id": run.run_id, "rows": rows})
     return out

@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pyarrow as pa
 
 from pipeline import datasets, grade, schema
 from pipeline.checks import check_int
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.reports import write_run_report
+from pipeline.result import ProfileResult, conclude
 from pipeline.run import (
     InlineExecutor,
     RunPlan,
@@ -111,10 +110,10 @@ def _check_same_prompt(
     return first
 
 
-def import_rollouts(config: ImportConfig, store: Store) -> dict:
-    """Grade and store a file of rollouts as a run with backend ``import``; returns run info
-    (``run_id``, ``finished``: what its finish computed, ``report``, ``grade_status``, ``samples``,
-    ``prompts``).
+def import_rollouts(config: ImportConfig, store: Store) -> ProfileResult:
+    """Grade and store a file of rollouts as a run with backend ``import``; returns it finished
+    (``result.ProfileResult``, with its verdict and report), its ``details`` the ``grade_status``
+    counts, ``samples`` and ``prompts``.
 
     Raises:
         DatasetError: the file cannot be read, a column is missing, a cell is not text, or two rows
@@ -214,15 +213,15 @@ def import_rollouts(config: ImportConfig, store: Store) -> dict:
     with working_on(store, run_id), InlineExecutor(config.model, file_rows, grade_config) as executor:
         run_pending_shards(store, plan, executor)
         finished = finish_stored_run(store, plan)
-    info: dict[str, Any] = {"run_id": run_id, "finished": finished}
-    info["report"] = write_run_report(store, run_id, finished.analysis) if config.report else None
     statuses = store.named_query("grade_statuses", {"run_id": run_id})
-    info["grade_status"] = dict(
-        sorted(zip(statuses.column("status").to_pylist(), statuses.column("n").to_pylist(), strict=True))
-    )
-    info["samples"] = n
-    info["prompts"] = len(rows)
-    return info
+    details = {
+        "grade_status": dict(
+            sorted(zip(statuses.column("status").to_pylist(), statuses.column("n").to_pylist(), strict=True))
+        ),
+        "samples": n,
+        "prompts": len(rows),
+    }
+    return conclude(store, finished, report=config.report, details=details)
 
 
 def _entries(ids: list[str], sample_idx: list[int]) -> ShardEntries:

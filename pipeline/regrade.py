@@ -12,14 +12,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import replace
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import grade
 from pipeline.errors import ConfigError, StoreError
-from pipeline.reports import write_run_report
+from pipeline.result import ProfileResult, conclude
 from pipeline.run import (
     InlineExecutor,
     RunPlan,
@@ -62,13 +61,13 @@ def _source_plan(store: Store, run_id: str) -> list:
     return entries
 
 
-def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool = True) -> dict[str, Any]:
+def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool = True) -> ProfileResult:
     """Grade the samples of a finished run again with ``config``'s grader, as a new run.
 
     Returns:
-        ``run_id`` (the regrade's), ``source``, ``grader``, ``samples``, ``changed`` (verdicts that
-        differ from the source's, by ``old -> new`` status), ``report`` and ``finished`` (what its
-        finish computed, ``finish.FinishedRun``).
+        The new run finished (``result.ProfileResult``: its run id is the regrade's), with its verdict
+        and report; its ``details``: ``source``, ``grader``, ``samples`` and ``changed`` (grades that
+        differ from the source's, by ``old -> new`` status).
 
     Raises:
         StoreError: unknown run, or a run whose shards are not all there.
@@ -116,16 +115,8 @@ def regrade(store: Store, run_id: str, config: grade.GradeConfig, report: bool =
     with working_on(store, new_id), InlineExecutor(source.model, stored_samples, config) as executor:
         run_pending_shards(store, plan, executor)
         finished = finish_stored_run(store, plan)
-    report_path = write_run_report(store, new_id, finished.analysis) if report else None
     changes = store.named_query("regrade_changes", {"old": run_id, "new": new_id})
     changed = {f"{r['old']} -> {r['new']}": r["n"] for r in changes.to_pylist()}
     total = store.named_query("grade_statuses", {"run_id": new_id}).column("n")
-    return {
-        "run_id": new_id,
-        "source": run_id,
-        "grader": grader,
-        "samples": int(pc.sum(total).as_py() or 0),
-        "changed": changed,
-        "report": report_path,
-        "finished": finished,
-    }
+    details = {"source": run_id, "grader": grader, "samples": int(pc.sum(total).as_py() or 0), "changed": changed}
+    return conclude(store, finished, report=report, details=details)

@@ -19,7 +19,6 @@ counts); nothing is computed here that a section of the report computes another 
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -46,6 +45,7 @@ __all__ = [
     "halving_group_size",
     "informative_kept",
     "reallocation_gain",
+    "run_savings",
     "silence_at",
     "verdict",
 ]
@@ -158,6 +158,9 @@ class Verdict:
     kept: int
     prompts: int
     lines: tuple[Line, ...]
+    # An adaptive run's rollouts against the fixed n and the frontier: the simulation behind its line,
+    # computed once and shown again by the report's rounds section (None for a fixed-n run).
+    savings: Savings | None = None
 
     @property
     def warnings(self) -> tuple[Line, ...]:
@@ -263,16 +266,19 @@ def adaptive_savings(
     n: np.ndarray, band_prob: np.ndarray | None, undecided: np.ndarray, acfg: adaptive.AdaptiveConfig, prior: Prior
 ) -> Savings:
     """The rollouts an adaptive run used per prompt against the fixed n that the same prior expects
-    to give the same band misclassification (width target: the same share decided)."""
+    to give the same band misclassification (width target: the same share decided). A band target's
+    comparison with the frontier simulates ``FRONTIER_PROMPTS`` prompts: the verdict computes it once
+    per run and carries it (``Verdict.savings``), for the report's rounds section too."""
     target = acfg.target
     decided = float((~np.asarray(undecided, bool)).mean())
     mis = float((1.0 - np.asarray(band_prob, float)).mean()) if target.kind == "band" else math.nan
-    curve = _fixed_n_curve(prior, target, _n_top(acfg))
+    curve = tuple(adaptive.fixed_n_curve(prior, target, _n_top(acfg)))  # once: the frontier's side reads it too
     fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, mis, decided, _n_top(acfg), curve)
     per_prompt = float(np.mean(n))
     if target.kind != "band":
         return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve)
-    return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve, *_against_frontier(acfg, prior))
+    frontier = _against_frontier(acfg, prior, curve)
+    return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve, *frontier)
 
 
 def _n_top(acfg: adaptive.AdaptiveConfig) -> int:
@@ -280,19 +286,10 @@ def _n_top(acfg: adaptive.AdaptiveConfig) -> int:
     return max(256, 4 * acfg.n_max)
 
 
-@functools.lru_cache(maxsize=8)
-def _fixed_n_curve(prior: Prior, target: adaptive.Target, n_top: int) -> tuple[tuple[int, float, float], ...]:
-    """``adaptive.fixed_n_curve``, once per prior (the run's savings and the frontier's both read it)."""
-    return tuple(adaptive.fixed_n_curve(prior, target, n_top))
-
-
-@functools.lru_cache(maxsize=8)
-def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior) -> tuple:
-    """``Savings``' frontier fields (once per run's settings and prior: the verdict and the report
-    both ask)."""
+def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior, curve: tuple) -> tuple:
+    """``Savings``' frontier fields, given the fixed-n ``curve`` of the same prior."""
     target = acfg.target
     rule_cost, rule_mis = adaptive.rule_under_prior(prior, acfg, FRONTIER_PROMPTS)
-    curve = _fixed_n_curve(prior, target, _n_top(acfg))
     rule_fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, rule_mis, math.nan, _n_top(acfg), curve)
     cost, err = adaptive.frontier(prior, target, acfg.n_min, acfg.n_max)
     frontier_cost, _ = adaptive.frontier_cost_at(cost, err, rule_mis)
@@ -449,20 +446,28 @@ def verdict(
             )
         budget = allocate.DEFAULT_BUDGET_PER_PROMPT * measured  # the default allocation's own budget
         lines.append(Line(text, f"difficulty allocate --run {run_id} --budget {budget}"))
+    savings = None
     if posterior and "undecided" in prompt_stats.column_names and run.prior is not None:
-        lines.extend(_adaptive_line(run_id, prompt_stats, run))
+        savings = run_savings(prompt_stats, run)
+        lines.append(_adaptive_line(run_id, savings))
     lines.extend(_warnings(run_id, n, c, silence, sample_info, run))
-    return Verdict(run_id, G, silence, kept, measured, tuple(lines))
+    return Verdict(run_id, G, silence, kept, measured, tuple(lines), savings)
 
 
-def _adaptive_line(run_id: str, prompt_stats: pa.Table, run: RunRecord) -> list[Line]:
-    known = pc.greater(prompt_stats.column("n"), 0)
-    s = prompt_stats.filter(known)
-    if s.num_rows == 0:
-        return []
-    band_prob = s.column("band_prob").to_numpy(zero_copy_only=False) if run.adaptive.target.kind == "band" else None
+def run_savings(prompt_stats: pa.Table, run: RunRecord) -> Savings:
+    """``adaptive_savings`` of an adaptive run (registered with its settings and prior) over its
+    measured prompts (at least one)."""
+    s = prompt_stats.filter(pc.greater(prompt_stats.column("n"), 0))
+    band_prob = (
+        s.column("band_prob").cast(pa.float64()).to_numpy(zero_copy_only=False)
+        if run.adaptive.target.kind == "band"
+        else None
+    )
     undecided = np.asarray(s.column("undecided").fill_null(False).to_numpy(zero_copy_only=False), bool)
-    sv = adaptive_savings(s.column("n").to_numpy(zero_copy_only=False), band_prob, undecided, run.adaptive, run.prior)
+    return adaptive_savings(s.column("n").to_numpy(zero_copy_only=False), band_prob, undecided, run.adaptive, run.prior)
+
+
+def _adaptive_line(run_id: str, sv: Savings) -> Line:
     if sv.where == "inside":
         text = (
             f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt where a fixed n of {sv.fixed_n:.1f} is "
@@ -478,7 +483,7 @@ def _adaptive_line(run_id: str, prompt_stats: pa.Table, run: RunRecord) -> list[
             f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt, but even a fixed n of {sv.fixed_n:.0f} "
             "classifies as well: it saved nothing here"
         )
-    return [Line(text + _frontier_text(sv), f"difficulty report --run {run_id}")]
+    return Line(text + _frontier_text(sv), f"difficulty report --run {run_id}")
 
 
 def _frontier_text(sv: Savings) -> str:

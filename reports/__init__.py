@@ -9,10 +9,11 @@ run through the Store) <- ``charts`` (figures, tables, sections, formatting) <- 
 (``build_sections``, one module per section) <- ``compare`` <- ``render`` (templates, plotly.js,
 atomic writes). The order is ``ROOMS`` in ``tests/layout.py``.
 
-A run whose analysis tables are missing is analysed in memory with the default settings
-(``analyze.analysis_of_run``) and one with no stored allocation gets the default allocation
-(``allocate.default_allocation``); neither is written, and the run card says which tables were
-computed for the report.
+A run just finished hands over what its finish computed and its verdict (``pipeline.result``), so
+neither is read back nor computed again. A run whose analysis tables are missing is analysed in
+memory with the default settings (``finish.analysis_of_run``) and one with no stored allocation
+gets the default allocation (``allocate.default_allocation``); neither is written, and the run card
+says which tables were computed for the report.
 """
 
 from pipeline.reports.charts import Chart, Section, TableView
@@ -20,15 +21,19 @@ from pipeline.reports.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_r
 from pipeline.reports.render import PLOTLY_JS_NAME, render_comparison, render_report, write_plotly_js
 from pipeline.reports.sections import build_sections
 
-from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
+from pipeline.finish import FinishedRun
 from pipeline.store import Store
+from pipeline.verdict import Verdict
 
 
-def write_run_report(store: Store, run_id: str, analysis: Analysis | None = None) -> str:
+def write_run_report(
+    store: Store, run_id: str, finished: FinishedRun | None = None, verdict: Verdict | None = None
+) -> str:
     """Render a finished run's report to its place in the data directory; returns where.
-    ``analysis``: the one its finish computed, when the caller has it (not read back)."""
-    return str(render_report(store, run_id, store.report_path(run_id), analysis=analysis))
+    ``finished`` and ``verdict``: what its finish computed and its verdict, when the caller has
+    them (not read back, not computed again)."""
+    return str(render_report(store, run_id, store.report_path(run_id), finished=finished, verdict=verdict))
 
 
 __all__ = [

@@ -1,10 +1,11 @@
 """What a report reads about one run: its registry row, sample counts, analysis and allocations.
 
-The analysis is the run's own (``analyze.analysis_of_run``: the stored tables, else computed from
+The analysis is the run's own (``finish.analysis_of_run``: the stored tables, else computed from
 its samples with the default settings, never written); the allocation is the stored one(s), else
-the one default policy (``allocate.default_allocation``). Tables computed for the report rather
-than stored are listed in ``RunData.computed`` so the run card can say so. Every query is a named
-file of ``sql/`` run through the ``Store``.
+the one default policy (``allocate.default_allocation``). A run just finished hands its record and
+analysis over (``finish.FinishedRun``) and its verdict with them: neither is read back. Tables
+computed for the report rather than stored are listed in ``RunData.computed`` so the run card can
+say so. Every query is a named file of ``sql/`` run through the ``Store``.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import allocate as alloc
-from pipeline import analyze, schema
+from pipeline import analyze, finish, schema
 from pipeline import estimators as est
+from pipeline import verdict as verdicts
 from pipeline.checks import check_choice, check_int
 from pipeline.errors import ReportError, StoreError
 from pipeline.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PLOTLY_JS_MODES", "ReportConfig", "RunData", "load_run", "metric", "summary_rows"]
+__all__ = ["PLOTLY_JS_MODES", "ReportConfig", "RunData", "load_run", "metric", "run_verdict", "summary_rows"]
 
 # How plotly.js reaches a report (validated here, where the settings are; used by ``render``).
 PLOTLY_JS_MODES = ("inline", "shared")
@@ -79,6 +81,7 @@ class RunData:
     computed: list[str] = field(default_factory=list)  # tables computed in memory
     observations: pa.Table | None = None  # the run's dataset's observations (profiles, training, labels)
     notes: list[str] = field(default_factory=list)
+    verdict: verdicts.Verdict | None = None  # at G: its finish's, else computed once (``run_verdict``)
 
     @property
     def params(self) -> dict:
@@ -95,13 +98,18 @@ class RunData:
 
 
 def load_run(
-    store: Store, run_id: str, config: ReportConfig | None = None, analysis: analyze.Analysis | None = None
+    store: Store,
+    run_id: str,
+    config: ReportConfig | None = None,
+    finished: finish.FinishedRun | None = None,
+    verdict: verdicts.Verdict | None = None,
 ) -> RunData:
     """Read one run's tables; compute what is not stored in memory (never written back).
 
     The registry row is read here, so a report shows the run's status at the time it is rendered.
-    ``analysis``: the run's stored analysis when the caller holds it already (what its finish
-    computed, ``finish.FinishedRun``): it is not read back.
+    ``finished``: what the run's finish computed, when the caller holds it: its record (marked
+    done) and analysis are not read back. ``verdict``: the run's verdict computed with it, used
+    where it is at the report's G (else computed from the report's tables, once: ``run_verdict``).
 
     Raises:
         StoreError: unknown run.
@@ -110,13 +118,14 @@ def load_run(
     if not isinstance(store, Store):
         raise TypeError(f"load_run takes a pipeline.store.Store (Store.open(data_dir)), not {type(store).__name__}")
     config = config or ReportConfig()
-    run = store.get_run(run_id)
+    run = finished.run if finished is not None else store.get_run(run_id)
     grade_counts = store.named_query("grade_statuses", {"run_id": run_id}).to_pylist()
     sample_info = store.named_query("sample_info", {"run_id": run_id}).to_pylist()[0]
-    analysis_computed = False
-    if analysis is None:
+    if finished is not None:
+        analysis, analysis_computed = finished.analysis, False
+    else:
         analysis, analysis_computed = _analysis(store, run_id)
-    computed = list(analyze.ANALYSIS_TABLES) if analysis_computed else []
+    computed = list(finish.ANALYSIS_TABLES) if analysis_computed else []
     notes: list[str] = []
 
     group_sizes = _group_sizes(analysis.prompt_stats)
@@ -153,7 +162,25 @@ def load_run(
         computed=computed,
         notes=notes,
         observations=store.named_query("dataset_observations", {"dataset": run.dataset}),
+        verdict=verdict if verdict is not None and verdict.G == G else None,
     )
+
+
+def run_verdict(data: RunData) -> verdicts.Verdict:
+    """The run's verdict (``pipeline.verdict``) at the report's G: the one handed over with the run,
+    else computed from what the report read and kept on ``data``, so the block at the report's top
+    and the rounds section (an adaptive run's savings, a simulation) share one computation."""
+    if data.verdict is None:
+        data.verdict = verdicts.verdict(
+            data.run_id,
+            data.stats.to_arrow(),
+            data.summary.to_arrow(),
+            G=data.G,
+            allocation=data.allocation.to_arrow() if data.allocation.height else None,
+            sample_info=data.sample_info,
+            run=data.run,
+        )
+    return data.verdict
 
 
 def summary_rows(summary: pl.DataFrame, section: str, **where) -> pl.DataFrame:
@@ -174,7 +201,7 @@ def _analysis(store: Store, run_id: str) -> tuple[analyze.Analysis, bool]:
     """The run's analysis and whether it was computed (not stored)."""
     try:
         # A stored analysis's weights stay on disk: the report reads its top rows by query.
-        return analyze.analysis_of_run(store, run_id, weights=False)
+        return finish.analysis_of_run(store, run_id, weights=False)
     except StoreError as exc:
         if store.files("samples", {"run_id": run_id}):
             raise  # the samples exist but cannot be read: say why, not that they are missing
@@ -183,7 +210,7 @@ def _analysis(store: Store, run_id: str) -> tuple[analyze.Analysis, bool]:
 
 def _default_allocation(run_id: str, stats_t: pa.Table) -> tuple[pa.Table, str, bool]:
     """The default allocation of the run's counts, a note saying what it is, and whether it worked."""
-    # in prompt_id order, as ``analyze.counts_from_samples`` gives them: ties of marginal gain go
+    # in prompt_id order, as ``finish.counts_from_samples`` gives them: ties of marginal gain go
     # to prompts in input order, so the same counts in the same order give the same allocation
     counts = stats_t.select(["prompt_id", "n", "c"]).sort_by("prompt_id")
     try:

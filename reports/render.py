@@ -17,13 +17,13 @@ import plotly
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from pipeline.reports.compare import compare_sections
-from pipeline.reports.load import PLOTLY_JS_MODES, ReportConfig, RunData, load_run
+from pipeline.reports.load import PLOTLY_JS_MODES, ReportConfig, load_run, run_verdict
 from pipeline.reports.sections import build_sections
 from plotly.offline import get_plotlyjs
 
 from pipeline import verdict as verdicts
-from pipeline.analyze import Analysis
 from pipeline.errors import ReportError
+from pipeline.finish import FinishedRun
 from pipeline.store import Location, Store
 
 log = logging.getLogger(__name__)
@@ -78,19 +78,6 @@ def _render(store: Store, template: str, output: str | os.PathLike, mode: str, *
     return output
 
 
-def run_verdict(data: RunData) -> verdicts.Verdict:
-    """The run's verdict (``pipeline.verdict``) from what the report read: the block at its top."""
-    return verdicts.verdict(
-        data.run_id,
-        data.stats.to_arrow(),
-        data.summary.to_arrow(),
-        G=data.G,
-        allocation=data.allocation.to_arrow() if data.allocation.height else None,
-        sample_info=data.sample_info,
-        run=data.run,
-    )
-
-
 def render_report(
     store: Store,
     run_id: str,
@@ -99,7 +86,8 @@ def render_report(
     plotly_js: str = ReportConfig.plotly_js,
     G: int = ReportConfig.G,
     config: ReportConfig | None = None,
-    analysis: Analysis | None = None,
+    finished: FinishedRun | None = None,
+    verdict: verdicts.Verdict | None = None,
 ) -> Location:
     """Write the HTML report of one run and return its path (a URL when it is on object storage).
 
@@ -112,7 +100,8 @@ def render_report(
         plotly_js: ``inline`` (self-contained) or ``shared`` (``plotly.min.js`` beside it).
         G: group size the report is read at.
         config: full settings (overrides ``plotly_js`` and ``G`` when given).
-        analysis: the run's stored analysis when the caller holds it (``load_run``).
+        finished: what the run's finish computed, when the caller holds it (``load_run``).
+        verdict: the run's verdict computed with it (``load_run``).
 
     Raises:
         StoreError: unknown run.
@@ -120,7 +109,7 @@ def render_report(
     """
     cfg = config or ReportConfig(plotly_js=plotly_js, G=G)
     start = time.perf_counter()
-    data = load_run(store, run_id, cfg, analysis)
+    data = load_run(store, run_id, cfg, finished, verdict)
     sections = build_sections(data, cfg)
     path = _render(
         store,
@@ -157,7 +146,6 @@ def render_comparison(
         G: group size the report is read at.
         links: optional run_id -> relative href of that run's own report.
         config: full settings (overrides ``plotly_js`` and ``G`` when given).
-        analysis: the run's stored analysis when the caller holds it (``load_run``).
 
     Raises:
         ReportError: fewer than two runs, or a run listed twice.

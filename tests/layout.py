@@ -60,6 +60,8 @@ LAYERS = (
     # what a run means for training, from its tables: the CLI prints it, the report shows it first
     "verdict",
     "reports",
+    # what a run hands back once finished: its verdict, computed once, and its report rendered with it
+    "result",
     "run",
     "history",
     "ingest",

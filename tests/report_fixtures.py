@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline import allocate, analyze, datasets, schema
+from pipeline import allocate, analyze, datasets, finish, schema
 from pipeline.store import RunRecord, Store
 
 CHROMIUM = os.environ.get("DIFFICULTY_CHROMIUM", "/usr/bin/chromium")
@@ -169,9 +169,9 @@ def build_run(
 def write_analysis(store: Store, run_id: str, *, group_sizes=(2, 4, 8, 16, 32), G: int = 8) -> None:
     """Compute and store prompt_stats, weights, summary and three allocations of a run (signal,
     knapsack and variance objectives, ``G`` rollouts per prompt, point estimates)."""
-    counts = analyze.counts_from_samples(store, run_id)
+    counts = finish.counts_from_samples(store, run_id)
     result = analyze.analyze(counts, run_id, analyze.AnalyzeConfig(group_sizes=group_sizes))
-    analyze.write_analysis(store, run_id, result)
+    finish.write_analysis(store, run_id, result)
     for objective in ("signal", "knapsack", "variance"):
         config = allocate.AllocationConfig(budget=G * counts.num_rows, objective=objective, n_min=2, n_max=64)
         write_allocation(store, run_id, config, counts)

@@ -29,7 +29,7 @@ from pipeline.flows import executors, prefect_flows
 from scipy import stats as sst
 from typer.testing import CliRunner
 
-from pipeline import adaptive, analyze, run, schema
+from pipeline import adaptive, analyze, finish, run, schema
 from pipeline import estimators as est
 from pipeline import prior as priors
 from pipeline.cli import app
@@ -488,7 +488,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
     seeds of a fixed-n run (its samples are the same ones); prompt_stats and runs record the spec's
     decisions; the analysis is the posterior one."""
     result = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="fit"), store)
-    rid = result["run_id"]
+    rid = result.run_id
     row = store.get_run(rid)
     acfg = row.adaptive
     assert row.status == "done" and acfg.target.spec == "band:lo=0.1,hi=0.9,delta=0.05,cost=0.001"
@@ -529,7 +529,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
         assert r["zero_signal"][j] == pytest.approx(want)  # a posterior mean even where n >= 8
     assert any(r["undecided"] for r in ps) or any(r["n"] == acfg.n_min for r in ps)
     # The same (prompt, index) of a fixed-n run is the same sample: every sample has its own seed.
-    fixed = executors.profile_direct(run.ProfileConfig.build(**SIM, n=acfg.n_max), store)["run_id"]
+    fixed = executors.profile_direct(run.ProfileConfig.build(**SIM, n=acfg.n_max), store).run_id
     full = store.read_table("samples", {"run_id": fixed})
     keyed = {
         (p, i): t
@@ -552,7 +552,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> tuple[Store, str]:
     store = Store.open(tmp_path_factory.mktemp("adaptive-ref") / "data")
-    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"]
+    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store).run_id
     run.close_engines()
     return store, rid
 
@@ -582,14 +582,14 @@ def test_a_rerun_of_a_finished_adaptive_run_redoes_nothing(uninterrupted, tmp_pa
     shutil.copytree(ref.root, copy)
     store = Store(copy)
     before = {p.name: p.stat().st_mtime_ns for p in store.shard_files(rid).values()}
-    assert executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"] == rid
+    assert executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store).run_id == rid
     assert {p.name: p.stat().st_mtime_ns for p in store.shard_files(rid).values()} == before
     _assert_same_tables(ref, store, rid)
 
 
 def test_prefect_flow_runs_rounds_as_shard_tasks(uninterrupted, prefect_api, store, close_engines, task_runs):
     ref, rid = uninterrupted
-    assert prefect_flows.profile_flow(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"] == rid
+    assert prefect_flows.profile_flow(run.ProfileConfig.build(**ADAPTIVE), store).run_id == rid
     _assert_same_tables(ref, store, rid)
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
@@ -618,7 +618,7 @@ def test_ray_executor_runs_the_rounds(uninterrupted, tmp_path, close_engines):
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         cfg = run.ProfileConfig.build(**ADAPTIVE, executor="ray", replicas=2)
-        assert executors.profile_direct(cfg, store)["run_id"] == rid
+        assert executors.profile_direct(cfg, store).run_id == rid
     finally:
         ray.shutdown()
     _assert_same_tables(ref, store, rid)
@@ -673,7 +673,7 @@ def test_kill_9_of_an_adaptive_profile_then_rerun(prefect_api, tmp_path, close_e
         grade_workers=1,
         report=False,
     )
-    assert executors.profile_direct(cfg, ref)["run_id"] == rid
+    assert executors.profile_direct(cfg, ref).run_id == rid
     _assert_same_tables(ref, store, rid)
 
 
@@ -681,7 +681,7 @@ def test_report_shows_the_rounds(store, close_engines):
     result = executors.profile_direct(
         run.ProfileConfig.build(**{**ADAPTIVE, "report": True, "adaptive_prior": "grid"}), store
     )
-    html = Path(result["report"]).read_text()
+    html = Path(result.report).read_text()
     assert 'id="adaptive"' in html and "Adaptive profiling" in html
     assert "Prompts still open and rollouts spent, per round" in html
     assert "The dataset&#x27;s pass rates (fitted prior) beside the per-prompt estimates" in html or (
@@ -691,20 +691,20 @@ def test_report_shows_the_rounds(store, close_engines):
     assert re.search(r"of the rollouts saved|saved", html)
     assert "posterior expectations under the fitted prior, grid prior (" in html
     auto = executors.profile_direct(run.ProfileConfig.build(**{**ADAPTIVE, "report": True}), store)
-    html = Path(auto["report"]).read_text().replace("&#x27;", "'")
-    assert store.get_run(auto["run_id"]).prior.method == "mixture"  # the default prior, named as such
+    html = Path(auto.report).read_text().replace("&#x27;", "'")
+    assert store.get_run(auto.run_id).prior.method == "mixture"  # the default prior, named as such
     assert "dataset's pass rates: fitted mixture prior" in html and "fitted grid prior" not in html
     assert "The red bars are the mixture prior auto fitted" in html
     # where some prompt has fewer than G answers, the zero-signal and gradient-share tables show what the
     # counts allow (identify's ranges), and the chart its band
-    summary = store.read_table("summary", {"run_id": auto["run_id"]}).to_pylist()
+    summary = store.read_table("summary", {"run_id": auto.run_id}).to_pylist()
     if any(r["metric"] == "observed_lo" for r in summary):
         assert "; the counts allow " in html and "what the counts allow (90%)" in html
     if any(r["metric"] == "mean_mass_lo" and r["G"] == 8 for r in summary):
         assert "(counts allow " in html
     assert any(r["metric"] == "observed_lo" for r in summary)  # this run stops some prompts before G = 64
     fixed = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
-    assert 'id="adaptive"' not in Path(fixed["report"]).read_text()
+    assert 'id="adaptive"' not in Path(fixed.report).read_text()
 
 
 @pytest.mark.slow  # 24 runs of the default profile, each fitting three priors: about a minute on 2 cores
@@ -731,7 +731,7 @@ def test_the_default_profile_finishes_on_datasets_with_no_spread(tmp_path, close
                 grade_workers=1,
                 report=False,
             )
-            rid = executors.profile_direct(cfg, store)["run_id"]
+            rid = executors.profile_direct(cfg, store).run_id
             assert store.get_run(rid).status == "done", (count, rate, seed)
             stats_ = store.read_table("prompt_stats", {"run_id": rid})
             assert stats_.num_rows == count and None not in stats_.column("decided_band").to_pylist()
@@ -862,7 +862,7 @@ def test_grid_prior_run_end_to_end(store, close_engines):
     every prompt's decision is the grid sums under it and its estimates the grid sums under the same
     fit run to its maximum (``prior.estimation_prior``), and the last round's state leaves no prompt
     open (decided under the final prior, or at n_max)."""
-    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="grid"), store)["run_id"]
+    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE, adaptive_prior="grid"), store).run_id
     row = store.get_run(rid)
     acfg = row.adaptive
     assert acfg.prior == "grid"
@@ -904,7 +904,7 @@ def test_reanalysing_an_adaptive_run_keeps_its_decisions_and_estimates(store, cl
 
     from pipeline.cli import app
 
-    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store)["run_id"]
+    rid = executors.profile_direct(run.ProfileConfig.build(**ADAPTIVE), store).run_id
     before = store.read_table("prompt_stats", {"run_id": rid}).sort_by("prompt_id")
     summary = store.read_table("summary", {"run_id": rid})
     assert before.column("decided_band").null_count == 0
@@ -965,7 +965,7 @@ def test_every_reader_stops_at_a_corrupt_adaptive_field(store):
     with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
         record_rounds(store, plan, adaptive.Prior(1.0, 1.0), set())
     with pytest.raises(RunRecordError, match=re.escape(CORRUPT)):
-        analyze.analysis_of_run(store, "r1")
+        finish.analysis_of_run(store, "r1")
     for command in ("analyze", "allocate", "report", "export"):
         args = [command, "--run", "r1", "--data-dir", str(store.root)]
         out = CliRunner().invoke(app, args + (["--output", str(store.root / "x.jsonl")] if command == "export" else []))
@@ -1006,10 +1006,10 @@ def test_analysis_is_the_finishs_whoever_computes_it(uninterrupted, tmp_path):
     out = CliRunner().invoke(app, ["analyze", "--run", rid, "--data-dir", str(store.root)])
     assert out.exit_code == 0, out.output
     assert (row_file.read_bytes(), row_file.stat().st_mtime_ns) == before
-    finished = analyze.read_analysis(ref, rid)
-    for name in analyze.ANALYSIS_TABLES:
+    finished = finish.read_analysis(ref, rid)
+    for name in finish.ANALYSIS_TABLES:
         shutil.rmtree(store.root / name / f"run_id={rid}")
-    got, computed = analyze.analysis_of_run(store, rid)
+    got, computed = finish.analysis_of_run(store, rid)
     assert computed
     want, have = finished.prompt_stats.sort_by("prompt_id"), got.prompt_stats.sort_by("prompt_id")
     assert have.column("post_mean").null_count == 0 and have.column("decided_band").null_count == 0

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import analyze as an
 from pipeline import estimators as est
-from pipeline import schema, stats
+from pipeline import finish, schema, stats
 from pipeline.errors import StoreError
 from pipeline.store import Store
 
@@ -60,8 +60,8 @@ def test_counts_from_samples_matches_python(data_dir):
     _write_shard(Store(data_dir), "r2", 0, _samples("r2", [("q000", "9", True)]))
     expect_n = Counter(pid for pid, _, _ in rows)
     expect_c = Counter(pid for pid, _, ok in rows if ok)
-    via_dir = an.counts_from_samples(Store(data_dir), "r1")
-    plain = an.counts_from_samples(Store(data_dir), "r1", answers=False)
+    via_dir = finish.counts_from_samples(Store(data_dir), "r1")
+    plain = finish.counts_from_samples(Store(data_dir), "r1", answers=False)
     for table in (via_dir, plain):
         got = {r["prompt_id"]: (r["n"], r["c"]) for r in table.to_pylist()}
         assert got == {pid: (expect_n[pid], expect_c[pid]) for pid in expect_n}
@@ -72,7 +72,37 @@ def test_counts_from_samples_matches_python(data_dir):
         got_right = {a: cc for a, cc in zip(r["answer_values"], r["answer_correct_counts"], strict=False) if cc}
         assert got_right == dict(right)
     with pytest.raises(StoreError, match="no samples"):
-        an.counts_from_samples(Store(data_dir), "missing")
+        finish.counts_from_samples(Store(data_dir), "missing")
+
+
+def test_analysis_is_pure():
+    """``analyze`` computes from tables alone: it imports nothing of the store (``finish`` reads a run's
+    counts and writes its analysis), and the shard's answer counts come out the same from its samples
+    as given and as the store conforms them."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(an))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {
+        f"{node.module}.{alias.name}" if node.module == "pipeline" else str(node.module)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert {"pipeline.adaptive", "pipeline.prior"} <= imported  # the walk sees the module's imports
+    assert not [name for name in imported if name == "pipeline.store" or name.startswith("pipeline.store.")]
+    assert not {"Store", "store"} & set(vars(an)), "analyze holds a store name"
+    rows = _samples("r", [("b", "7", True), ("a", None, None), ("a", "7", False), ("b", "7", True)])
+    bare = rows.drop_columns(["extracted_answer"])
+    from pipeline.store import conform
+
+    for table in (rows, bare):
+        assert an.answer_counts("r", 3, table).equals(an.answer_counts("r", 3, conform(table, "samples")))
+    got = {
+        (r["prompt_id"], r["extracted_answer"]): (r["cnt"], r["cc"]) for r in an.answer_counts("r", 3, rows).to_pylist()
+    }
+    assert got == {("b", "7"): (2, 2), ("a", None): (1, 0), ("a", "7"): (1, 0)}
 
 
 def _rows_with_answers(seed: int, prompts: int = 48):
@@ -152,7 +182,7 @@ def test_counts_from_samples_with_answers_match_a_reference(data_dir):
     expected = _reference_counts(rows)
     assert any(not r["answer_values"] for r in expected)  # prompts without any answer
     assert any(len(set(r["answer_counts"])) < len(r["answer_counts"]) for r in expected)  # ties
-    counts = an.counts_from_samples(Store(data_dir), "r")
+    counts = finish.counts_from_samples(Store(data_dir), "r")
     got = sorted(counts.to_pylist(), key=lambda g: g["prompt_id"])  # prompts come in the query's order
     # the order within a prompt is fixed up to answers with the same (correct count, count)
     for g, r in zip(got, expected, strict=True):
@@ -162,10 +192,10 @@ def test_counts_from_samples_with_answers_match_a_reference(data_dir):
     assert [_ties_by_answer(g) for g in got] == expected
     # the same rows in another order give the same table
     flat = Store(data_dir).sample_counts("r", answers=True)
-    shuffled = an._counts_from_histogram(flat.take(np.random.default_rng(0).permutation(flat.num_rows)))
+    shuffled = an.counts_from_histogram(flat.take(np.random.default_rng(0).permutation(flat.num_rows)))
     assert sorted((_ties_by_answer(g) for g in shuffled.to_pylist()), key=lambda g: g["prompt_id"]) == expected
     # without answers: the same prompts, n and c (in prompt_id order there)
-    plain = an.counts_from_samples(Store(data_dir), "r", answers=False).to_pylist()
+    plain = finish.counts_from_samples(Store(data_dir), "r", answers=False).to_pylist()
     assert plain == [{k: r[k] for k in ("prompt_id", "n", "c")} for r in expected]
     cfg = an.AnalyzeConfig(group_sizes=(2, 8), estimators=("grpo", "rloo"))
     res = an.analyze(counts, "r", cfg)
@@ -202,7 +232,7 @@ def test_histogram_rows_with_huge_counts_take_the_unpacked_sort():
             "cc": [3, 0, 0, 0, big],
         }
     )
-    got = {r["prompt_id"]: r for r in an._counts_from_histogram(flat).to_pylist()}
+    got = {r["prompt_id"]: r for r in an.counts_from_histogram(flat).to_pylist()}
     assert got["a"] == {
         "prompt_id": "a",
         "n": 2 * big + 1,
@@ -533,7 +563,8 @@ def test_stored_answer_counts_equal_the_samples_and_stale_ones_are_never_used(da
 
     def histograms() -> list[dict]:
         return sorted(
-            (_ties_by_answer(g) for g in an.counts_from_samples(store, "r").to_pylist()), key=lambda g: g["prompt_id"]
+            (_ties_by_answer(g) for g in finish.counts_from_samples(store, "r").to_pylist()),
+            key=lambda g: g["prompt_id"],
         )
 
     expected = _reference_counts(rows)

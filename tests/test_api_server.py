@@ -30,8 +30,8 @@ from pipeline.flows import prefect_flows
 from pipeline.store import Store
 
 cfg = run.ProfileConfig.build(backend="simulate", limit=4, n=2, shard_size=2, grade_workers=1, report=False)
-first = prefect_flows.profile_flow(cfg, Store(sys.argv[1]))["run_id"]
-second = prefect_flows.profile_flow(cfg.with_settings(n=3), Store(sys.argv[1]))["run_id"]
+first = prefect_flows.profile_flow(cfg, Store(sys.argv[1])).run_id
+second = prefect_flows.profile_flow(cfg.with_settings(n=3), Store(sys.argv[1])).run_id
 server = api_server.running()
 
 from prefect import get_client

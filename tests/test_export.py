@@ -24,7 +24,7 @@ import pytest
 import trl_fixtures as tf
 from typer.testing import CliRunner
 
-from pipeline import analyze, datasets
+from pipeline import datasets, finish
 from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.export import FIELD, MEASUREMENT, ExportConfig, band_of, export_run, read_metadata
@@ -61,7 +61,7 @@ def verl_run(shared, tmp_path_factory) -> tuple[Store, str]:
 
 
 def _stats(store: Store, run_id: str) -> dict[str, dict]:
-    table = analyze.analysis_of_run(store, run_id)[0].prompt_stats
+    table = finish.analysis_of_run(store, run_id)[0].prompt_stats
     return {r["prompt_id"]: r for r in table.to_pylist()}
 
 

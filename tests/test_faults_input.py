@@ -254,7 +254,7 @@ def test_one_prompt_id_with_the_same_problem_is_several_rollouts(tmp_path, store
         ],
     )
     info = import_rollouts(ImportConfig(input=str(path), prompt_id_col="id", grade_workers=1, report=False), store)
-    assert (info["samples"], info["prompts"]) == (3, 2)
+    assert (info.details["samples"], info.details["prompts"]) == (3, 2)
     stats = store.query("select prompt_id, n, c from prompt_stats order by prompt_id").to_pylist()
     assert stats == [{"prompt_id": "p1", "n": 2, "c": 1}, {"prompt_id": "p2", "n": 1, "c": 1}]
 
@@ -321,7 +321,7 @@ def test_jsonl_answers_mixing_strings_and_numbers_load_as_text(tmp_path, store):
         (None, "empty_answer"),
     ]
     info = import_rollouts(ImportConfig(input=str(path), grade_workers=1, report=False), store)
-    assert info["grade_status"] == {"correct": 3, "error": 1}
+    assert info.details["grade_status"] == {"correct": 3, "error": 1}
 
 
 def test_jsonl_line_that_is_not_json_is_named(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pipeline.flows import executors, prefect_flows, watchdog
 
-from pipeline import analyze, run
+from pipeline import finish, run
 from pipeline.errors import BackendUnavailableError, SamplingError, StoreError
 from pipeline.store import RunRecord, Store
 
@@ -31,7 +31,7 @@ def _interrupted_then_resumed(store: Store, first: dict, then: dict, dies_after)
         run.profile(
             run.ProfileConfig.build(**SIM, **first), store, dies_after(run.ProfileConfig.build(**SIM, **first), 1)
         )
-    return executors.profile_direct(run.ProfileConfig.build(**SIM, **then), store)["run_id"]
+    return executors.profile_direct(run.ProfileConfig.build(**SIM, **then), store).run_id
 
 
 def test_resume_with_a_larger_shard_size_loses_nothing(store, check_complete, close_engines, dies_after):
@@ -44,9 +44,9 @@ def test_resume_with_a_larger_shard_size_loses_nothing(store, check_complete, cl
 def test_resume_with_a_smaller_shard_size_duplicates_nothing(store, check_complete, close_engines):
     """Was: a finished run rerun with `--shard-size 2`: 40 samples, 24 distinct, n = 8."""
     cfg = run.ProfileConfig.build(**SIM)
-    run_id = executors.profile_direct(cfg, store)["run_id"]
+    run_id = executors.profile_direct(cfg, store).run_id
     before = {p.name: p.stat().st_mtime_ns for p in store.shard_files(run_id).values()}
-    assert executors.profile_direct(run.ProfileConfig.build(**SIM, shard_size=2), store)["run_id"] == run_id
+    assert executors.profile_direct(run.ProfileConfig.build(**SIM, shard_size=2), store).run_id == run_id
     check_complete(store, run_id, 4, 6)
     assert {p.name: p.stat().st_mtime_ns for p in store.shard_files(run_id).values()} == before
     stats = store.query("select n from prompt_stats where run_id = $r", {"r": run_id}).column("n")
@@ -62,11 +62,11 @@ def test_an_interrupted_plan_with_other_shards_is_kept(store, check_complete, cl
 def test_a_copied_shard_is_quarantined_not_counted(store, check_complete, close_engines):
     """Was: a copied shard file doubled every count silently, then crashed the next rerun."""
     cfg = run.ProfileConfig.build(**SIM, shard_size=2)
-    run_id = executors.profile_direct(cfg, store)["run_id"]
+    run_id = executors.profile_direct(cfg, store).run_id
     folder = store.partition_dir("samples", {"run_id": run_id})
     shutil.copy(folder / "shard-00000.parquet", folder / "shard-00007.parquet")  # no such shard
     shutil.copy(folder / "shard-00000.parquet", folder / "shard-00001.parquet")  # another's content
-    counts = analyze.counts_from_samples(store, run_id)  # analysis reads only the plan's files
+    counts = finish.counts_from_samples(store, run_id)  # analysis reads only the plan's files
     assert set(counts.column("n").to_pylist()) == {4} and counts.num_rows == 4
     moved = sorted(p.name for p in (store.root / "quarantine").rglob("shard-*.parquet"))
     assert moved == ["shard-00001.parquet", "shard-00007.parquet"]

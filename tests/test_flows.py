@@ -27,7 +27,7 @@ SIM = {"backend": "simulate", "limit": 6, "n": 3, "shard_size": 2, "grade_worker
 def test_profile_flow_end_to_end_with_llama_cpp(prefect_api, store, tiny, check_complete, close_engines, task_runs):
     cfg = run.ProfileConfig.build(**{**tiny, "report": True})
     result = prefect_flows.profile_flow(cfg, store)
-    run_id = result["run_id"]
+    run_id = result.run_id
     check_complete(store, run_id, cfg.sampling.n, 4)
     assert store.get_run(run_id).status == "done"
     assert store.finished_shards(run_id) == {0, 1}
@@ -37,7 +37,7 @@ def test_profile_flow_end_to_end_with_llama_cpp(prefect_api, store, tiny, check_
     observed = store.read_table("observations", {"source": f"profile:{run_id}"})
     assert observed.num_rows == 4 and set(observed.column("n").to_pylist()) == {cfg.sampling.n}
     assert observed.column("step").to_pylist() == [0] * 4
-    assert Path(result["report"]).is_file()
+    assert Path(result.report).is_file()
 
     # The flow run is named after dataset, model and run id, and has coarse tasks only.
     from prefect import get_client
@@ -54,7 +54,7 @@ def test_profile_flow_end_to_end_with_llama_cpp(prefect_api, store, tiny, check_
     # A rerun of the same profile writes nothing new and completes.
     before = {p: p.stat().st_mtime_ns for p in (store.root / "samples").rglob("*.parquet")}
     again = prefect_flows.profile_flow(cfg, store)
-    assert again["run_id"] == run_id
+    assert again.run_id == run_id
     assert {p: p.stat().st_mtime_ns for p in (store.root / "samples").rglob("*.parquet")} == before
 
 
@@ -67,13 +67,13 @@ def test_shard_task_is_retried(prefect_api, store, check_complete, close_engines
     ids = _prompt_ids(run.ProfileConfig.build(**SIM), store)
     cfg = run.ProfileConfig.build(**SIM, backend_options={"fail_once": [ids[3]]})  # shard 1 fails once
     result = prefect_flows.profile_flow(cfg, store)
-    check_complete(store, result["run_id"], 3, 6)
-    assert store.get_run(result["run_id"]).status == "done"
+    check_complete(store, result.run_id, 3, 6)
+    assert store.get_run(result.run_id).status == "done"
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
     with get_client(sync_client=True) as client:
-        [fr] = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=result["run_id"])))
+        [fr] = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=result.run_id)))
 
     def shard_1_retried(runs) -> bool:
         return any(t.name == "shard-1" and t.run_count == 2 for t in runs)
@@ -116,7 +116,7 @@ def test_direct_and_prefect_runs_give_the_same_tables(prefect_api, tmp_path, clo
     a, b = Store.open(tmp_path / "direct"), Store.open(tmp_path / "prefect")
     ra = executors.profile_direct(cfg, a)
     rb = prefect_flows.profile_flow(cfg, b)
-    assert ra["run_id"] == rb["run_id"]
+    assert ra.run_id == rb.run_id
     order = [("prompt_id", "ascending"), ("sample_idx", "ascending")]
     sa = (
         a.read_table("samples")
@@ -134,15 +134,15 @@ def test_direct_and_prefect_runs_give_the_same_tables(prefect_api, tmp_path, clo
 def test_report_run_card_shows_done(store, close_engines):
     """Bug of the old flows: the report was rendered before the run was marked done."""
     result = executors.profile_direct(run.ProfileConfig.build(**{**SIM, "report": True}), store)
-    html = Path(result["report"]).read_text()
-    assert store.get_run(result["run_id"]).status == "done"
+    html = Path(result.report).read_text()
+    assert store.get_run(result.run_id).status == "done"
     assert re.search(r"<dt>Status</dt><dd>(.*?)</dd>", html).group(1) == "done"
 
 
 def test_two_allocations_of_a_run_never_merge(store, close_engines):
     """Bug of the old flows: profile's default and `allocate --budget 500` summed under one label."""
     cfg = run.ProfileConfig.build(**SIM)
-    run_id = executors.profile_direct(cfg, store)["run_id"]
+    run_id = executors.profile_direct(cfg, store).run_id
     counts = store.sample_counts(run_id, answers=False)
     custom = allocate.AllocationConfig(budget=50)
     table, _ = allocate.allocate_prompts(

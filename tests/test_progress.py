@@ -136,7 +136,7 @@ def test_concurrent_shards_add_up(store, counter, close_engines):
 def test_an_adaptive_run_counts_every_round(store, counter, close_engines):
     cfg = run.ProfileConfig.build(**{**SIM, "limit": 40, "shard_size": 10}, adaptive="band", n_min=4, n_max=16)
     result = executors.profile_direct(cfg, store)
-    total = store.read_table("samples", {"run_id": result["run_id"]}).num_rows
+    total = store.read_table("samples", {"run_id": result.run_id}).num_rows
     rounds = sorted({s.round for s in counter.seen})
     assert len(rounds) > 1, "the run stopped after round 0: no growth to check"
     final = counter.snapshot()

@@ -54,13 +54,13 @@ def test_ray_run_equals_single_process_run(local_ray, prefect_api, tmp_path, che
     stages.close_engines()
     ray_store = Store.open(tmp_path / "ray")
     got = prefect_flows.profile_flow(on_ray, ray_store)  # Prefect orchestrates, Ray executes
-    assert got["run_id"] == ref["run_id"]
-    check_complete(ray_store, got["run_id"], 2, 6)
-    assert ray_store.finished_shards(got["run_id"]) == {0, 1, 2}
-    a = sorted_samples(tmp_path / "single", ref["run_id"])
-    b = sorted_samples(tmp_path / "ray", got["run_id"])
+    assert got.run_id == ref.run_id
+    check_complete(ray_store, got.run_id, 2, 6)
+    assert ray_store.finished_shards(got.run_id) == {0, 1, 2}
+    a = sorted_samples(tmp_path / "single", ref.run_id)
+    b = sorted_samples(tmp_path / "ray", got.run_id)
     assert a.equals(b), "the Ray run differs from the single-process run"
-    assert ray_store.get_run(got["run_id"]).status == "done"
+    assert ray_store.get_run(got.run_id).status == "done"
 
 
 def test_ray_executor_without_prefect_on_simulate(local_ray, tmp_path, check_complete):
@@ -71,9 +71,9 @@ def test_ray_executor_without_prefect_on_simulate(local_ray, tmp_path, check_com
     got = executors.profile_direct(
         stages.ProfileConfig.build(**{**cfg.flat(), "executor": "ray", "replicas": 2}), on_ray
     )
-    assert got["run_id"] == ref["run_id"]
-    check_complete(on_ray, got["run_id"], 3, 6)
-    assert sorted_samples(tmp_path / "single", ref["run_id"]).equals(sorted_samples(tmp_path / "ray", got["run_id"]))
+    assert got.run_id == ref.run_id
+    check_complete(on_ray, got.run_id, 3, 6)
+    assert sorted_samples(tmp_path / "single", ref.run_id).equals(sorted_samples(tmp_path / "ray", got.run_id))
 
 
 class OtherDiskExecutor:

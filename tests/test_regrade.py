@@ -35,7 +35,7 @@ def _imported(tmp_path) -> tuple[Store, str]:
     path.write_text("\n".join(json.dumps(r) for r in ROLLOUTS))
     store = Store.open(tmp_path / "data")
     info = import_rollouts(ImportConfig(input=str(path), report=False, grade_workers=1), store)
-    return store, info["run_id"]
+    return store, info.run_id
 
 
 def _verdicts(store: Store, run_id: str) -> dict:
@@ -51,14 +51,14 @@ def test_regrade_changes_verdicts_and_keeps_the_source(tmp_path):
     files = {p: p.stat().st_mtime_ns for p in store.shard_files(source).values()}
     config = grade.GradeConfig(workers=1, use_math_verify=False)  # exact numeric + string matching
     info = regrade(store, source, config, report=False)
-    new = info["run_id"]
+    new = info.run_id
     assert new == regrade_id(source, grade.grader_version(config)) != source
     after = _verdicts(store, new)
     assert after.keys() == before.keys()
     assert {g for _, g in after.values()} == {grade.grader_version(config)}
     assert {g for _, g in before.values()} == {grade.grader_version(grade.GradeConfig())}
     # \dfrac12 and \sqrt 2 are right for math-verify, not as strings: two verdicts change.
-    assert info["changed"] == {"correct -> incorrect": 2}
+    assert info.details["changed"] == {"correct -> incorrect": 2}
     assert sum(before[k][0] != after[k][0] for k in before) == 2
     # The source run is untouched; the regrade has its own analysis and allocation.
     assert _verdicts(store, source) == before
@@ -87,7 +87,7 @@ def test_regrade_command(tmp_path):
 def test_a_killed_regrade_resumes_without_mixing_gradings(tmp_path):
     store = Store.open(tmp_path / "data")
     cfg = run.ProfileConfig.build(backend="simulate", limit=3000, n=8, shard_size=10, grade_workers=1, report=False)
-    source = executors.profile_direct(cfg, store)["run_id"]
+    source = executors.profile_direct(cfg, store).run_id
     grader = grade.grader_version(grade.GradeConfig(use_math_verify=False))
     new = regrade_id(source, grader)
     cmd = [str(Path(sys.executable).parent / "difficulty"), "regrade", "--run", source, "--no-math-verify"]

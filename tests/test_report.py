@@ -19,7 +19,7 @@ from plotly.offline import get_plotlyjs
 from report_fixtures import build_run, check_page, chromium_missing_message, open_browser, write_allocation
 from typer.testing import CliRunner
 
-from pipeline import allocate, analyze, reports, schema
+from pipeline import allocate, finish, reports, schema
 from pipeline.errors import ConfigError, StoreError
 from pipeline.store import Store
 
@@ -202,13 +202,13 @@ def test_in_memory_analysis_matches_stored_tables(runs, tmp_path):
 
 
 def test_the_report_leaves_a_stored_runs_weights_on_disk(runs, tmp_path):
-    full = analyze.read_analysis(runs, "run-a")
-    lean = analyze.read_analysis(runs, "run-a", weights=False)
+    full = finish.read_analysis(runs, "run-a")
+    lean = finish.read_analysis(runs, "run-a", weights=False)
     assert full is not None and lean is not None and full.weights.num_rows > 0
     assert lean.weights.num_rows == 0 and lean.prompt_stats.equals(full.prompt_stats)
     bare = Store(tmp_path / "data")
     build_run(bare, "run-a", model="model-a", analysis=False)
-    assert analyze.read_analysis(bare, "run-a", weights=False) is None  # nothing stored: computed instead
+    assert finish.read_analysis(bare, "run-a", weights=False) is None  # nothing stored: computed instead
 
 
 def test_allocation_table_spends_the_budget(runs):
@@ -288,8 +288,8 @@ def test_the_allocation_table_shows_the_certified_gap(tmp_path):
 
 def test_without_a_stored_allocation_the_report_uses_the_default_policy(runs):
     data = reports.load_run(runs, "run-b")  # no analysis and no allocation stored
-    assert data.computed == [*analyze.ANALYSIS_TABLES, "allocation"]
-    counts = analyze.counts_from_samples(runs, "run-b", answers=False)
+    assert data.computed == [*finish.ANALYSIS_TABLES, "allocation"]
+    counts = finish.counts_from_samples(runs, "run-b", answers=False)
     expected, config = allocate.default_allocation("run-b", counts)
     assert config.posterior and config.budget == allocate.DEFAULT_BUDGET_PER_PROMPT * counts.num_rows
     cols = ["prompt_id", "n_rollouts", "budget", "posterior", "objective", "estimator"]
@@ -362,6 +362,7 @@ def test_report_stage_imports_only_stages_to_its_left():
         "pipeline.identify",
         "pipeline.analyze",
         "pipeline.allocate",
+        "pipeline.finish",
         "pipeline.adaptive",
         "pipeline.calibrate",
         "pipeline.observe",

@@ -159,8 +159,8 @@ def test_two_node_ray_actors_write_their_shards_to_s3(s3_data, two_node_ray, mon
         patched.setattr(Store, "write_shard", driver_writes)
         result = executors.profile_direct(cfg, Store.open(s3_data))
     store = Store(s3_data)
-    samples = check_complete(store, result["run_id"], 4, 12)
-    assert len(store.finished_shards(result["run_id"])) == 6
+    samples = check_complete(store, result.run_id, 4, 12)
+    assert len(store.finished_shards(result.run_id)) == 6
     local = Store.open(tmp_path / "local")
     executors.profile_direct(run.ProfileConfig.build(**{**cfg.flat(), "executor": "local", "replicas": 1}), local)
     assert _sorted(local.read_table("samples")).equals(_sorted(samples))
@@ -235,7 +235,7 @@ def test_wrong_credentials_fail_fast_and_leave_the_data_as_it_was(auth_s3, s3_to
     from pipeline.flows import executors
 
     cfg = run.ProfileConfig.build(backend="simulate", limit=4, n=2, grade_workers=1, report=False)
-    run_id = executors.profile_direct(cfg, Store.open(url))["run_id"]
+    run_id = executors.profile_direct(cfg, Store.open(url)).run_id
     before = {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket="guarded")["Contents"]}
     wrong = {**os.environ, **s3_tools.aws_env(endpoint, tmp_path, key_id, s3_tools.secret)}
     wrong["PREFECT_HOME"] = str(tmp_path / "p")

@@ -224,7 +224,7 @@ def test_the_report_shows_training_since_the_profile(tmp_path, data_dir):
 
     store = Store(data_dir)
     cfg = run.ProfileConfig.build(backend="simulate", limit=40, n=16, grade_workers=1, report=False)
-    run_id = executors.profile_direct(cfg, store)["run_id"]
+    run_id = executors.profile_direct(cfg, store).run_id
     stats = store.read_table("prompt_stats", {"run_id": run_id})
     rng = np.random.default_rng(0)
     rates = np.array(stats.column("pass_rate").to_pylist())

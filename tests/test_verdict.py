@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from pipeline import analyze, schema, stats, verdict
+from pipeline import analyze, finish, schema, stats, verdict
 from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.store import Store
@@ -52,7 +52,7 @@ def test_profile_of_a_model_that_is_always_wrong_and_cut_off_says_so(tmp_path):
     assert "halves the silence" not in text
     assert "no estimator has any update mass" in text
     # the run's tables say the same: all wrong, nothing right
-    analysis, _ = analyze.analysis_of_run(Store(data_dir), run_id, weights=False)
+    analysis, _ = finish.analysis_of_run(Store(data_dir), run_id, weights=False)
     v = verdict.verdict(
         run_id, analysis.prompt_stats, analysis.summary, G=8, sample_info={"samples": 40, "truncated": 40}
     )
@@ -242,7 +242,7 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     run_id = Store(data_dir).list_runs().column("run_id")[0].as_py()
     # the same numbers as the report's rounds section: verdict.adaptive_savings is the one computation
     store = Store(data_dir)
-    analysis, _ = analyze.analysis_of_run(store, run_id, weights=False)
+    analysis, _ = finish.analysis_of_run(store, run_id, weights=False)
     run = store.get_run(run_id)
     ps = analysis.prompt_stats
     sv = verdict.adaptive_savings(
@@ -275,6 +275,51 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     assert "counts_allow_lo" in text
     silent_line = next(x for x in out.output.splitlines() if "of groups are silent" in x)
     assert ("the counts allow" in silent_line) == (by[(8, "share_posterior")] > 0)
+
+
+def test_one_profile_computes_its_verdict_once(tmp_path, monkeypatch):
+    """Over one `difficulty profile` (its finish, its observations, its report, the printed summary) the
+    verdict is computed once, and so is an adaptive run's simulation against the frontier: the report's
+    top, its rounds section and the command line show that one computation."""
+    import html
+    from collections import Counter
+
+    from pipeline import adaptive
+
+    calls = Counter()
+
+    def count(module, name):
+        real = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    count(verdict, "verdict")
+    count(adaptive, "rule_under_prior")
+    read = Store.read_table
+    monkeypatch.setattr(
+        Store, "read_table", lambda self, name, *a, **k: calls.update([name]) or read(self, name, *a, **k)
+    )
+    data_dir = tmp_path / "data"
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "60", "--adaptive", "band"]
+    out = runner.invoke(app, [*args, "--grade-workers", "1", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert (calls["verdict"], calls["rule_under_prior"]) == (1, 1)
+    assert calls["allocation"] == 1  # the report's allocation section; the verdict has the finish's
+    report = next(line.split("report: ", 1)[1] for line in out.output.splitlines() if line.startswith("report: "))
+    page = html.unescape(open(report).read())
+    saved = next(line.strip()[2:] for line in out.output.splitlines() if "adaptive sampling used" in line)
+    assert saved in " ".join(page.split())  # the line the command printed, on the report's first screen
+    assert 'id="adaptive"' in page and "Against the best any stopping rule can do" in page  # the rounds section
+    # a later report of the run computes its verdict again, once, in its own process
+    calls.clear()
+    run_id = Store(data_dir).list_runs().column("run_id")[0].as_py()
+    out = runner.invoke(app, ["report", "--run", run_id, "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert (calls["verdict"], calls["rule_under_prior"], calls["allocation"]) == (1, 1, 1)
 
 
 def test_a_width_run_names_no_frontier():

@@ -15,12 +15,12 @@ if TYPE_CHECKING:
 
 def counts_of(store: Store, run: str | None, dataset: str | None, answers: bool = True) -> tuple[str, pa.Table]:
     """``(run_id, counts)`` of ``--run`` (its samples) or ``--dataset`` (prior counts, ``prior-<name>``)."""
-    from pipeline import analyze
+    from pipeline import analyze, finish
 
     if (run is None) == (dataset is None):
         raise ConfigError("give exactly one of --run RUN_ID or --dataset NAME")
     if run is not None:
-        return run, analyze.run_counts(store, run, answers=answers)
+        return run, finish.run_counts(store, run, answers=answers)
     problems = store.read_table("problems", {"dataset": dataset})
     if problems.num_rows == 0:
         raise DatasetError(f"no problems stored for dataset {dataset!r}; run `difficulty load` first")

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pipeline.analyze import Analysis
     from pipeline.finish import FinishedRun
     from pipeline.store import Store
+    from pipeline.verdict import Verdict
 
 
 # The trainer's group size the summary and the verdict are read at.
@@ -61,14 +62,15 @@ def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = 
         say(f"no estimator has any update mass at G = {SUMMARY_G}: every group is silent, so there are no shares")
 
 
-def print_verdict(store: Store, run_id: str, analysis: Analysis | None = None, G: int = SUMMARY_G) -> None:
-    """The run's verdict (``pipeline.verdict``), last: what it means for training, a command per line.
-    ``analysis``: what the caller computed (not read back); else the stored one."""
-    from pipeline import analyze, verdict
+def stored_verdict(store: Store, run_id: str, analysis: Analysis | None = None, G: int = SUMMARY_G) -> Verdict:
+    """The verdict (``pipeline.verdict``) of a run the command did not just finish (``analyze``,
+    ``current --save``), from its stored tables. ``analysis``: what the caller computed (not read
+    back); else the stored one. A finished run's comes with it (``result.ProfileResult.verdict``)."""
+    from pipeline import finish, verdict
     from pipeline.errors import StoreError
 
     if analysis is None:
-        analysis, _ = analyze.analysis_of_run(store, run_id, weights=False)
+        analysis, _ = finish.analysis_of_run(store, run_id, weights=False)
     try:
         run = store.get_run(run_id)
     except StoreError:  # a dataset's prior counts (``analyze --dataset``): no run, no samples
@@ -76,10 +78,14 @@ def print_verdict(store: Store, run_id: str, analysis: Analysis | None = None, G
     else:
         sample_info = store.named_query("sample_info", {"run_id": run_id}).to_pylist()[0]
     allocation = store.read_table("allocation", {"run_id": run_id})
-    v = verdict.verdict(
+    return verdict.verdict(
         run_id, analysis.prompt_stats, analysis.summary, G=G, allocation=allocation, sample_info=sample_info, run=run
     )
-    say(f"verdict for training at G = {G} (run {run_id}):")
+
+
+def print_verdict(v: Verdict) -> None:
+    """A run's verdict, last: what it means for training, a command per line."""
+    say(f"verdict for training at G = {v.G} (run {v.run_id}):")
     for line in v.lines:
         say(f"  {'! ' if line.kind == 'warning' else '- '}{line.text}\n      {line.command}")
 

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.analyze import OBSERVATIONS_BACKEND as BACKEND
 from pipeline.errors import ConfigError
+from pipeline.finish import OBSERVATIONS_BACKEND as BACKEND
 from pipeline.finish import finish_from_counts
 from pipeline.observe import record
 from pipeline.observe.current import CurrentConfig, current_difficulty, pooled_observations

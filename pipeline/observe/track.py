@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from pipeline import datasets
 from pipeline.checks import check_bool, check_number
 from pipeline.errors import ConfigError, DatasetError
+from pipeline.finish import FinishedRun
 from pipeline.observe import record, sources, trainers
 from pipeline.observe.match import Matcher
 from pipeline.store import Store
@@ -86,11 +87,14 @@ def dataset_problems(store: Store, dataset: str | None = None, data_file: str | 
     return problems
 
 
-def track_run(store: Store, run_id: str, stats: pa.Table | None = None) -> TrackResult:
+def track_run(store: Store, run_id: str, finished: FinishedRun | None = None) -> TrackResult:
     """A finished profile run as the source ``profile:<run id>`` (step 0): each prompt's samples.
-    ``stats``: the run's prompt_stats when the caller holds them (its finish's); else read."""
-    run = store.get_run(run_id)
-    stats = store.read_table("prompt_stats", {"run_id": run_id}) if stats is None else stats
+    ``finished``: what the run's finish computed, when the caller holds it (its record and
+    prompt_stats are not read back)."""
+    if finished is not None:
+        run, stats = finished.run, finished.analysis.prompt_stats
+    else:
+        run, stats = store.get_run(run_id), store.read_table("prompt_stats", {"run_id": run_id})
     if stats.num_rows == 0:
         raise DatasetError(f"run {run_id} has no analysis yet (status {run.status!r}): finish it first")
     source = record.check_source(f"profile:{run_id}")

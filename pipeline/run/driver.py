@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from pipeline import allocate, analyze, datasets, grade, schema
+from pipeline import allocate, analyze, datasets, finish, grade, schema
 from pipeline.errors import DatasetError, PipelineError
 from pipeline.finish import FinishedRun, finish_from_counts
 from pipeline.run import progress
@@ -202,7 +202,7 @@ def finish_run(
     registry; ``state`` is the one its last round was planned from. Returns what was computed."""
     require_finished(store, plan)
     with failed_on_error(store, plan.run_id):
-        counts = analyze.counts_from_samples(store, plan.run_id)
+        counts = finish.counts_from_samples(store, plan.run_id)
         check_counts(plan, counts)
         settings = None
         acfg = plan.adaptive

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline import adaptive, analyze
+from pipeline import adaptive, analyze, finish
 from pipeline.errors import PipelineError
 from pipeline.run.plan import RunPlan, ShardEntries, check_counts, require_finished, save_plan
 from pipeline.store import RoundCount, Store
@@ -45,10 +45,10 @@ class Round:
 
 
 def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -> AdaptiveState:
-    """Read the state from the stored samples (``analyze.adaptive_counts``): a function of the
+    """Read the state from the stored samples (``finish.adaptive_counts``): a function of the
     samples alone, so a rerun after a kill finds the same state, fits the same prior
     (``analyze.run_prior``) and plans the same next round."""
-    counts = analyze.adaptive_counts(store, plan.run_id, acfg.n_min)
+    counts = finish.adaptive_counts(store, plan.run_id, acfg.n_min)
     check_counts(plan, counts)
     n = counts.column("n").to_numpy().astype(np.int64)
     c = counts.column("c").to_numpy().astype(np.int64)

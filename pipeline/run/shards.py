@@ -27,7 +27,7 @@ from pipeline.run import progress
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import RunPlan, pending_shards
 from pipeline.sample import SamplingParams, make_sampler
-from pipeline.store import Store
+from pipeline.store import Store, conform
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,7 @@ def write_graded_shard(store: Store, job: ShardJob, graded: pa.Table) -> int:
     """Check a graded shard against its job and write it (one atomic file, with its answer
     counts); returns the samples written."""
     check_shard(job, graded)
+    graded = conform(graded, "samples")  # the columns the answer counts read, as the shard stores them
     counts = analyze.answer_counts(job.run_id, job.shard, graded)
     store.write_shard(job.run_id, job.shard, graded, digest=job.digest, answer_counts=counts)
     return graded.num_rows

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 from pipeline.reports.charts import Charts, Section, TableView, figure, floats, fmt, hist, pct
-from pipeline.reports.load import RunData
+from pipeline.reports.load import RunData, run_verdict
 
 from pipeline import adaptive, verdict
 from pipeline.store import RoundCount
@@ -94,7 +94,9 @@ def adaptive_section(data: RunData, charts: Charts) -> Section | None:
         _rounds_chart(sec, charts, rounds)
     if prior is not None and s.height:
         _prior_chart(sec, charts, s, prior)
-        _savings(sec, s, acfg, prior)
+        sv = run_verdict(data).savings  # the verdict's simulation, once per run: the report's top shows it too
+        if sv is not None:
+            _savings(sec, sv, acfg.target)
     return sec
 
 
@@ -245,14 +247,9 @@ def _frontier_note(sv: verdict.Savings) -> str:
     return text + "."
 
 
-def _savings(sec: Section, s: pl.DataFrame, acfg: adaptive.AdaptiveConfig, prior: adaptive.Prior) -> None:
+def _savings(sec: Section, sv: verdict.Savings, t: adaptive.Target) -> None:
     """Rollouts saved against the fixed n expected to give the same misclassification (the verdict's
     numbers, ``verdict.adaptive_savings``)."""
-    t = acfg.target
-    if "undecided" not in s.columns or (t.kind == "band" and "band_prob" not in s.columns):
-        return
-    band_prob = s["band_prob"].cast(pl.Float64).to_numpy() if t.kind == "band" else None
-    sv = verdict.adaptive_savings(s["n"].to_numpy(), band_prob, s["undecided"].fill_null(False).to_numpy(), acfg, prior)
     per_prompt, mis, decided, top, curve = sv.per_prompt, sv.misclassification, sv.decided, sv.n_top, sv.curve
     n_eq, where = sv.fixed_n, sv.where
     measure = (

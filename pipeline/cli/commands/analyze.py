@@ -11,7 +11,7 @@ from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.cli.counts import counts_of
 from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
 from pipeline.cli.output import check_format, emit_sections, say
-from pipeline.cli.run_summary import print_verdict, run_tables
+from pipeline.cli.run_summary import print_verdict, run_tables, stored_verdict
 from pipeline.specs import split_specs
 
 # The options' defaults are the configs' own.
@@ -41,7 +41,7 @@ def analyze_cmd(
     The tables replace the run's earlier analysis; the zero-signal rates and gradient shares
     are printed.
     """
-    from pipeline import analyze
+    from pipeline import analyze, finish
 
     fmt = check_format(fmt)
     config = analyze.AnalyzeConfig(
@@ -52,11 +52,11 @@ def analyze_cmd(
     )
     store = open_store(data_dir)
     if run is not None and dataset is None:
-        run_id, result = run, analyze.analyze_run(store, run, config)  # an adaptive run's stays posterior
+        run_id, result = run, finish.analyze_run(store, run, config)  # an adaptive run's stays posterior
     else:
         run_id, counts = counts_of(store, run, dataset)
         result = analyze.analyze(counts, run_id, config)
-    analyze.write_analysis(store, run_id, result)
+    finish.write_analysis(store, run_id, result)
     say(
         f"analysed {result.prompt_stats.num_rows} prompts of {run_id}; wrote prompt_stats, weights "
         f"({result.weights.num_rows} rows) and summary under {store.root}",
@@ -65,4 +65,4 @@ def analyze_cmd(
     G = 8 if 8 in config.group_sizes else config.group_sizes[0]
     emit_sections(run_tables(result, run_id, G), fmt)
     if fmt == "table":
-        print_verdict(store, run_id, result, G)
+        print_verdict(stored_verdict(store, run_id, result, G))

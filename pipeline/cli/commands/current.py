@@ -9,7 +9,7 @@ import typer
 
 from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import check_format, emit, plural, say
-from pipeline.cli.run_summary import print_verdict
+from pipeline.cli.run_summary import print_verdict, stored_verdict
 from pipeline.errors import ConfigError
 
 # The default itself is ``observe.current.FORGETTING``, read when the command runs (importing it here
@@ -116,7 +116,7 @@ def current_cmd(
             say(line)
         say(f"next: difficulty export --run {run_id} --format trl --output {dataset}-current.parquet")
         say(f"  or: difficulty allocate --run {run_id}")
-        print_verdict(store, run_id, G=group_size)
+        print_verdict(stored_verdict(store, run_id, G=group_size))
         return
     if compare is None and agree is None:  # the two comparisons name their own sources
         for line in pooled:

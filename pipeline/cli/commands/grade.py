@@ -46,10 +46,11 @@ def grade_cmd(
         report=report,
     )
     store = open_store(data_dir)
-    info = import_rollouts(config, store)
+    result = import_rollouts(config, store)
+    info = result.details
     statuses = ", ".join(f"{k}: {v}" for k, v in info["grade_status"].items())
     say(f"graded {info['samples']} rollouts of {info['prompts']} prompts ({statuses})")
-    print_run_summary(store, info["run_id"], info["finished"])
-    say(f"run {info['run_id']} done; tables under {store.root}")
-    if info.get("report"):
-        say(f"report: {info['report']}")
+    print_run_summary(store, result.run_id, result.finished)
+    say(f"run {result.run_id} done; tables under {store.root}")
+    if result.report:
+        say(f"report: {result.report}")

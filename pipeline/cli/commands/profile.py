@@ -46,9 +46,9 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
             from pipeline.flows.executors import profile_direct
 
             result = profile_direct(profile, store)
-    print_run_summary(store, result["run_id"], result["finished"])
-    print_adaptive_summary(result["finished"])
-    say(f"run {result['run_id']} done; tables under {store.root}")
-    if result.get("report"):
-        say(f"report: {result['report']}")
-    print_verdict(store, result["run_id"], result["finished"].analysis)
+    print_run_summary(store, result.run_id, result.finished)
+    print_adaptive_summary(result.finished)
+    say(f"run {result.run_id} done; tables under {store.root}")
+    if result.report:
+        say(f"report: {result.report}")
+    print_verdict(result.verdict)

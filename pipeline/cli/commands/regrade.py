@@ -38,10 +38,11 @@ def regrade_cmd(
     opt.check_grade_options(grade_workers, grade_timeout)
     config = grade.GradeConfig(workers=grade_workers, timeout_s=grade_timeout, use_math_verify=math_verify)
     store = open_store(data_dir)
-    info = regrade(store, run, config, report=report)
+    result = regrade(store, run, config, report=report)
+    info = result.details
     changed = ", ".join(f"{k}: {v}" for k, v in info["changed"].items()) or "none"
     say(f"regraded {info['samples']} samples of {info['source']} with {info['grader']}; verdicts changed: {changed}")
-    print_run_summary(store, info["run_id"], info["finished"])
-    say(f"run {info['run_id']} done (the regrade of {info['source']}); tables under {store.root}")
-    if info.get("report"):
-        say(f"report: {info['report']}")
+    print_run_summary(store, result.run_id, result.finished)
+    say(f"run {result.run_id} done (the regrade of {info['source']}); tables under {store.root}")
+    if result.report:
+        say(f"report: {result.report}")
