@@ -64,9 +64,11 @@ __all__ = [
     "run_counts",
     "run_prior",
     "summary",
+    "truncation_counts",
     "validate_counts",
     "weights",
     "with_decisions",
+    "with_truncation",
 ]
 
 
@@ -293,6 +295,26 @@ def counts_from_samples(store: Store, run_id: str, answers: bool = True) -> pa.T
     return _counts_from_histogram(flat) if answers else flat
 
 
+def truncation_counts(store: Store, run_id: str) -> pa.Table:
+    """Per prompt of a run with at least one answer cut by the token limit, ``n_truncated`` and
+    ``n_truncated_wrong`` (``sql/prompt_truncation.sql``, over its finished shard files)."""
+    files = [f for _, f in sorted(store.shard_files(run_id).items())]
+    if not files:
+        raise StoreError(f"run {run_id!r} has no samples under {store.root}")
+    return store.files_query("prompt_truncation", files)
+
+
+def with_truncation(counts: pa.Table, truncation: pa.Table) -> pa.Table:
+    """``counts`` with the ``TRUNCATION_COLUMNS`` of ``truncation`` (``truncation_counts``) by
+    prompt, 0 for a prompt with no answer cut."""
+    cut = dict(zip(truncation.column("prompt_id").to_pylist(), truncation.to_pylist(), strict=True))
+    ids = counts.column("prompt_id").to_pylist()
+    for name in TRUNCATION_COLUMNS:
+        values = [cut[pid][name] if pid in cut else 0 for pid in ids]
+        counts = counts.append_column(name, pa.array(values, pa.int64()))
+    return counts
+
+
 def answer_counts(run_id: str, shard: int, samples: pa.Table) -> pa.Table:
     """A shard's ``answer_counts`` rows (``Store.write_shard(..., answer_counts=...)`` writes them
     beside the shard): per (prompt, extracted answer, null included) its samples and how many were
@@ -367,6 +389,20 @@ def _answer_histogram(counts: pa.Table):
         g.column("ok_count").to_numpy().astype(float),
         g.column("ok_sum").to_numpy().astype(float) if has_correct else None,
     )
+
+
+# A counts table's answers cut by the token limit, per prompt, and of them the ones not graded
+# correct (``with_truncation``): ``prompt_stats``' ``truncated_share`` and ``truncated`` come from them.
+TRUNCATION_COLUMNS = ("n_truncated", "n_truncated_wrong")
+
+
+def truncated_flag(n: np.ndarray, c: np.ndarray, cut_wrong: np.ndarray) -> np.ndarray:
+    """A prompt's ``truncated`` flag: more than half of its wrong answers (``n - c``) were cut by the
+    token limit. Such a prompt's wrong answers measure the token budget, not the problem: one cut off
+    mid-solution is neither right nor a failure to solve, and cut answers are not a random subset
+    (wrong answers run longer), so its pass rate is a lower bound, not a difficulty."""
+    wrong = np.asarray(n, np.int64) - np.asarray(c, np.int64)
+    return (wrong > 0) & (2 * np.asarray(cut_wrong, np.int64) > wrong)
 
 
 # Columns of ``prompt_stats`` an adaptive run's counts table carries (copied through as they are).
@@ -581,6 +617,11 @@ def _prompt_stats(
             cols[name] = _float_col(a[name])
     if cfg.posterior:
         cols["post_mean"] = _float_col(pairs.p_u[inv])
+    if TRUNCATION_COLUMNS[0] in counts.column_names:
+        cut, cut_wrong = (_as_numbers(counts, name, ids) for name in TRUNCATION_COLUMNS)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cols["truncated_share"] = _float_col(np.where(n > 0, cut / np.maximum(n, 1), np.nan))
+        cols["truncated"] = pa.array(truncated_flag(n, c, cut_wrong))
     for name in ADAPTIVE_COLUMNS:  # an adaptive run's decisions, computed by the run
         if name in counts.column_names:
             cols[name] = counts.column(name).combine_chunks().cast(schema.PROMPT_STATS.field(name).type)
@@ -946,7 +987,8 @@ def _registered(store: Store, run_id: str) -> RunRecord:
 
 def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
     if run.backend != OBSERVATIONS_BACKEND:
-        return counts_from_samples(store, run.run_id, answers=answers)
+        counts = counts_from_samples(store, run.run_id, answers=answers)
+        return with_truncation(counts, truncation_counts(store, run.run_id))
     stats_table = store.read_table("prompt_stats", {"run_id": run.run_id})
     if stats_table.num_rows == 0:
         raise StoreError(f"run {run.run_id} was saved from observations and has no prompt_stats: save it again")
@@ -954,8 +996,9 @@ def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
 
 
 def run_counts(store: Store, run_id: str, answers: bool = True) -> pa.Table:
-    """A run's per-prompt counts: from its samples (``counts_from_samples``), or, for a run saved
-    from observations, its stored ``prompt_stats``' ``n`` and ``c``.
+    """A run's per-prompt counts: from its samples (``counts_from_samples``, with each prompt's
+    answers cut by the token limit: ``with_truncation``), or, for a run saved from observations,
+    its stored ``prompt_stats``' ``n`` and ``c``.
 
     Raises:
         StoreError: the run has no samples (or, saved from observations, no prompt_stats).

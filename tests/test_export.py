@@ -15,6 +15,7 @@ passes ``extra_info`` to the score function. ``check_verl_row`` asserts exactly 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -65,16 +66,27 @@ def _stats(store: Store, run_id: str) -> dict[str, dict]:
     return {r["prompt_id"]: r for r in table.to_pylist()}
 
 
+def _flat_silence(n: int, c: int, G: int) -> tuple[float, float]:
+    """A group of G all right, all wrong, under the flat prior's posterior Beta(1 + c, 1 + n - c):
+    E[p^G] = prod_{j<G} (1 + c + j) / (2 + n + j), written out here."""
+    right = math.prod((1 + c + j) / (2 + n + j) for j in range(G))
+    wrong = math.prod((1 + n - c + j) / (2 + n + j) for j in range(G))
+    return right, wrong
+
+
 def _check_measure(m: dict, stats: dict, G: int) -> None:
     assert set(m) == set(MEASUREMENT.names)
     s = stats[m["prompt_id"]]
     assert m["run_id"] == s["run_id"]
-    assert (m["n"], m["c"], m["status"], m["G"]) == (s["n"], s["c"], "ok", G)
+    assert (m["answers_drawn"], m["answers_correct"], m["status"], m["G"]) == (s["n"], s["c"], "ok", G)
     assert m["pass_rate"] == pytest.approx(s["c"] / s["n"])
     assert m["interval_lo"] <= m["pass_rate"] <= m["interval_hi"] and m["interval_level"] == 0.95
-    assert m["zero_signal"] == pytest.approx(s["zero_signal"][s["group_sizes"].index(G)])
-    assert m["band"] == band_of(m["pass_rate"], 0.0, 1.0)
-    assert m["n_rollouts"] >= 2  # the profile's default allocation
+    right, wrong = _flat_silence(s["n"], s["c"], G)
+    assert m["zero_signal"] == pytest.approx(right + wrong) and m["zero_signal"] > 0
+    assert m["band"] == ("hard" if wrong >= 0.5 else "easy" if right >= 0.5 else "informative")
+    assert m["truncated_share"] == s["truncated_share"] == 0.0  # the simulated answers fit the token limit
+    assert m["undecided"] is None  # a fixed-n run decides nothing
+    assert m["allocated_rollouts"] >= 2  # the profile's default allocation
 
 
 def check_verl_row(row: dict, key: str) -> dict:
@@ -239,7 +251,7 @@ def test_the_field_name_never_depends_on_the_run(shared, tmp_path):
     assert tables[0].column_names[-2:] == ["prompt_id", "pass_stats"]
     assert tables[0].column("difficulty").to_pylist() == [i % 3 for i in range(6)]  # the dataset's own, untouched
     for table, run_id, n in zip(tables, runs, (4, 8), strict=True):
-        assert {(m["run_id"], m["n"]) for m in table.column("pass_stats").to_pylist()} == {(run_id, n)}
+        assert {(m["run_id"], m["answers_drawn"]) for m in table.column("pass_stats").to_pylist()} == {(run_id, n)}
     with pytest.raises(ConfigError, match="field='prompt_id'"):
         ExportConfig(field="prompt_id")
 

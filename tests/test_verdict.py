@@ -37,8 +37,12 @@ def test_profile_of_a_model_that_is_always_wrong_and_cut_off_says_so(tmp_path):
     text = " ".join(output.split())
     truncated = Store(data_dir).query("select count(*) filter (where finish_reason = 'length') t from samples")
     assert truncated.to_pylist() == [{"t": 40}]
-    # the warnings: truncation (with its count), a model that never answers right, G > n estimated
-    assert "40 of 40 answers (100%) hit the token limit" in text
+    # the warnings: the token budget decides (the silent prompts all cut off, what doubling the limit
+    # costs: every answer ran to the 3-token limit, so up to 2x), a model that never answers right,
+    # G > n estimated
+    assert "10 of 10 silent prompts had most of their wrong answers cut by the token limit (3 tokens)" in text
+    assert "100% of all answers were cut: the token budget, not the problems, decides their silence" in text
+    assert "doubling it costs at most 2.0x the tokens this run sampled" in text
     assert "--max-tokens 6" in text  # twice the limit the run used
     assert "the model never answered right" in text
     assert "values at G > n" in text and "posterior estimates" in text
@@ -48,16 +52,21 @@ def test_profile_of_a_model_that_is_always_wrong_and_cut_off_says_so(tmp_path):
     assert estimated == {4: "False", 8: "True", 16: "True", 32: "True", 64: "True"}
     # the verdict names the next command, and no halving G is claimed from the prior alone
     assert f"difficulty export --run {run_id} --keep informative" in text
-    assert "keeps 0 of 10 prompts" in text
+    # every prompt is cut off, none hard: the export keeps them, flagged, unless asked to drop them
+    assert "keeps 10 of 10 prompts (100%): 0 with a right and a wrong answer" in text
+    assert "and 10 whose wrong answers were mostly cut by the token limit (band truncated" in text
     assert "halves the silence" not in text
     assert "no estimator has any update mass" in text
     # the run's tables say the same: all wrong, nothing right
     analysis, _ = analyze.analysis_of_run(Store(data_dir), run_id, weights=False)
+    assert analysis.prompt_stats.column("truncated_share").to_pylist() == [1.0] * 10
+    assert analysis.prompt_stats.column("truncated").to_pylist() == [True] * 10
     v = verdict.verdict(
         run_id, analysis.prompt_stats, analysis.summary, G=8, sample_info={"samples": 40, "truncated": 40}
     )
     assert v.silence.estimated and v.silence.all_right < 0.001 and v.silence.all_wrong > 0.5
     assert len(v.warnings) == 3 and all(line.command.startswith("difficulty ") for line in v.lines)
+    assert "the token budget, not the problems, decides" in v.warnings[0].text
 
 
 def _tables(n, c, G=(4, 8, 16)):
@@ -74,7 +83,14 @@ def test_silence_split_kept_and_halving_on_a_measured_run():
     v = verdict.verdict("r", a.prompt_stats, a.summary, G=8)
     s = v.silence
     assert not s.estimated and s.silent == pytest.approx(s.all_wrong + s.all_right)
-    assert v.kept == int(((c > 0) & (c < n)).sum()) and v.prompts == 400
+    # informative at G = 8: a right and a wrong answer, and a group of 8 more likely than not mixed under
+    # the flat prior's posterior (E[q^8] = prod_j (1 + n - c + j) / (2 + n + j)): 1 right of 32 is not
+    j = np.arange(8)
+    right = np.prod((1 + c[:, None] + j) / (2 + n[:, None] + j), axis=1)
+    wrong = np.prod((1 + n[:, None] - c[:, None] + j) / (2 + n[:, None] + j), axis=1)
+    mixed = (c > 0) & (c < n) & (right < 0.5) & (wrong < 0.5)
+    assert v.kept == int(mixed.sum()) < int(((c > 0) & (c < n)).sum()) and v.prompts == 400
+    assert ((c == 1) & ~mixed).any()  # 1 of 32 right: a group of 8 is all wrong 64% of the time
     half = verdict.halving_group_size(a.prompt_stats, 8, s.silent)
     assert half is not None and half > 8
     # the halving G is the first one at or under half: one less is still above it
@@ -146,7 +162,7 @@ def test_analyze_prints_the_verdict_and_the_five_band_shares(tmp_path):
     text = " ".join(out.output.split())
     assert f"verdict for training at G = 8 (run {run_id})" in text
     assert "informative_mid" in text and "extreme" not in text
-    assert "hit the token limit" in text
+    assert "cut by the token limit" in text and "the token budget, not the problems, decides" in text
     # the verdict is read at the G the analysis was asked for (8 when it is among them)
     out = runner.invoke(app, ["analyze", "--run", run_id, "--G", "4,16", "--data-dir", str(data_dir)])
     assert out.exit_code == 0, out.output
@@ -209,7 +225,8 @@ def test_report_of_an_always_wrong_run_warns_at_the_top(tmp_path):
     html = render_report(Store(data_dir), run_id, tmp_path / "r.html").read_text()
     block = html[html.index('id="verdict"') : html.index("</div>", html.index('id="verdict"'))]
     assert block.count('class="warning"') == 3
-    assert "hit the token limit" in block and "never answered right" in block and "posterior estimates" in block
+    assert "the token budget, not the problems, decides" in block
+    assert "never answered right" in block and "posterior estimates" in block
     assert html.index('id="verdict"') < html.index("<section ")
 
 
