@@ -52,8 +52,9 @@ wrong answer"; 1 right of 40 is ``hard`` for groups of 8. With ``band`` edges ``
 the measured pass rate ``p = c / n`` instead: ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``,
 ``informative`` the rest. A prompt that would be
 ``hard`` but whose wrong answers were mostly cut by the token limit (``prompt_stats.truncated``) is
-``truncated``: its difficulty is the token budget's, so no filter drops it as hard; it is written
-whatever ``keep`` selects unless ``drop_truncated`` (``keep`` ``truncated`` selects only those).
+``truncated``: its difficulty is the token budget's, so ``informative`` does not drop it as hard; it
+is written with ``informative`` and ``all`` unless ``drop_truncated`` (``keep`` ``truncated``
+selects only those; ``hard`` never includes them).
 ``all`` keeps every row, unmeasured ones included (a problem the run could not grade,
 ``empty_answer``, carries its status and null measurements). Nothing is dropped without a count:
 ``ExportResult`` says how many rows each band had, how many were written and left out, and the ids
@@ -198,10 +199,12 @@ class ExportConfig:
         return f"at G = {self.G}: hard or easy when a group of {self.G} is more likely than not all wrong or all right"
 
     def writes(self, band: str) -> bool:
-        """Whether a row of ``band`` is written: its band selected, or a ``truncated`` one, which no
-        band filter drops as hard (only ``drop_truncated`` does)."""
+        """Whether a row of ``band`` is written: its band selected; a ``truncated`` one also with
+        ``informative`` (what a trainer keeps: the token limit, not the problem, made it silent, so
+        it is not dropped as hard), unless ``drop_truncated``. ``hard`` and ``easy`` select only
+        their own band."""
         if band == TRUNCATED:
-            return not self.drop_truncated
+            return not self.drop_truncated and self.selection in ("all", "informative", TRUNCATED)
         return self.selection in ("all", band)
 
 

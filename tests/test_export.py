@@ -427,3 +427,82 @@ def test_grpo_trainer_trains_one_step_on_the_trl_export(shared, tmp_path):
     rows = record.read_observations(store, "trl:export").to_pylist()
     assert rows and {r["prompt_id"] for r in rows} <= exported and {r["step"] for r in rows} == {0}
     assert sum(r["n"] for r in rows) == sum(len(ids) for ids, _ in calls)
+
+
+# --- what the fields mean: cut-off prompts, zero_signal at G --------------------------------------
+
+
+def _hand_run(store: Store, outcomes: list[list[tuple[bool, str]]]) -> str:
+    """A finished run over the first arithmetic problems whose samples are given: per prompt, each
+    answer's (correct, finish_reason). Finished as a profile is (counts with the answers cut off,
+    analysis, default allocation)."""
+    import pyarrow as pa
+
+    from pipeline import finish
+    from pipeline.store import RunRecord, conform
+
+    problems = datasets.load("arithmetic", limit=len(outcomes)).problems
+    store.write_table("problems", problems, {"dataset": "arithmetic"})
+    params = {"n": 8, "max_tokens": 64}
+    store.register_run(RunRecord("hand", dataset="arithmetic", model="m", backend="b", params=params, status="done"))
+    rows = []
+    for pid, gold, answers in zip(
+        problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), outcomes, strict=True
+    ):
+        for j, (ok, reason) in enumerate(answers):
+            answer = gold if ok else None if reason == "length" else f"{gold}1"
+            rows.append(
+                {
+                    "run_id": "hand",
+                    "prompt_id": pid,
+                    "sample_idx": j,
+                    "completion": f"... {answer}",
+                    "finish_reason": reason,
+                    "n_tokens": 64 if reason == "length" else 20,
+                    "extracted_answer": answer,
+                    "grade_status": "correct" if ok else "unparsed" if answer is None else "incorrect",
+                    "correct": ok,
+                }
+            )
+    store.write_shard("hand", 0, conform(pa.Table.from_pylist(rows), "samples"))
+    finish.finish_from_counts(store, "hand", analyze.run_counts(store, "hand"))
+    return "hand"
+
+
+def test_a_prompt_with_every_answer_cut_off_is_not_exported_as_hard(data_dir, tmp_path):
+    store = Store(data_dir)
+    cut, stop = (False, "length"), (False, "stop")
+    run_id = _hand_run(
+        store,
+        [
+            [cut] * 8,  # every answer cut off by the token limit: not hard, truncated
+            [stop] * 8,  # every answer finished and wrong: hard
+            [(True, "stop")] * 6 + [stop] * 2,  # 6 of 8 right
+            [(True, "stop")] * 2 + [cut] * 5 + [stop],  # mixed, its wrong answers mostly cut: still informative
+        ],
+    )
+    ids = store.read_table("problems", {"dataset": "arithmetic"}).column("prompt_id").to_pylist()
+    stats = _stats(store, run_id)
+    assert [stats[p]["truncated_share"] for p in ids] == [1.0, 0.0, 0.0, 5 / 8]
+    assert [stats[p]["truncated"] for p in ids] == [True, False, False, True]
+
+    def exported(*args: str) -> dict[str, dict]:
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.parquet"
+        _cli("export", "--run", run_id, "--output", str(out), *args, "--data-dir", str(store.root))
+        return {m["prompt_id"]: m for m in pq.read_table(out).column(FIELD).to_pylist()}
+
+    every = exported()
+    assert [every[p]["band"] for p in ids] == ["truncated", "hard", "informative", "informative"]
+    assert every[ids[0]]["truncated_share"] == 1.0 and every[ids[3]]["truncated_share"] == 5 / 8
+    # --keep informative keeps the cut-off prompt (its silence is the token limit's) and drops the hard one
+    assert set(exported("--keep", "informative")) == {ids[0], ids[2], ids[3]}
+    assert set(exported("--keep", "informative", "--drop-truncated")) == {ids[2], ids[3]}
+    assert set(exported("--keep", "hard")) == {ids[1]}
+    assert set(exported("--keep", "truncated")) == {ids[0]}
+    # zero_signal: the chance a group of 8 is silent under Beta(1 + c, 1 + n - c), never the counted 0
+    z = every[ids[2]]["zero_signal"]
+    assert 0.10 <= z <= 0.13 and z == pytest.approx(sum(_flat_silence(8, 6, 8)))
+    assert stats[ids[2]]["zero_signal"][stats[ids[2]]["group_sizes"].index(8)] == 0.0  # what the count says
+    assert (every[ids[2]]["answers_drawn"], every[ids[2]]["answers_correct"], every[ids[2]]["G"]) == (8, 6, 8)
+    with pytest.raises(ConfigError, match="keeps nothing"):
+        ExportConfig(keep="truncated", drop_truncated=True)

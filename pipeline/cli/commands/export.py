@@ -30,8 +30,8 @@ Keep = Annotated[
     typer.Option(
         "--keep",
         help="informative, easy, hard, truncated or all (default all; informative when --band is given). "
-        "Prompts whose wrong answers were mostly cut by the token limit (band truncated) are written with any "
-        "band unless --drop-truncated.",
+        "Prompts whose wrong answers were mostly cut by the token limit (band truncated) are not dropped as hard: "
+        "informative and all write them unless --drop-truncated.",
         show_default=False,
     ),
 ]
