@@ -488,8 +488,10 @@ def test_a_prompt_with_every_answer_cut_off_is_not_exported_as_hard(data_dir, tm
 
     def exported(*args: str) -> dict[str, dict]:
         out = tmp_path / f"{len(list(tmp_path.iterdir()))}.parquet"
-        _cli("export", "--run", run_id, "--output", str(out), *args, "--data-dir", str(store.root))
-        return {m["prompt_id"]: m for m in pq.read_table(out).column(FIELD).to_pylist()}
+        cli = _cli("export", "--run", run_id, "--output", str(out), *args, "--data-dir", str(store.root))
+        written = {m["prompt_id"]: m for m in pq.read_table(out).column(FIELD).to_pylist()}
+        assert ("1 truncated prompts written" in cli.stdout) == (ids[0] in written)
+        return written
 
     every = exported()
     assert [every[p]["band"] for p in ids] == ["truncated", "hard", "informative", "informative"]
@@ -506,3 +508,34 @@ def test_a_prompt_with_every_answer_cut_off_is_not_exported_as_hard(data_dir, tm
     assert (every[ids[2]]["answers_drawn"], every[ids[2]]["answers_correct"], every[ids[2]]["G"]) == (8, 6, 8)
     with pytest.raises(ConfigError, match="keeps nothing"):
         ExportConfig(keep="truncated", drop_truncated=True)
+
+
+def test_an_adaptive_run_exports_its_posterior_and_flags_undecided_prompts(tmp_path):
+    """An adaptive run's export: zero_signal and the bands at G from the run's own posterior (the
+    analysis's values at an analysed G; computed again under the same prior at another G), and its
+    undecided prompts flagged."""
+    store = Store.open(tmp_path / "data")
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "40", "--adaptive", "band"]
+    _cli(*args, "--grade-workers", "1", "--no-report", "--data-dir", str(store.root))
+    run_id = store.list_runs().column("run_id")[0].as_py()
+    stats = _stats(store, run_id)
+    for G in (8, 12):
+        out = tmp_path / f"g{G}.parquet"
+        _cli("export", "--run", run_id, "--output", str(out), "--G", str(G), "--data-dir", str(store.root))
+        rows = pq.read_table(out).column(FIELD).to_pylist()
+        assert len(rows) == 40
+        if G in next(iter(stats.values()))["group_sizes"]:
+            posterior = stats
+        else:  # not analysed: the same posterior analysis at G
+            config = analyze.AnalyzeConfig(group_sizes=(G,), estimators=("grpo",), pass_at_k=False)
+            table = analyze.analyze_run(store, run_id, config).prompt_stats
+            posterior = {r["prompt_id"]: r for r in table.to_pylist()}
+        for m in rows:
+            s, p = stats[m["prompt_id"]], posterior[m["prompt_id"]]
+            j = p["group_sizes"].index(G)
+            right, wrong = p["silent_all_correct"][j], p["silent_all_wrong"][j]
+            assert m["zero_signal"] == pytest.approx(right + wrong) and 0 < m["zero_signal"] < 1
+            assert m["undecided"] is s["undecided"] and isinstance(m["undecided"], bool)
+            assert (m["answers_drawn"], m["answers_correct"], m["G"]) == (s["n"], s["c"], G)
+            mixed = 0 < s["c"] < s["n"] and right < 0.5 and wrong < 0.5
+            assert (m["band"] == "informative") == mixed

@@ -108,7 +108,7 @@ def export_cmd(
     group of G is silent, the share cut by the token limit, allocated rollouts) in one field,
     `difficulty` whatever the run (inside `extra_info` for verl). Counts in and out are printed.
     """
-    from pipeline.export import FIELD, ExportConfig, export_run
+    from pipeline.export import FIELD, TRUNCATED, ExportConfig, export_run
 
     band_edges = parse_band(band)
     config = ExportConfig(
@@ -141,6 +141,12 @@ def export_cmd(
         f"{counts('written')}"
     )
     say(f"left out {result.left_out} rows: {counts('left_out')}")
+    cut = result.by_band.get(TRUNCATED, {})
+    if cut.get("written"):
+        say(
+            f"{cut['written']} truncated prompts written: most of their wrong answers hit the token limit, so their "
+            "difficulty is the budget's, not known to be hard (--drop-truncated leaves them out)"
+        )
     if result.missing:
         say(
             f"{result.missing} prompts of the run have no stored problem row (the dataset was loaded again since) "
