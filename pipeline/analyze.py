@@ -307,11 +307,11 @@ def truncation_counts(store: Store, run_id: str) -> pa.Table:
 def with_truncation(counts: pa.Table, truncation: pa.Table) -> pa.Table:
     """``counts`` with the ``TRUNCATION_COLUMNS`` of ``truncation`` (``truncation_counts``) by
     prompt, 0 for a prompt with no answer cut."""
-    cut = dict(zip(truncation.column("prompt_id").to_pylist(), truncation.to_pylist(), strict=True))
-    ids = counts.column("prompt_id").to_pylist()
+    ids = counts.column("prompt_id").combine_chunks().cast(pa.string())
+    where = pc.index_in(ids, value_set=truncation.column("prompt_id").combine_chunks().cast(pa.string()))
     for name in TRUNCATION_COLUMNS:
-        values = [cut[pid][name] if pid in cut else 0 for pid in ids]
-        counts = counts.append_column(name, pa.array(values, pa.int64()))
+        values = pc.fill_null(pc.take(truncation.column(name).cast(pa.int64()), where), 0)
+        counts = counts.append_column(name, values)
     return counts
 
 
