@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from pipeline import analyze, schema, stats, verdict
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.store import Store
+from pipeline.store import RunRecord, Store
 
 runner = CliRunner()
 
@@ -329,3 +329,57 @@ def test_the_report_says_when_hard_and_easy_shares_are_zero_by_construction(tmp_
         assert said is (n == 8), run_id
         if n == 8:  # and so it is: no prompt of the hard band carries mass at n = 8
             assert all(row[1] == "0.0%" for row in share.tables[0].rows)
+
+
+def test_cut_off_prompts_carry_no_extrapolation_and_the_token_budget_is_named():
+    """300 measured prompts and 200 whose every answer was wrong and cut at the token limit: the halving
+    G is the 300's alone (what the counts of the cut ones say is the budget's, not a rate), the export
+    keeps the cut ones, and since most silent prompts are cut off the verdict says the budget decides
+    and what doubling it costs at most (each cut answer may run max_tokens more)."""
+    rng = np.random.default_rng(1)
+    n, c = np.full(300, 16), rng.binomial(16, rng.beta(0.4, 0.4, 300))
+    cut = np.r_[np.zeros(300, int), np.full(200, 16)]
+    counts = pa.table(
+        {
+            "prompt_id": [f"p{i:03d}" for i in range(500)],
+            "n": np.r_[n, np.full(200, 16)],
+            "c": np.r_[c, np.zeros(200, int)],
+            "n_truncated": cut,
+            "n_truncated_wrong": cut,
+        }
+    )
+    a = analyze.analyze(counts, "r", analyze.AnalyzeConfig(group_sizes=(4, 8, 16)))
+    assert a.prompt_stats.column("truncated").to_pylist() == [False] * 300 + [True] * 200
+    run = RunRecord("r", dataset="d", backend="simulate", params={"max_tokens": 512})
+    info = {"samples": 8000, "truncated": 3200, "mean_tokens": 300.0}
+    v = verdict.verdict("r", a.prompt_stats, a.summary, G=8, sample_info=info, run=run)
+    plain = _tables(n, c)
+    half = verdict.halving_group_size(
+        plain.prompt_stats, 8, verdict.silence_at(plain.prompt_stats, plain.summary, 8).silent
+    )
+    assert half is not None
+    assert any(
+        f"G = {half} halves the silence (of the 300 prompts the token limit did not cut off)" in x.text for x in v.lines
+    )
+    kept = verdict.informative_kept(plain.prompt_stats)[0]
+    assert v.kept == kept + 200
+    assert any(
+        f"keeps {kept + 200:,} of 500 prompts" in x.text and "and 200 whose wrong answers" in x.text for x in v.lines
+    )
+    silent = 200 + int(((c == 0) | (c == 16)).sum())
+    assert 2 * 200 > silent
+    line = next(x for x in v.warnings if "decides their silence" in x.text)
+    assert (
+        f"200 of {silent:,} silent prompts had most of their wrong answers cut by the token limit (512 tokens)"
+        in line.text
+    )
+    assert "40% of all answers were cut" in line.text
+    assert f"costs at most {1 + 3200 * 512 / (300.0 * 8000):.1f}x the tokens" in line.text
+    assert line.command == "difficulty profile --dataset d --backend simulate --max-tokens 1024"
+    # the same run without the flags: no budget line, and the halving over all 500 prompts
+    bare = analyze.analyze(
+        counts.drop_columns(["n_truncated", "n_truncated_wrong"]), "r", analyze.AnalyzeConfig(group_sizes=(4, 8, 16))
+    )
+    w = verdict.verdict("r", bare.prompt_stats, bare.summary, G=8, sample_info=info, run=run)
+    assert not any("decides their silence" in x.text for x in w.lines)
+    assert any("hit the token limit" in x.text for x in w.warnings)
