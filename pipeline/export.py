@@ -50,11 +50,12 @@ is more likely than not to mix them (each chance under the prompt's posterior, a
 wrong, ``easy`` likewise. At n = G with a fixed-n run this is exactly "at least one right and one
 wrong answer"; 1 right of 40 is ``hard`` for groups of 8. With ``band`` edges ``lo < hi`` it is
 the measured pass rate ``p = c / n`` instead: ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``,
-``informative`` the rest. A prompt that would be
-``hard`` but whose wrong answers were mostly cut by the token limit (``prompt_stats.truncated``) is
-``truncated``: its difficulty is the token budget's, so ``informative`` does not drop it as hard; it
-is written with ``informative`` and ``all`` unless ``drop_truncated`` (``keep`` ``truncated``
-selects only those; ``hard`` never includes them).
+``informative`` the rest.
+
+A prompt that would be ``hard`` but whose wrong answers were mostly cut by the token limit
+(``prompt_stats.truncated``) is ``truncated``: its difficulty is the token budget's, so
+``informative`` does not drop it as hard; it is written with ``informative`` and ``all`` unless
+``drop_truncated`` (``keep`` ``truncated`` selects only those; ``hard`` never includes them).
 ``all`` keeps every row, unmeasured ones included (a problem the run could not grade,
 ``empty_answer``, carries its status and null measurements). Nothing is dropped without a count:
 ``ExportResult`` says how many rows each band had, how many were written and left out, and the ids
@@ -152,11 +153,11 @@ class ExportConfig:
         keep: ``all``, ``informative``, ``easy``, ``hard`` or ``truncated``; None: ``informative``
             when a ``band`` is given, else ``all``.
         band: the edges ``(lo, hi)`` of the informative band of measured pass rates,
-            ``0 <= lo < hi <= 1``; None: the bands at G (a group of G more likely than not all
-            wrong, all right, or neither; see the module docstring).
+            ``0 <= lo < hi <= 1``; None: the bands at G (informative: a right and a wrong answer,
+            and a group of G more likely than not to mix them; see the module docstring).
         G: the trainer's group size, for the zero-signal chance and the bands (``docs/estimators.md`` §3).
         field: the name of the measurements' field (``difficulty``).
-        drop_truncated: leave out the ``truncated`` prompts, which every other selection writes.
+        drop_truncated: leave out the ``truncated`` prompts, which ``informative`` and ``all`` write.
     """
 
     format: str | None = None
@@ -196,7 +197,10 @@ class ExportConfig:
         """How a row's band is decided, in words (the metadata and the messages say it)."""
         if self.band is not None:
             return f"pass rate c/n: hard <= {self.band[0]:g}, easy >= {self.band[1]:g}"
-        return f"at G = {self.G}: hard or easy when a group of {self.G} is more likely than not all wrong or all right"
+        return (
+            f"at G = {self.G}: informative with a right and a wrong answer and a group of {self.G} more likely "
+            "than not to mix them"
+        )
 
     def writes(self, band: str) -> bool:
         """Whether a row of ``band`` is written: its band selected; a ``truncated`` one also with

@@ -8,7 +8,7 @@ counts); nothing is computed here that a section of the report computes another 
   split into all wrong and all right, and labelled an estimate where some prompt has fewer than G
   answers (the Beta posterior's value there, not a count);
 - what ``difficulty export --keep informative`` keeps (export's own bands at G, ``export.bands``: the
-  informative prompts and the ones cut off by the token limit, which no band filter drops as hard);
+  informative prompts and the ones cut off by the token limit, which it does not drop as hard);
 - the G that halves the silence (the same zero-signal rates, ``stats.silent_rates``, over larger G),
   over the prompts the token limit did not cut off: their silence is the budget's, not a rate;
 - whether reallocating rollouts pays (the default allocation against the uniform one), saying so
@@ -211,8 +211,8 @@ def silence_at(prompt_stats: pa.Table, summary: pa.Table, G: int, prior: tuple[f
 def informative_kept(prompt_stats: pa.Table, G: int = 8) -> tuple[int, int, int]:
     """``(kept, measured, truncated)``: the prompts ``difficulty export --keep informative --G G``
     writes, by export's own bands at G (``export.bands``): the informative ones and the ``truncated``
-    ones (wrong answers mostly cut by the token limit), which no band filter drops; the last count
-    is those."""
+    ones (wrong answers mostly cut by the token limit), which it does not drop as hard; the last
+    count is those."""
     bands = export.bands(prompt_stats, export.ExportConfig(keep="informative", G=G))
     cut = bands.count(export.TRUNCATED)
     return bands.count("informative") + cut, sum(b != export.UNMEASURED for b in bands), cut
