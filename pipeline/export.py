@@ -252,11 +252,19 @@ def silence_at(prompt_stats: pa.Table, G: int) -> tuple[np.ndarray, np.ndarray]:
     """Each prompt's chance that a group of G is all right, and all wrong, under its posterior: an
     adaptive run's analysed values at G (its own prior), else ``Beta(1 + c, 1 + n - c)``
     (``FLAT_PRIOR``); NaN for a prompt without answers. Not the counted rate at G = n, which is 0
-    for any prompt with a right and a wrong answer however likely a silent group of G is."""
+    for any prompt with a right and a wrong answer however likely a silent group of G is.
+
+    The report's frame of a run (``prompt_stats`` with the per-G lists replaced by their values at
+    its G, ``silent_all_correct_G``; the report asks at that G) is read the same way."""
     n = np.asarray(prompt_stats.column("n").to_numpy(zero_copy_only=False), float)
     c = np.asarray(prompt_stats.column("c").to_numpy(zero_copy_only=False), float)
     right, wrong = stats.silent_chance(FLAT_PRIOR[0] + c, FLAT_PRIOR[1] + n - c, G)
-    if posterior_run(prompt_stats):
+    names = prompt_stats.column_names
+    if posterior_run(prompt_stats) and "group_sizes" not in names and "silent_all_correct_G" in names:
+        at_G = [prompt_stats.column(f"silent_all_{x}_G").to_numpy(zero_copy_only=False) for x in ("correct", "wrong")]
+        given = ~np.isnan(np.asarray(at_G[0], float))
+        right, wrong = np.where(given, at_G[0], right), np.where(given, at_G[1], wrong)
+    elif posterior_run(prompt_stats):
         sizes = prompt_stats.column("group_sizes").to_pylist()
         plus = prompt_stats.column("silent_all_correct").to_pylist()
         minus = prompt_stats.column("silent_all_wrong").to_pylist()

@@ -383,3 +383,30 @@ def test_cut_off_prompts_carry_no_extrapolation_and_the_token_budget_is_named():
     w = verdict.verdict("r", bare.prompt_stats, bare.summary, G=8, sample_info=info, run=run)
     assert not any("decides their silence" in x.text for x in w.lines)
     assert any("hit the token limit" in x.text for x in w.warnings)
+
+
+def test_an_adaptive_runs_bands_are_at_its_own_posterior_in_the_report_too():
+    """A posterior analysis (an adaptive run's): the chance a group of G is silent, behind the export's
+    zero_signal and bands, is the run's posterior Beta(a + c, b + n - c), read the same from the table
+    and from the report's frame (per-G lists replaced by their values at its G)."""
+    from pipeline import export
+    from pipeline.prior import Prior
+
+    n, c = np.array([4, 12, 30, 7, 0]), np.array([0, 3, 1, 7, 0])
+    counts = pa.table({"prompt_id": [f"p{i}" for i in range(5)], "n": n, "c": c})
+    config = analyze.posterior_config(analyze.AnalyzeConfig(group_sizes=(4, 8)), Prior(0.7, 1.3))
+    table = analyze.analyze(counts, "r", config).prompt_stats
+    right, wrong = export.silence_at(table, 8)
+    want = stats.silent_chance(0.7 + c, 1.3 + n - c, 8)
+    np.testing.assert_allclose(right[:4], want[0][:4])
+    np.testing.assert_allclose(wrong[:4], want[1][:4])
+    assert np.isnan(right[4]) and np.isnan(wrong[4])  # no answers: no chance to give
+    j = 1  # G = 8 in the lists
+    frame = table.drop_columns(["group_sizes", "zero_signal", "silent_all_correct", "silent_all_wrong"])
+    for name in ("silent_all_correct", "silent_all_wrong"):
+        values = [None if v is None else v[j] for v in table.column(name).to_pylist()]
+        frame = frame.append_column(f"{name}_G", pa.array(values, pa.float64()))
+    np.testing.assert_allclose(np.stack(export.silence_at(frame, 8))[:, :4], np.stack((right, wrong))[:, :4])
+    bands = export.bands(table, export.ExportConfig())
+    assert bands == export.bands(frame, export.ExportConfig())
+    assert bands == ["hard", "informative", "hard", "easy", "unmeasured"]  # 1 of 30: groups of 8 mostly all wrong
