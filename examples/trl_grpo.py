@@ -51,7 +51,11 @@ def correct(completions, answer, **kwargs):
 # A curriculum that starts from the profile's counts, and a recorder that feeds each step's back to it.
 counts = train["difficulty"]
 policy = make_policy(
-    "signal", train["prompt_id"], [d["n"] or 0 for d in counts], [d["c"] or 0 for d in counts], G=args.G
+    "signal",
+    train["prompt_id"],
+    [d["answers_drawn"] or 0 for d in counts],
+    [d["answers_correct"] or 0 for d in counts],
+    G=args.G,
 )
 recorder = record_rewards(
     correct, data_dir=args.data_dir, source="trl:example", dataset=run["dataset"], model=run["model"]

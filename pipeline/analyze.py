@@ -64,6 +64,7 @@ __all__ = [
     "validate_counts",
     "weights",
     "with_decisions",
+    "with_truncation",
 ]
 
 
@@ -280,6 +281,17 @@ def _shard_column(samples: pa.Table, name: str, type_: pa.DataType) -> pa.Array 
     return samples.column(name).cast(type_)
 
 
+def with_truncation(counts: pa.Table, truncation: pa.Table) -> pa.Table:
+    """``counts`` with the ``TRUNCATION_COLUMNS`` of ``truncation`` (``truncation_counts``) by
+    prompt, 0 for a prompt with no answer cut."""
+    ids = counts.column("prompt_id").combine_chunks().cast(pa.string())
+    where = pc.index_in(ids, value_set=truncation.column("prompt_id").combine_chunks().cast(pa.string()))
+    for name in TRUNCATION_COLUMNS:
+        values = pc.fill_null(pc.take(truncation.column(name).cast(pa.int64()), where), 0)
+        counts = counts.append_column(name, values)
+    return counts
+
+
 def answer_counts(run_id: str, shard: int, samples: pa.Table) -> pa.Table:
     """A shard's ``answer_counts`` rows (``Store.write_shard(..., answer_counts=...)`` writes them
     beside the shard): per (prompt, extracted answer, null included) its samples and how many were
@@ -354,6 +366,20 @@ def _answer_histogram(counts: pa.Table):
         g.column("ok_count").to_numpy().astype(float),
         g.column("ok_sum").to_numpy().astype(float) if has_correct else None,
     )
+
+
+# A counts table's answers cut by the token limit, per prompt, and of them the ones not graded
+# correct (``with_truncation``): ``prompt_stats``' ``truncated_share`` and ``truncated`` come from them.
+TRUNCATION_COLUMNS = ("n_truncated", "n_truncated_wrong")
+
+
+def truncated_flag(n: np.ndarray, c: np.ndarray, cut_wrong: np.ndarray) -> np.ndarray:
+    """A prompt's ``truncated`` flag: more than half of its wrong answers (``n - c``) were cut by the
+    token limit. Such a prompt's wrong answers measure the token budget, not the problem: one cut off
+    mid-solution is neither right nor a failure to solve, and cut answers are not a random subset
+    (wrong answers run longer), so its pass rate is a lower bound, not a difficulty."""
+    wrong = np.asarray(n, np.int64) - np.asarray(c, np.int64)
+    return (wrong > 0) & (2 * np.asarray(cut_wrong, np.int64) > wrong)
 
 
 # Columns of ``prompt_stats`` an adaptive run's counts table carries (copied through as they are).
@@ -568,6 +594,11 @@ def _prompt_stats(
             cols[name] = _float_col(a[name])
     if cfg.posterior:
         cols["post_mean"] = _float_col(pairs.p_u[inv])
+    if TRUNCATION_COLUMNS[0] in counts.column_names:
+        cut, cut_wrong = (_as_numbers(counts, name, ids) for name in TRUNCATION_COLUMNS)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cols["truncated_share"] = _float_col(np.where(n > 0, cut / np.maximum(n, 1), np.nan))
+        cols["truncated"] = pa.array(truncated_flag(n, c, cut_wrong))
     for name in ADAPTIVE_COLUMNS:  # an adaptive run's decisions, computed by the run
         if name in counts.column_names:
             cols[name] = counts.column(name).combine_chunks().cast(schema.PROMPT_STATS.field(name).type)

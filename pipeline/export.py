@@ -9,8 +9,16 @@ key after every new profile or ``current --save``:
   recorder and the curriculum policies key on);
 - ``difficulty`` (``ExportConfig.field``; ``--field`` renames it), the measurements of the row's prompt:
 
-    run_id, prompt_id, status, n, c, pass_rate, interval_lo, interval_hi, interval_level (Wilson),
-    band, G, zero_signal (rate at the trainer's G), n_rollouts (the allocation, when one exists)
+    run_id, prompt_id, status, answers_drawn (the profile's n), answers_correct (its c), pass_rate
+    (c / n), interval_lo, interval_hi, interval_level (Wilson), band, G (the trainer's group size),
+    zero_signal (the chance a group of G is silent), truncated_share (of the answers drawn, those
+    cut by the token limit), undecided (an adaptive run's prompt that stopped without a decision;
+    null for a fixed-n run), allocated_rollouts (the run's allocation, when one exists)
+
+``zero_signal`` is a prediction for the trainer's groups, not a count over the profile's answers:
+``E[p^G + (1 - p)^G]`` under the prompt's posterior (``stats.silent_chance``): ``Beta(1 + c,
+1 + n - c)`` (a flat prior) for a fixed-n run, the run's own posterior for an adaptive one (the
+prior its decisions were made under). So 6 of 8 right is 0.125 at G = 8, never 0.
 
 Formats:
 
@@ -34,9 +42,21 @@ error naming it (``--field`` picks another name), unless it is an earlier export
 ``run_id`` and ``pass_rate``), which is replaced. A row the pipeline rebuilt (a hub or generated
 dataset, with no stored original) has its difficulty label as ``difficulty_label``.
 
-Which rows: ``keep`` selects a band of the measured pass rate ``p = c / n`` with edges
-``lo < hi`` (default 0 and 1): ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``, ``informative``
-the rest; ``all`` keeps every row, unmeasured ones included (a problem the run could not grade,
+Which rows: ``keep`` selects a band. By default a prompt's band is decided at the trainer's G, so
+that runs that drew different numbers of answers (an adaptive run, a fixed n of 8 or 64) keep
+comparable sets: ``informative`` when the prompt has a right and a wrong answer and a group of G
+is more likely than not to mix them (each chance under the prompt's posterior, as for
+``zero_signal``), ``hard`` when it has no right answer or a group of G is more likely than not all
+wrong, ``easy`` likewise. At n = G with a fixed-n run this is exactly "at least one right and one
+wrong answer"; 1 right of 40 is ``hard`` for groups of 8. With ``band`` edges ``lo < hi`` it is
+the measured pass rate ``p = c / n`` instead: ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``,
+``informative`` the rest.
+
+A prompt that would be ``hard`` but whose wrong answers were mostly cut by the token limit
+(``prompt_stats.truncated``) is ``truncated``: its difficulty is the token budget's, so
+``informative`` does not drop it as hard; it is written with ``informative`` and ``all`` unless
+``drop_truncated`` (``keep`` ``truncated`` selects only those; ``hard`` never includes them).
+``all`` keeps every row, unmeasured ones included (a problem the run could not grade,
 ``empty_answer``, carries its status and null measurements). Nothing is dropped without a count:
 ``ExportResult`` says how many rows each band had, how many were written and left out, and the ids
 left out can be written to an exclude list. A filter that keeps nothing is an error, not an empty
@@ -64,9 +84,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import allocate, datasets, finish, schema, stats
+from pipeline import allocate, analyze, datasets, finish, schema, stats
 from pipeline import estimators as est
-from pipeline.checks import check_choice, check_int
+from pipeline.checks import check_bool, check_choice, check_int
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.sample.templates import CHAT_MESSAGES, render_prompt
 from pipeline.store import Store, disk_full, no_space, writable_output
@@ -93,9 +113,11 @@ FIELD = "difficulty"  # the measurements' field, the same for every run (``--fie
 PROMPT_ID = "prompt_id"  # the top-level id column every format gets
 LABEL_FIELD = "difficulty_label"  # a rebuilt row's difficulty label (its ``difficulty`` is the measurements')
 TRL_COLUMNS = ("prompt", "answer")  # what GRPOTrainer reads: the prompt, and the gold answer for the reward
-KEEP = ("all", "informative", "easy", "hard")
+KEEP = ("all", "informative", "easy", "hard", "truncated")
 BANDS = schema.BANDS
 UNMEASURED = "unmeasured"  # the band of a row the run has no samples for
+TRUNCATED = "truncated"  # the band of a would-be hard prompt whose wrong answers were mostly cut off
+FLAT_PRIOR = (1.0, 1.0)  # a fixed-n run's prior for zero_signal and the bands at G
 METADATA_KEY = "difficulty"  # Parquet footer key of the export's metadata (JSON)
 
 # The measurements of one row: a fixed type, so every row's field has the same shape (verl and
@@ -105,8 +127,8 @@ MEASUREMENT = pa.struct(
         ("run_id", pa.string()),
         ("prompt_id", pa.string()),
         ("status", pa.string()),
-        ("n", pa.int32()),
-        ("c", pa.int32()),
+        ("answers_drawn", pa.int32()),
+        ("answers_correct", pa.int32()),
         ("pass_rate", pa.float64()),
         ("interval_lo", pa.float64()),
         ("interval_hi", pa.float64()),
@@ -114,7 +136,9 @@ MEASUREMENT = pa.struct(
         ("band", pa.string()),
         ("G", pa.int32()),
         ("zero_signal", pa.float64()),
-        ("n_rollouts", pa.int32()),
+        ("truncated_share", pa.float64()),
+        ("undecided", pa.bool_()),
+        ("allocated_rollouts", pa.int32()),
     ]
 )
 
@@ -126,12 +150,14 @@ class ExportConfig:
     Attributes:
         format: ``verl``, ``trl``, ``parquet``, ``jsonl``, or None: ``verl`` for a verl dataset,
             else ``jsonl`` when the output ends in ``.jsonl``/``.json``, else ``parquet``.
-        keep: ``all``, ``informative``, ``easy`` or ``hard``; None: ``informative`` when a
-            ``band`` is given, else ``all``.
-        band: the edges ``(lo, hi)`` of the informative band, ``0 <= lo < hi <= 1``; None is
-            ``(0, 1)``: informative means at least one right and one wrong answer.
-        G: the trainer's group size, for the zero-signal rate (``docs/estimators.md`` §3).
+        keep: ``all``, ``informative``, ``easy``, ``hard`` or ``truncated``; None: ``informative``
+            when a ``band`` is given, else ``all``.
+        band: the edges ``(lo, hi)`` of the informative band of measured pass rates,
+            ``0 <= lo < hi <= 1``; None: the bands at G (informative: a right and a wrong answer,
+            and a group of G more likely than not to mix them; see the module docstring).
+        G: the trainer's group size, for the zero-signal chance and the bands (``docs/estimators.md`` §3).
         field: the name of the measurements' field (``difficulty``).
+        drop_truncated: leave out the ``truncated`` prompts, which ``informative`` and ``all`` write.
     """
 
     format: str | None = None
@@ -139,6 +165,7 @@ class ExportConfig:
     band: tuple[float, float] | None = None
     G: int = 8
     field: str = FIELD
+    drop_truncated: bool = False
 
     def __post_init__(self) -> None:
         if self.format is not None:
@@ -154,17 +181,35 @@ class ExportConfig:
             if not (0.0 <= lo < hi <= 1.0):
                 raise ConfigError(f"band=({lo!r}, {hi!r}) must be two pass rates 0 <= lo < hi <= 1")
         check_int("G", self.G, 1)
+        check_bool("drop_truncated", self.drop_truncated)
+        if self.drop_truncated and self.keep == TRUNCATED:
+            raise ConfigError("keep='truncated' with drop_truncated=True keeps nothing; give one of them")
         taken = (PROMPT_ID, *TRL_COLUMNS, "extra_info")
         if not isinstance(self.field, str) or not self.field.strip() or self.field in taken:
             raise ConfigError(f"field={self.field!r} must be a name other than {', '.join(taken)}")
 
     @property
-    def edges(self) -> tuple[float, float]:
-        return self.band if self.band is not None else (0.0, 1.0)
-
-    @property
     def selection(self) -> str:
         return self.keep or ("informative" if self.band is not None else "all")
+
+    @property
+    def rule(self) -> str:
+        """How a row's band is decided, in words (the metadata and the messages say it)."""
+        if self.band is not None:
+            return f"pass rate c/n: hard <= {self.band[0]:g}, easy >= {self.band[1]:g}"
+        return (
+            f"at G = {self.G}: informative with a right and a wrong answer and a group of {self.G} more likely "
+            "than not to mix them"
+        )
+
+    def writes(self, band: str) -> bool:
+        """Whether a row of ``band`` is written: its band selected; a ``truncated`` one also with
+        ``informative`` (what a trainer keeps: the token limit, not the problem, made it silent, so
+        it is not dropped as hard), unless ``drop_truncated``. ``hard`` and ``easy`` select only
+        their own band."""
+        if band == TRUNCATED:
+            return not self.drop_truncated and self.selection in ("all", "informative", TRUNCATED)
+        return self.selection in ("all", band)
 
 
 @dataclass(frozen=True)
@@ -197,23 +242,64 @@ def band_of(p: float | None, lo: float, hi: float) -> str:
 # --- what the run measured ----------------------------------------------------------------------
 
 
-def _zero_signal_at(prompt_stats: pa.Table, G: int) -> list[float | None]:
-    """Each prompt's zero-signal rate at G: the analysed value when G was analysed, else computed
-    from (n, c) the same way (unbiased for n >= G, Jeffreys posterior mean for n < G)."""
-    sizes = prompt_stats.column("group_sizes").to_pylist()
-    rates = prompt_stats.column("zero_signal").to_pylist()
-    n = prompt_stats.column("n").to_numpy(zero_copy_only=False)
-    c = prompt_stats.column("c").to_numpy(zero_copy_only=False)
-    computed = stats.zero_signal(n, c, G) if len(n) else np.array([])
-    out: list[float | None] = []
-    for i, (gs, zs) in enumerate(zip(sizes, rates, strict=True)):
-        if n[i] == 0:
-            out.append(None)
-        elif gs and G in gs and zs is not None:
-            out.append(zs[gs.index(G)])
-        else:
-            out.append(float(computed[i]))
-    return out
+def posterior_run(prompt_stats: pa.Table) -> bool:
+    """An adaptive run's analysis: every per-G value is already a posterior expectation under the
+    run's prior (``post_mean`` is set only then)."""
+    return prompt_stats.num_rows > 0 and prompt_stats.column("post_mean").null_count < prompt_stats.num_rows
+
+
+def silence_at(prompt_stats: pa.Table, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each prompt's chance that a group of G is all right, and all wrong, under its posterior: an
+    adaptive run's analysed values at G (its own prior), else ``Beta(1 + c, 1 + n - c)``
+    (``FLAT_PRIOR``); NaN for a prompt without answers. Not the counted rate at G = n, which is 0
+    for any prompt with a right and a wrong answer however likely a silent group of G is.
+
+    The report's frame of a run (``prompt_stats`` with the per-G lists replaced by their values at
+    its G, ``silent_all_correct_G``; the report asks at that G) is read the same way."""
+    n = np.asarray(prompt_stats.column("n").to_numpy(zero_copy_only=False), float)
+    c = np.asarray(prompt_stats.column("c").to_numpy(zero_copy_only=False), float)
+    right, wrong = stats.silent_chance(FLAT_PRIOR[0] + c, FLAT_PRIOR[1] + n - c, G)
+    names = prompt_stats.column_names
+    if posterior_run(prompt_stats) and "group_sizes" not in names and "silent_all_correct_G" in names:
+        at_G = [prompt_stats.column(f"silent_all_{x}_G").to_numpy(zero_copy_only=False) for x in ("correct", "wrong")]
+        given = ~np.isnan(np.asarray(at_G[0], float))
+        right, wrong = np.where(given, at_G[0], right), np.where(given, at_G[1], wrong)
+    elif posterior_run(prompt_stats):
+        sizes = prompt_stats.column("group_sizes").to_pylist()
+        plus = prompt_stats.column("silent_all_correct").to_pylist()
+        minus = prompt_stats.column("silent_all_wrong").to_pylist()
+        for i, gs in enumerate(sizes):
+            if gs and G in gs and plus[i] is not None and plus[i][gs.index(G)] is not None:
+                right[i], wrong[i] = plus[i][gs.index(G)], minus[i][gs.index(G)]
+    known = n > 0
+    return np.where(known, right, np.nan), np.where(known, wrong, np.nan)
+
+
+def bands(prompt_stats: pa.Table, config: ExportConfig) -> list[str]:
+    """Each prompt's band under ``config`` (the module docstring's rule): at G, or from the pass rate
+    between ``config.band``'s edges; ``truncated`` in place of ``hard`` for a prompt flagged
+    ``truncated``; ``unmeasured`` without answers.
+
+    At G a prompt is ``informative`` when it has a right and a wrong answer and a group of G is more
+    likely than not to mix them (``silence_at``); one with no right answer is ``hard`` and one with
+    no wrong answer ``easy`` whatever its posterior says: with fewer answers than G a flat prior
+    leaves 0 of 4 right more likely than not to mix at G = 8, and the counts, not the prior, should
+    decide that. So a fixed-n run at n = G keeps exactly the prompts with a right and a wrong
+    answer, and a run that drew many more (an adaptive one) no longer keeps 1 right of 40 as
+    informative for groups of 8."""
+    n = prompt_stats.column("n").to_pylist()
+    c = prompt_stats.column("c").to_pylist()
+    flags = prompt_stats.column("truncated").to_pylist()
+    if config.band is not None:
+        rates = [r if k else None for r, k in zip(prompt_stats.column("pass_rate").to_pylist(), n, strict=True)]
+        out = [band_of(p, *config.band) for p in rates]
+    else:
+        right, wrong = silence_at(prompt_stats, config.G)
+        out = [
+            UNMEASURED if not k else "hard" if ok == 0 or w >= 0.5 else "easy" if ok == k or r >= 0.5 else "informative"
+            for k, ok, r, w in zip(n, c, right.tolist(), wrong.tolist(), strict=True)
+        ]
+    return [TRUNCATED if b == "hard" and flag else b for b, flag in zip(out, flags, strict=True)]
 
 
 def _chosen_allocation(store: Store, run_id: str, n_prompts: int) -> tuple[dict[str, int], dict[str, Any] | None]:
@@ -241,33 +327,45 @@ def _chosen_allocation(store: Store, run_id: str, n_prompts: int) -> tuple[dict[
     return chosen, info
 
 
-def _measurements(store: Store, run_id: str, config: ExportConfig) -> tuple[dict[str, dict], dict | None]:
-    analysis, computed = finish.analysis_of_run(store, run_id)
+def _at_G(store: Store, run_id: str, prompt_stats: pa.Table, G: int) -> pa.Table:
+    """``prompt_stats`` with G among its analysed group sizes where the run is adaptive and its
+    analysis left G out: its posterior values at G, under its own prior, are computed again."""
+    sizes = prompt_stats.column("group_sizes").to_pylist()
+    if not posterior_run(prompt_stats) or all(G in (gs or ()) for gs in sizes):
+        return prompt_stats
+    config = analyze.AnalyzeConfig(group_sizes=(G,), estimators=("grpo",), pass_at_k=False)
+    return finish.analyze_run(store, run_id, config).prompt_stats
+
+
+def _measurements(store: Store, run_id: str, config: ExportConfig) -> tuple[dict[str, dict], dict | None, bool]:
+    analysis, computed = finish.analysis_of_run(store, run_id, weights=False)
     if computed:
         log.info("run %s has no stored analysis; measurements computed from its samples", run_id)
-    prompt_stats = analysis.prompt_stats
-    zero = _zero_signal_at(prompt_stats, config.G)
+    prompt_stats = _at_G(store, run_id, analysis.prompt_stats, config.G)
+    right, wrong = silence_at(prompt_stats, config.G)
     rollouts, allocation = _chosen_allocation(store, run_id, prompt_stats.num_rows)
-    lo, hi = config.edges
     out: dict[str, dict] = {}
-    for row, z in zip(prompt_stats.to_pylist(), zero, strict=True):
+    rows = prompt_stats.to_pylist()
+    for row, band, z in zip(rows, bands(prompt_stats, config), (right + wrong).tolist(), strict=True):
         p = row["pass_rate"] if row["n"] else None
         out[row["prompt_id"]] = {
             "run_id": run_id,
             "prompt_id": row["prompt_id"],
             "status": schema.PROBLEM_OK,
-            "n": row["n"],
-            "c": row["c"],
+            "answers_drawn": row["n"],
+            "answers_correct": row["c"],
             "pass_rate": p,
             "interval_lo": row["wilson_lo"] if p is not None else None,
             "interval_hi": row["wilson_hi"] if p is not None else None,
             "interval_level": row["interval_level"],
-            "band": band_of(p, lo, hi),
+            "band": band,
             "G": config.G,
-            "zero_signal": z,
-            "n_rollouts": rollouts.get(row["prompt_id"]),
+            "zero_signal": None if math.isnan(z) else z,
+            "truncated_share": row["truncated_share"] if p is not None else None,
+            "undecided": row["undecided"],
+            "allocated_rollouts": rollouts.get(row["prompt_id"]),
         }
-    return out, allocation
+    return out, allocation, posterior_run(prompt_stats)
 
 
 def _unmeasured(run_id: str, prompt_id: str, status: str, G: int) -> dict:
@@ -488,7 +586,7 @@ def export_run(
     problems = store.read_table("problems", {"dataset": dataset}) if dataset else schema.PROBLEMS.empty_table()
     if not problems.num_rows:
         raise StoreError(f"run {run_id}: dataset {dataset!r} has no stored problems to write back; load it again")
-    measured, allocation = _measurements(store, run_id, config)
+    measured, allocation, posterior = _measurements(store, run_id, config)
     field = config.field
     rows = problems.to_pylist()
     originals = [datasets.original_row(p["original"]) or _fallback_row(p) for p in rows]
@@ -505,7 +603,6 @@ def export_run(
         raise ConfigError(f"--format jsonl writes JSON Lines, not {output.name!r}; name it .jsonl")
 
     keep = config.selection
-    lo, hi = config.edges
     counts: dict[str, dict[str, int]] = {}
     chosen: list[int] = []
     measures: list[dict] = []
@@ -524,7 +621,7 @@ def export_run(
             continue
         band = m["band"]
         entry = counts.setdefault(band, {"written": 0, "left_out": 0})
-        if keep == "all" or band == keep:
+        if config.writes(band):
             entry["written"] += 1
             chosen.append(i)
             measures.append(_nan_to_none(m))
@@ -543,8 +640,9 @@ def export_run(
     shown = ", ".join(f"{b} {c['written'] + c['left_out']}" for b, c in sorted(counts.items()))
     if not chosen:
         raise ConfigError(
-            f"run {run_id}: --keep {keep} with band ({lo:g}, {hi:g}) keeps none of the {len(rows)} rows of "
-            f"dataset {dataset} ({shown}); nothing written to {str(output)!r}"
+            f"run {run_id}: --keep {keep}{' --drop-truncated' if config.drop_truncated else ''} (bands "
+            f"{config.rule}) keeps none of the {len(rows)} rows of dataset {dataset} ({shown}); "
+            f"nothing written to {str(output)!r}"
         )
 
     # Every row in its format before anything is written: a field of the dataset's own that the
@@ -564,8 +662,12 @@ def export_run(
         "run_status": run.status,
         "format": fmt,
         "keep": keep,
-        "band": [lo, hi],
+        "drop_truncated": config.drop_truncated,
+        "band": list(config.band) if config.band is not None else None,
+        "bands_by": config.rule,
         "G": config.G,
+        "zero_signal": "the chance a group of G is silent under the prompt's posterior, "
+        + ("the run's own prior" if posterior else "a flat prior Beta(1, 1)"),
         "interval": "wilson",
         "allocation": allocation,
         "rows": {"dataset": len(rows), "written": len(chosen), "left_out": len(left), "missing": len(missing)},

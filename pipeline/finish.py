@@ -112,9 +112,19 @@ def _registered(store: Store, run_id: str) -> RunRecord:
     return store.get_run(run_id, missing_ok=True) or RunRecord(run_id)
 
 
+def truncation_counts(store: Store, run_id: str) -> pa.Table:
+    """Per prompt of a run with at least one answer cut by the token limit, ``n_truncated`` and
+    ``n_truncated_wrong`` (``sql/prompt_truncation.sql``, over its finished shard files)."""
+    files = [f for _, f in sorted(store.shard_files(run_id).items())]
+    if not files:
+        raise StoreError(f"run {run_id!r} has no samples under {store.root}")
+    return store.files_query("prompt_truncation", files)
+
+
 def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
     if run.backend != OBSERVATIONS_BACKEND:
-        return counts_from_samples(store, run.run_id, answers=answers)
+        counts = counts_from_samples(store, run.run_id, answers=answers)
+        return analyze.with_truncation(counts, truncation_counts(store, run.run_id))
     stats_table = store.read_table("prompt_stats", {"run_id": run.run_id})
     if stats_table.num_rows == 0:
         raise StoreError(f"run {run.run_id} was saved from observations and has no prompt_stats: save it again")
@@ -122,7 +132,8 @@ def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
 
 
 def run_counts(store: Store, run_id: str, answers: bool = True) -> pa.Table:
-    """A run's per-prompt counts: from its samples (``counts_from_samples``), or, for a run saved
+    """A run's per-prompt counts: from its samples (``counts_from_samples``, with each prompt's answers
+    cut by the token limit: ``analyze.with_truncation``), or, for a run saved
     from observations, its stored ``prompt_stats``' ``n`` and ``c``.
 
     Raises:

@@ -237,6 +237,12 @@ _PROMPT_STATS = (
     col("answer_entropy", FLOAT64),  # nats
     col("modal_correct_share_grpo", FLOAT64),
     col("modal_correct_share_reco", FLOAT64),
+    # Answers cut by the token limit (samples.finish_reason = 'length'): their share of the n, and
+    # ``truncated``, the prompt's flag: more than half of its wrong answers were cut off, so its
+    # wrong answers say more about the token limit than about the problem (never "hard" in an
+    # export). Null for a run without stored answers (saved from observations).
+    col("truncated_share", FLOAT64),
+    col("truncated", BOOL),
     # Adaptive runs only (null otherwise; docs/adaptive.md §8). The posterior is
     # Beta(prior_a + c, prior_b + n - c) with the run's prior (runs.prior_a, runs.prior_b).
     col("stop_round", INT32),  # the round of the prompt's last samples

@@ -27,6 +27,7 @@ __all__ = [
     "pass_at_k_curves",
     "pass_rate",
     "posterior_pass_at_k_curves",
+    "silent_chance",
     "silent_rates",
     "unbiased_expect_k",
     "unique_pairs",
@@ -207,13 +208,28 @@ def silent_rates(
     nn = np.where(exact, n, float(G))  # placeholder where not exact, avoids 0/0
     ub_plus = _falling_ratio(np.where(exact, c, 0.0), nn, G)
     ub_minus = _falling_ratio(np.where(exact, n - c, 0.0), nn, G)
-    post_plus = np.ones(n.shape)
-    post_minus = np.ones(n.shape)
-    for j in range(G):
-        den = prior_a + prior_b + n + j
-        post_plus = post_plus * (prior_a + c + j) / den
-        post_minus = post_minus * (prior_b + n - c + j) / den
+    post_plus, post_minus = silent_chance(prior_a + c, prior_b + n - c, G)
     return np.where(exact, ub_plus, post_plus), np.where(exact, ub_minus, post_minus)
+
+
+def silent_chance(a, b, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chance that a group of G answers is all right, and all wrong, when p ~ ``Beta(a, b)``:
+    ``E[p^G] = prod_{j<G} (a + j)/(a + b + j)`` and the mirror ``E[q^G]``, the beta-binomial
+    predictive at k = G and k = 0 (docs/estimators.md §3). Their sum is the chance the group is
+    silent; with ``a + c, b + n - c`` it is a prompt's under its posterior after c of n right,
+    which is never 0 however the counts fall (6 of 8 right under a flat prior: 0.125 at G = 8).
+    A product of ratios in [0, 1]: no overflow for large a, b or G."""
+    if int(G) != G or G < 1:
+        raise ConfigError(f"group size G={_plain(G)!r} must be an integer >= 1")
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    plus = np.ones(np.broadcast(a, b).shape)
+    minus = np.ones_like(plus)
+    for j in range(int(G)):
+        den = a + b + j
+        plus = plus * (a + j) / den
+        minus = minus * (b + j) / den
+    return plus, minus
 
 
 def zero_signal(n: np.ndarray, c: np.ndarray, G: int, prior_a: float = 0.5, prior_b: float = 0.5) -> np.ndarray:

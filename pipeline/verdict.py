@@ -7,13 +7,16 @@ counts); nothing is computed here that a section of the report computes another 
 - the silent share at the trainer's G (groups of G answers all wrong or all right: no GRPO signal),
   split into all wrong and all right, and labelled an estimate where some prompt has fewer than G
   answers (the Beta posterior's value there, not a count);
-- what ``difficulty export --keep informative`` keeps (export's own band rule, ``export.band_of``);
-- the G that halves the silence (the same zero-signal rates, ``stats.silent_rates``, over larger G);
+- what ``difficulty export --keep informative`` keeps (export's own bands at G, ``export.bands``: the
+  informative prompts and the ones cut off by the token limit, which it does not drop as hard);
+- the G that halves the silence (the same zero-signal rates, ``stats.silent_rates``, over larger G),
+  over the prompts the token limit did not cut off: their silence is the budget's, not a rate;
 - whether reallocating rollouts pays (the default allocation against the uniform one), saying so
   when it does not;
 - what adaptive sampling saved against the fixed n expected to classify as well
   (``adaptive.equivalent_fixed_n``; the report's rounds section shows the same numbers);
-- warnings: answers cut at the token limit, a model that never or always answers right, values at
+- warnings: answers cut at the token limit (when most silent prompts were cut off, that the token
+  budget decides, and what doubling it costs), a model that never or always answers right, values at
   G > n that are estimates.
 """
 
@@ -208,12 +211,19 @@ def silence_at(prompt_stats: pa.Table, summary: pa.Table, G: int, prior: tuple[f
     return Silence(G, float((plus + minus).mean()), float(minus.mean()), float(plus.mean()), bool((n < G).any()))
 
 
-def informative_kept(prompt_stats: pa.Table) -> tuple[int, int]:
-    """``(kept, measured)``: the prompts ``difficulty export --keep informative`` keeps, by export's
-    own rule at its default edges (at least one right and one wrong answer)."""
-    lo, hi = export.ExportConfig(keep="informative").edges
-    rates = [p for p in prompt_stats.column("pass_rate").to_pylist() if p is not None and not math.isnan(p)]
-    return sum(export.band_of(p, lo, hi) == "informative" for p in rates), len(rates)
+def informative_kept(prompt_stats: pa.Table, G: int = 8) -> tuple[int, int, int]:
+    """``(kept, measured, truncated)``: the prompts ``difficulty export --keep informative --G G``
+    writes, by export's own bands at G (``export.bands``): the informative ones and the ``truncated``
+    ones (wrong answers mostly cut by the token limit), which it does not drop as hard; the last
+    count is those."""
+    bands = export.bands(prompt_stats, export.ExportConfig(keep="informative", G=G))
+    cut = bands.count(export.TRUNCATED)
+    return bands.count("informative") + cut, sum(b != export.UNMEASURED for b in bands), cut
+
+
+def _cut_off(prompt_stats: pa.Table) -> np.ndarray:
+    """Each row's ``truncated`` flag (False where the run does not say)."""
+    return np.asarray(prompt_stats.column("truncated").fill_null(False).to_numpy(zero_copy_only=False), bool)
 
 
 def halving_group_size(
@@ -323,15 +333,56 @@ def _profile_command(run: RunRecord | None, option: str) -> str:
     return " ".join([*parts, option])
 
 
+def _budget_decides(
+    prompt_stats: pa.Table, sample_info: dict | None, max_tokens: int | None, raise_to: str, run: RunRecord | None
+) -> Line | None:
+    """The warning that the token budget, not the problems, decides the silence: when most prompts
+    whose answers all agree (all wrong, in practice) are ``truncated``. Doubling the limit lets each
+    cut answer run up to ``max_tokens`` more, so it costs at most ``1 + cut x max_tokens / tokens
+    sampled`` times the tokens."""
+    n = np.asarray(prompt_stats.column("n").to_numpy(zero_copy_only=False), np.int64)
+    c = np.asarray(prompt_stats.column("c").to_numpy(zero_copy_only=False), np.int64)
+    silent = (n > 0) & ((c == 0) | (c == n))
+    cut = silent & _cut_off(prompt_stats)
+    if not silent.any() or 2 * int(cut.sum()) <= int(silent.sum()):
+        return None
+    info = sample_info or {}
+    samples, truncated = int(info.get("samples") or 0), int(info.get("truncated") or 0)
+    limit = f"the token limit ({max_tokens:,} tokens)" if max_tokens else "the token limit"
+    share = f"; {_pct(truncated / samples)} of all answers were cut" if samples else ""
+    cost = ""
+    mean_tokens = info.get("mean_tokens")
+    if max_tokens and samples and truncated and mean_tokens:
+        ratio = 1.0 + truncated * int(max_tokens) / (float(mean_tokens) * samples)
+        cost = f"; doubling it costs at most {ratio:.1f}x the tokens this run sampled"
+    return Line(
+        f"{int(cut.sum()):,} of {int(silent.sum()):,} silent prompts had most of their wrong answers cut by {limit}"
+        f"{share}: the token budget, not the problems, decides their silence{cost}",
+        _profile_command(run, raise_to),
+        "warning",
+    )
+
+
 def _warnings(
-    run_id: str, n: np.ndarray, c: np.ndarray, silence: Silence, sample_info: dict | None, run: RunRecord | None
+    run_id: str,
+    n: np.ndarray,
+    c: np.ndarray,
+    silence: Silence,
+    sample_info: dict | None,
+    run: RunRecord | None,
+    prompt_stats: pa.Table | None = None,
 ) -> list[Line]:
     lines = []
     samples = int((sample_info or {}).get("samples") or 0)
     truncated = int((sample_info or {}).get("truncated") or 0)
-    if samples and truncated / samples > TRUNCATION_WARNING:
-        max_tokens = (run.params or {}).get("max_tokens") if run is not None else None
-        raise_to = f"--max-tokens {2 * int(max_tokens)}" if max_tokens else "--max-tokens N (larger)"
+    max_tokens = (run.params or {}).get("max_tokens") if run is not None else None
+    raise_to = f"--max-tokens {2 * int(max_tokens)}" if max_tokens else "--max-tokens N (larger)"
+    decides = (
+        _budget_decides(prompt_stats, sample_info, max_tokens, raise_to, run) if prompt_stats is not None else None
+    )
+    if decides is not None:
+        lines.append(decides)
+    elif samples and truncated / samples > TRUNCATION_WARNING:
         lines.append(
             Line(
                 f"{truncated:,} of {samples:,} answers ({_pct(truncated / samples)}) hit the token limit "
@@ -389,7 +440,7 @@ def verdict(
     prior = (run.prior.a, run.prior.b) if posterior and run.prior is not None and not run.prior.is_grid else (0.5, 0.5)
     silence = silence_at(prompt_stats, summary, G, prior)
     n, c = _counts(prompt_stats)
-    kept, measured = informative_kept(prompt_stats)
+    kept, measured, cut_kept = informative_kept(prompt_stats, G)
     lines: list[Line] = []
     if silence.allowed:
         est = f" (extrapolated past some prompts' answers{silence.allowed})"
@@ -405,30 +456,48 @@ def verdict(
             f"difficulty report --run {run_id} --G {G}",
         )
     )
+    export_g = "" if G == export.ExportConfig.G else f" --G {G}"
+    mixed = f"with a right and a wrong answer whose groups of {G} are more likely than not to mix them"
+    which = (
+        f"{kept - cut_kept:,} {mixed}, and {cut_kept:,} whose wrong answers were mostly cut by the token limit "
+        "(band truncated; --drop-truncated leaves them out)"
+        if cut_kept
+        else f"those {mixed}"
+    )
     lines.append(
         Line(
-            f"export --keep informative keeps {kept:,} of {measured:,} prompts ({_pct(kept / measured)}): the ones "
-            "with at least one right and one wrong answer",
-            f"difficulty export --run {run_id} --keep informative --output train.parquet",
+            f"export --keep informative keeps {kept:,} of {measured:,} prompts ({_pct(kept / measured)}): {which}",
+            f"difficulty export --run {run_id} --keep informative{export_g} --output train.parquet",
         )
     )
+    # The halving is extrapolated from the rates of the prompts the token limit did not cut off: a
+    # cut-off prompt's silence is the budget's, and a larger G would not break it.
+    cut = _cut_off(prompt_stats)
+    basis = prompt_stats.filter(pa.array(~cut)) if cut.any() else prompt_stats
+    nb, cb = _counts(basis)
     # A model that never (or always) answers right has no rate to extrapolate: the posterior's
     # "halving" would be the prior speaking, so the warning below says what to do instead.
-    one_sided = int(c.sum()) == 0 or bool((c == n).all())
+    one_sided = not len(nb) or int(cb.sum()) == 0 or bool((cb == nb).all())
     if silence.silent > 0 and not one_sided:
-        half = halving_group_size(prompt_stats, G, silence.silent, prior, posterior)
+        base = silence.silent
+        if cut.any():
+            plus, minus = stats.silent_rates(nb, cb, G, *prior, posterior=posterior)
+            base = float((plus + minus).mean())
+        half = halving_group_size(basis, G, base, prior, posterior) if base > 0 else None
+        aside = f" (of the {len(nb):,} prompts the token limit did not cut off)" if cut.any() else ""
         if half is None:
             lines.append(
                 Line(
-                    f"no G up to {MAX_GROUP_SIZE} halves the silence: the silent prompts stay silent; filter them",
-                    f"difficulty export --run {run_id} --keep informative --output train.parquet",
+                    f"no G up to {MAX_GROUP_SIZE} halves the silence{aside}: the silent prompts stay silent; "
+                    "filter them",
+                    f"difficulty export --run {run_id} --keep informative{export_g} --output train.parquet",
                 )
             )
         else:
-            guess = " (an estimate: more than the answers sampled)" if half > n.min() else ""
+            guess = " (an estimate: more than the answers sampled)" if half > nb.min() else ""
             lines.append(
                 Line(
-                    f"G = {half} halves the silence{guess}",
+                    f"G = {half} halves the silence{aside}{guess}",
                     # a fixed-n run measures it with n = G'; an adaptive run's n is its own choice
                     _profile_command(run, f"--n {half}")
                     if guess and not posterior
@@ -448,9 +517,10 @@ def verdict(
         lines.append(Line(text, f"difficulty allocate --run {run_id} --budget {budget}"))
     savings = None
     if posterior and "undecided" in prompt_stats.column_names and run.prior is not None:
-        savings = run_savings(prompt_stats, run)
-        lines.append(_adaptive_line(run_id, savings))
-    lines.extend(_warnings(run_id, n, c, silence, sample_info, run))
+        if pc.any(pc.greater(prompt_stats.column("n"), 0)).as_py():
+            savings = run_savings(prompt_stats, run)
+            lines.append(_adaptive_line(run_id, savings))
+    lines.extend(_warnings(run_id, n, c, silence, sample_info, run, prompt_stats))
     return Verdict(run_id, G, silence, kept, measured, tuple(lines), savings)
 
 

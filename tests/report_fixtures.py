@@ -169,7 +169,7 @@ def build_run(
 def write_analysis(store: Store, run_id: str, *, group_sizes=(2, 4, 8, 16, 32), G: int = 8) -> None:
     """Compute and store prompt_stats, weights, summary and three allocations of a run (signal,
     knapsack and variance objectives, ``G`` rollouts per prompt, point estimates)."""
-    counts = finish.counts_from_samples(store, run_id)
+    counts = finish.run_counts(store, run_id)  # with the answers cut by the token limit, as a run's finish
     result = analyze.analyze(counts, run_id, analyze.AnalyzeConfig(group_sizes=group_sizes))
     finish.write_analysis(store, run_id, result)
     for objective in ("signal", "knapsack", "variance"):

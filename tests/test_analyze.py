@@ -105,6 +105,40 @@ def test_analysis_is_pure():
     assert got == {("b", "7"): (2, 2), ("a", None): (1, 0), ("a", "7"): (1, 0)}
 
 
+def test_prompt_stats_count_the_answers_cut_by_the_token_limit(data_dir):
+    """``truncated_share`` is the share of a prompt's answers with finish_reason 'length' (in any
+    shard); ``truncated`` flags a prompt whose wrong answers were mostly cut, checked by hand on
+    random samples, where a cut answer may still be right or ungradable (correct None)."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(40):
+        p, cut = rng.beta(0.5, 0.5), rng.beta(0.5, 0.5)
+        for j in range(int(rng.integers(1, 17))):
+            ok = bool(rng.random() < p)
+            reason = "length" if rng.random() < cut else rng.choice(["stop", None])
+            rows.append(
+                {"run_id": "r", "prompt_id": f"q{i:02d}", "sample_idx": j, "finish_reason": reason}
+                | {"correct": None if not ok and rng.random() < 0.2 else ok}
+            )
+    samples = pa.Table.from_pylist(rows, schema=schema.SAMPLES)
+    store = Store(data_dir)
+    _write_shard(store, "r", 0, samples.slice(0, len(rows) // 2))
+    _write_shard(store, "r", 1, samples.slice(len(rows) // 2))
+    got = {r["prompt_id"]: r for r in an.analyze_run(store, "r").prompt_stats.to_pylist()}
+    assert len(got) == 40
+    for pid, r in got.items():
+        mine = [x for x in rows if x["prompt_id"] == pid]
+        cut = [x for x in mine if x["finish_reason"] == "length"]
+        wrong = [x for x in mine if not x["correct"]]
+        cut_wrong = [x for x in cut if not x["correct"]]
+        assert r["truncated_share"] == pytest.approx(len(cut) / len(mine))
+        assert r["truncated"] == (len(wrong) > 0 and 2 * len(cut_wrong) > len(wrong))
+    assert any(r["truncated"] for r in got.values()) and not all(r["truncated"] for r in got.values())
+    # counts without the cut answers (a table of counts, no samples): unknown, not 0
+    plain = an.analyze(an.counts_from_samples(store, "r"), "r").prompt_stats
+    assert plain.column("truncated_share").null_count == plain.column("truncated").null_count == 40
+
+
 def _rows_with_answers(seed: int, prompts: int = 48):
     """Random samples: two answers graded correct ("7", "7.0"), wrong ones ("1", "2", "3") and
     null answers, some ungradable samples (correct None: a sample, not correct), and every fourth

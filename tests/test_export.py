@@ -15,6 +15,7 @@ passes ``extra_info`` to the score function. ``check_verl_row`` asserts exactly 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 import trl_fixtures as tf
 from typer.testing import CliRunner
 
-from pipeline import datasets, finish
+from pipeline import analyze, datasets, finish
 from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.export import FIELD, MEASUREMENT, ExportConfig, band_of, export_run, read_metadata
@@ -65,16 +66,27 @@ def _stats(store: Store, run_id: str) -> dict[str, dict]:
     return {r["prompt_id"]: r for r in table.to_pylist()}
 
 
+def _flat_silence(n: int, c: int, G: int) -> tuple[float, float]:
+    """A group of G all right, all wrong, under the flat prior's posterior Beta(1 + c, 1 + n - c):
+    E[p^G] = prod_{j<G} (1 + c + j) / (2 + n + j), written out here."""
+    right = math.prod((1 + c + j) / (2 + n + j) for j in range(G))
+    wrong = math.prod((1 + n - c + j) / (2 + n + j) for j in range(G))
+    return right, wrong
+
+
 def _check_measure(m: dict, stats: dict, G: int) -> None:
     assert set(m) == set(MEASUREMENT.names)
     s = stats[m["prompt_id"]]
     assert m["run_id"] == s["run_id"]
-    assert (m["n"], m["c"], m["status"], m["G"]) == (s["n"], s["c"], "ok", G)
+    assert (m["answers_drawn"], m["answers_correct"], m["status"], m["G"]) == (s["n"], s["c"], "ok", G)
     assert m["pass_rate"] == pytest.approx(s["c"] / s["n"])
     assert m["interval_lo"] <= m["pass_rate"] <= m["interval_hi"] and m["interval_level"] == 0.95
-    assert m["zero_signal"] == pytest.approx(s["zero_signal"][s["group_sizes"].index(G)])
-    assert m["band"] == band_of(m["pass_rate"], 0.0, 1.0)
-    assert m["n_rollouts"] >= 2  # the profile's default allocation
+    right, wrong = _flat_silence(s["n"], s["c"], G)
+    assert m["zero_signal"] == pytest.approx(right + wrong) and m["zero_signal"] > 0
+    assert m["band"] == ("hard" if wrong >= 0.5 else "easy" if right >= 0.5 else "informative")
+    assert m["truncated_share"] == s["truncated_share"] == 0.0  # the simulated answers fit the token limit
+    assert m["undecided"] is None  # a fixed-n run decides nothing
+    assert m["allocated_rollouts"] >= 2  # the profile's default allocation
 
 
 def check_verl_row(row: dict, key: str) -> dict:
@@ -239,7 +251,7 @@ def test_the_field_name_never_depends_on_the_run(shared, tmp_path):
     assert tables[0].column_names[-2:] == ["prompt_id", "pass_stats"]
     assert tables[0].column("difficulty").to_pylist() == [i % 3 for i in range(6)]  # the dataset's own, untouched
     for table, run_id, n in zip(tables, runs, (4, 8), strict=True):
-        assert {(m["run_id"], m["n"]) for m in table.column("pass_stats").to_pylist()} == {(run_id, n)}
+        assert {(m["run_id"], m["answers_drawn"]) for m in table.column("pass_stats").to_pylist()} == {(run_id, n)}
     with pytest.raises(ConfigError, match="field='prompt_id'"):
         ExportConfig(field="prompt_id")
 
@@ -415,3 +427,115 @@ def test_grpo_trainer_trains_one_step_on_the_trl_export(shared, tmp_path):
     rows = record.read_observations(store, "trl:export").to_pylist()
     assert rows and {r["prompt_id"] for r in rows} <= exported and {r["step"] for r in rows} == {0}
     assert sum(r["n"] for r in rows) == sum(len(ids) for ids, _ in calls)
+
+
+# --- what the fields mean: cut-off prompts, zero_signal at G --------------------------------------
+
+
+def _hand_run(store: Store, outcomes: list[list[tuple[bool, str]]]) -> str:
+    """A finished run over the first arithmetic problems whose samples are given: per prompt, each
+    answer's (correct, finish_reason). Finished as a profile is (counts with the answers cut off,
+    analysis, default allocation)."""
+    import pyarrow as pa
+
+    from pipeline import finish
+    from pipeline.store import RunRecord, conform
+
+    problems = datasets.load("arithmetic", limit=len(outcomes)).problems
+    store.write_table("problems", problems, {"dataset": "arithmetic"})
+    params = {"n": 8, "max_tokens": 64}
+    store.register_run(RunRecord("hand", dataset="arithmetic", model="m", backend="b", params=params, status="done"))
+    rows = []
+    for pid, gold, answers in zip(
+        problems.column("prompt_id").to_pylist(), problems.column("answer").to_pylist(), outcomes, strict=True
+    ):
+        for j, (ok, reason) in enumerate(answers):
+            answer = gold if ok else None if reason == "length" else f"{gold}1"
+            rows.append(
+                {
+                    "run_id": "hand",
+                    "prompt_id": pid,
+                    "sample_idx": j,
+                    "completion": f"... {answer}",
+                    "finish_reason": reason,
+                    "n_tokens": 64 if reason == "length" else 20,
+                    "extracted_answer": answer,
+                    "grade_status": "correct" if ok else "unparsed" if answer is None else "incorrect",
+                    "correct": ok,
+                }
+            )
+    store.write_shard("hand", 0, conform(pa.Table.from_pylist(rows), "samples"))
+    finish.finish_from_counts(store, "hand", finish.run_counts(store, "hand"))
+    return "hand"
+
+
+def test_a_prompt_with_every_answer_cut_off_is_not_exported_as_hard(data_dir, tmp_path):
+    store = Store(data_dir)
+    cut, stop = (False, "length"), (False, "stop")
+    run_id = _hand_run(
+        store,
+        [
+            [cut] * 8,  # every answer cut off by the token limit: not hard, truncated
+            [stop] * 8,  # every answer finished and wrong: hard
+            [(True, "stop")] * 6 + [stop] * 2,  # 6 of 8 right
+            [(True, "stop")] * 2 + [cut] * 5 + [stop],  # mixed, its wrong answers mostly cut: still informative
+        ],
+    )
+    ids = store.read_table("problems", {"dataset": "arithmetic"}).column("prompt_id").to_pylist()
+    stats = _stats(store, run_id)
+    assert [stats[p]["truncated_share"] for p in ids] == [1.0, 0.0, 0.0, 5 / 8]
+    assert [stats[p]["truncated"] for p in ids] == [True, False, False, True]
+
+    def exported(*args: str) -> dict[str, dict]:
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.parquet"
+        cli = _cli("export", "--run", run_id, "--output", str(out), *args, "--data-dir", str(store.root))
+        written = {m["prompt_id"]: m for m in pq.read_table(out).column(FIELD).to_pylist()}
+        assert ("1 truncated prompts written" in cli.stdout) == (ids[0] in written)
+        return written
+
+    every = exported()
+    assert [every[p]["band"] for p in ids] == ["truncated", "hard", "informative", "informative"]
+    assert every[ids[0]]["truncated_share"] == 1.0 and every[ids[3]]["truncated_share"] == 5 / 8
+    # --keep informative keeps the cut-off prompt (its silence is the token limit's) and drops the hard one
+    assert set(exported("--keep", "informative")) == {ids[0], ids[2], ids[3]}
+    assert set(exported("--keep", "informative", "--drop-truncated")) == {ids[2], ids[3]}
+    assert set(exported("--keep", "hard")) == {ids[1]}
+    assert set(exported("--keep", "truncated")) == {ids[0]}
+    # zero_signal: the chance a group of 8 is silent under Beta(1 + c, 1 + n - c), never the counted 0
+    z = every[ids[2]]["zero_signal"]
+    assert 0.10 <= z <= 0.13 and z == pytest.approx(sum(_flat_silence(8, 6, 8)))
+    assert stats[ids[2]]["zero_signal"][stats[ids[2]]["group_sizes"].index(8)] == 0.0  # what the count says
+    assert (every[ids[2]]["answers_drawn"], every[ids[2]]["answers_correct"], every[ids[2]]["G"]) == (8, 6, 8)
+    with pytest.raises(ConfigError, match="keeps nothing"):
+        ExportConfig(keep="truncated", drop_truncated=True)
+
+
+def test_an_adaptive_run_exports_its_posterior_and_flags_undecided_prompts(tmp_path):
+    """An adaptive run's export: zero_signal and the bands at G from the run's own posterior (the
+    analysis's values at an analysed G; computed again under the same prior at another G), and its
+    undecided prompts flagged."""
+    store = Store.open(tmp_path / "data")
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--limit", "40", "--adaptive", "band"]
+    _cli(*args, "--grade-workers", "1", "--no-report", "--data-dir", str(store.root))
+    run_id = store.list_runs().column("run_id")[0].as_py()
+    stats = _stats(store, run_id)
+    for G in (8, 12):
+        out = tmp_path / f"g{G}.parquet"
+        _cli("export", "--run", run_id, "--output", str(out), "--G", str(G), "--data-dir", str(store.root))
+        rows = pq.read_table(out).column(FIELD).to_pylist()
+        assert len(rows) == 40
+        if G in next(iter(stats.values()))["group_sizes"]:
+            posterior = stats
+        else:  # not analysed: the same posterior analysis at G
+            config = analyze.AnalyzeConfig(group_sizes=(G,), estimators=("grpo",), pass_at_k=False)
+            table = finish.analyze_run(store, run_id, config).prompt_stats
+            posterior = {r["prompt_id"]: r for r in table.to_pylist()}
+        for m in rows:
+            s, p = stats[m["prompt_id"]], posterior[m["prompt_id"]]
+            j = p["group_sizes"].index(G)
+            right, wrong = p["silent_all_correct"][j], p["silent_all_wrong"][j]
+            assert m["zero_signal"] == pytest.approx(right + wrong) and 0 < m["zero_signal"] < 1
+            assert m["undecided"] is s["undecided"] and isinstance(m["undecided"], bool)
+            assert (m["answers_drawn"], m["answers_correct"], m["G"]) == (s["n"], s["c"], G)
+            mixed = 0 < s["c"] < s["n"] and right < 0.5 and wrong < 0.5
+            assert (m["band"] == "informative") == mixed

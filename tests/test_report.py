@@ -484,6 +484,20 @@ def test_the_prompt_tables_never_list_a_prompt_twice(runs):
     assert [r[3].split("/")[0] == "0" for r in silent] == sorted(
         (r[3].split("/")[0] == "0" for r in silent), reverse=True
     )
+    # each prompt's share of answers cut by the token limit, from its samples, and its flag
+    cut = runs.query(
+        "select prompt_id, avg((finish_reason = 'length')::int) share, "
+        "count(*) filter (where finish_reason = 'length' and not correct) cut_wrong, "
+        "count(*) filter (where not correct) wrong from samples where run_id = 'run-a' group by prompt_id"
+    ).to_pylist()
+    by_id = {r["prompt_id"]: r for r in cut}
+    column = tables[0].columns.index("cut by the token limit")
+    assert all(t.columns[column] == "cut by the token limit" for t in tables)
+    assert any(float(by_id[row[0]]["share"]) > 0 for t in tables for row in t.rows)
+    for row in (row for t in tables for row in t.rows):
+        want = by_id[row[0]]
+        flagged = 2 * want["cut_wrong"] > want["wrong"] > 0
+        assert row[column] == f"{100 * want['share']:.1f}%" + (" (truncated)" if flagged else "")
 
 
 def test_latex_reads_as_plain_text():

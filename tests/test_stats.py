@@ -13,6 +13,7 @@ from scipy.stats import beta as beta_dist
 from scipy.stats import binom, norm
 
 from pipeline import stats
+from pipeline.errors import ConfigError
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:
@@ -80,6 +81,33 @@ def test_zero_signal_posterior_for_n_below_g():
         assert float(minus) == pytest.approx(eq, rel=1e-6)
     # a different prior is honoured
     assert float(stats.silent_rates(2, 1, 3, 1.0, 1.0)[0]) == pytest.approx((2 / 4) * (3 / 5) * (4 / 6))
+
+
+def test_silent_chance_is_the_beta_binomial_predictive():
+    """P(a group of G is silent) when p ~ Beta(a, b): exact against the beta-binomial pmf at k = 0 and
+    k = G summed by hand, and by Monte Carlo (draw p, then a group of G)."""
+    for a, b, G in ((7.0, 3.0, 8), (0.5, 8.5, 4), (1.0, 1.0, 1), (40.0, 2.5, 16)):
+        plus, minus = stats.silent_chance(a, b, G)
+        # beta-binomial pmf: C(G, k) B(a + k, b + G - k) / B(a, b)
+        beta_fn = lambda x, y: math.gamma(x) * math.gamma(y) / math.gamma(x + y)  # noqa: E731
+        assert float(plus) == pytest.approx(beta_fn(a + G, b) / beta_fn(a, b), rel=1e-12)
+        assert float(minus) == pytest.approx(beta_fn(a, b + G) / beta_fn(a, b), rel=1e-12)
+    # 6 of 8 right under a flat prior: Beta(7, 3), 0.125 at G = 8, where the counted rate at G = n is 0
+    silent = sum(stats.silent_chance(1 + 6, 1 + 2, 8))
+    assert 0.10 <= silent <= 0.13 and silent == pytest.approx(0.12538, abs=1e-5)
+    assert float(stats.zero_signal(8, 6, 8)) == 0.0
+    rng = np.random.default_rng(3)
+    draws = 400_000
+    k = rng.binomial(8, rng.beta(7.0, 3.0, draws))
+    mc = float(((k == 0) | (k == 8)).mean())
+    assert abs(mc - silent) < 4 * math.sqrt(silent * (1 - silent) / draws)
+    # the posterior branch of silent_rates is this function at (a + c, b + n - c)
+    np.testing.assert_allclose(
+        np.stack(stats.silent_rates(np.array([3, 8]), np.array([1, 6]), 8, 0.5, 0.5, posterior=True)),
+        np.stack(stats.silent_chance(np.array([1.5, 6.5]), np.array([2.5, 2.5]), 8)),
+    )
+    with pytest.raises(ConfigError, match="G=0"):
+        stats.silent_chance(1.0, 1.0, 0)
 
 
 def test_unbiased_expect_k_of_group_std():

@@ -180,7 +180,7 @@ def test_current_save_prints_the_run_and_the_next_command(tmp_path, data_dir):
     assert done.exit_code == 0, done.output
     rows = pq.read_table(tmp_path / command[-1]).to_pylist()
     assert {r["difficulty"]["run_id"] for r in rows} == {run_id}
-    assert {r["prompt_id"]: (r["difficulty"]["n"], r["difficulty"]["c"]) for r in rows} == {
+    assert {r["prompt_id"]: (r["difficulty"]["answers_drawn"], r["difficulty"]["answers_correct"]) for r in rows} == {
         ids[0]: (8, 8),
         ids[1]: (8, 4),
     }
@@ -263,9 +263,9 @@ def test_current_difficulty_saved_as_a_run_feeds_export_and_allocate(tmp_path, d
     out = runner.invoke(app, ["export", "--run", run_id, "--output", str(tmp_path / "out.jsonl")])
     assert out.exit_code == 0, out.output
     exported = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    measured = [r["difficulty"] for r in exported if r["difficulty"]["n"]]
+    measured = [r["difficulty"] for r in exported if r["difficulty"]["answers_drawn"]]
     assert {m["run_id"] for m in measured} == {run_id}
-    assert sorted((m["n"], m["c"]) for m in measured) == [(4, 0), (6, 5)]
+    assert sorted((m["answers_drawn"], m["answers_correct"]) for m in measured) == [(4, 0), (6, 5)]
 
 
 def test_the_track_flow_imports_what_is_new(prefect_api, dump, shared, data_dir):

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from pipeline import analyze, finish, schema, stats, verdict
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.store import Store
+from pipeline.store import RunRecord, Store
 
 runner = CliRunner()
 
@@ -37,8 +37,12 @@ def test_profile_of_a_model_that_is_always_wrong_and_cut_off_says_so(tmp_path):
     text = " ".join(output.split())
     truncated = Store(data_dir).query("select count(*) filter (where finish_reason = 'length') t from samples")
     assert truncated.to_pylist() == [{"t": 40}]
-    # the warnings: truncation (with its count), a model that never answers right, G > n estimated
-    assert "40 of 40 answers (100%) hit the token limit" in text
+    # the warnings: the token budget decides (the silent prompts all cut off, what doubling the limit
+    # costs: every answer ran to the 3-token limit, so up to 2x), a model that never answers right,
+    # G > n estimated
+    assert "10 of 10 silent prompts had most of their wrong answers cut by the token limit (3 tokens)" in text
+    assert "100% of all answers were cut: the token budget, not the problems, decides their silence" in text
+    assert "doubling it costs at most 2.0x the tokens this run sampled" in text
     assert "--max-tokens 6" in text  # twice the limit the run used
     assert "the model never answered right" in text
     assert "values at G > n" in text and "posterior estimates" in text
@@ -48,16 +52,21 @@ def test_profile_of_a_model_that_is_always_wrong_and_cut_off_says_so(tmp_path):
     assert estimated == {4: "False", 8: "True", 16: "True", 32: "True", 64: "True"}
     # the verdict names the next command, and no halving G is claimed from the prior alone
     assert f"difficulty export --run {run_id} --keep informative" in text
-    assert "keeps 0 of 10 prompts" in text
+    # every prompt is cut off, none hard: the export keeps them, flagged, unless asked to drop them
+    assert "keeps 10 of 10 prompts (100%): 0 with a right and a wrong answer" in text
+    assert "and 10 whose wrong answers were mostly cut by the token limit (band truncated" in text
     assert "halves the silence" not in text
     assert "no estimator has any update mass" in text
     # the run's tables say the same: all wrong, nothing right
     analysis, _ = finish.analysis_of_run(Store(data_dir), run_id, weights=False)
+    assert analysis.prompt_stats.column("truncated_share").to_pylist() == [1.0] * 10
+    assert analysis.prompt_stats.column("truncated").to_pylist() == [True] * 10
     v = verdict.verdict(
         run_id, analysis.prompt_stats, analysis.summary, G=8, sample_info={"samples": 40, "truncated": 40}
     )
     assert v.silence.estimated and v.silence.all_right < 0.001 and v.silence.all_wrong > 0.5
     assert len(v.warnings) == 3 and all(line.command.startswith("difficulty ") for line in v.lines)
+    assert "the token budget, not the problems, decides" in v.warnings[0].text
 
 
 def _tables(n, c, G=(4, 8, 16)):
@@ -74,7 +83,14 @@ def test_silence_split_kept_and_halving_on_a_measured_run():
     v = verdict.verdict("r", a.prompt_stats, a.summary, G=8)
     s = v.silence
     assert not s.estimated and s.silent == pytest.approx(s.all_wrong + s.all_right)
-    assert v.kept == int(((c > 0) & (c < n)).sum()) and v.prompts == 400
+    # informative at G = 8: a right and a wrong answer, and a group of 8 more likely than not mixed under
+    # the flat prior's posterior (E[q^8] = prod_j (1 + n - c + j) / (2 + n + j)): 1 right of 32 is not
+    j = np.arange(8)
+    right = np.prod((1 + c[:, None] + j) / (2 + n[:, None] + j), axis=1)
+    wrong = np.prod((1 + n[:, None] - c[:, None] + j) / (2 + n[:, None] + j), axis=1)
+    mixed = (c > 0) & (c < n) & (right < 0.5) & (wrong < 0.5)
+    assert v.kept == int(mixed.sum()) < int(((c > 0) & (c < n)).sum()) and v.prompts == 400
+    assert ((c == 1) & ~mixed).any()  # 1 of 32 right: a group of 8 is all wrong 64% of the time
     half = verdict.halving_group_size(a.prompt_stats, 8, s.silent)
     assert half is not None and half > 8
     # the halving G is the first one at or under half: one less is still above it
@@ -146,7 +162,7 @@ def test_analyze_prints_the_verdict_and_the_five_band_shares(tmp_path):
     text = " ".join(out.output.split())
     assert f"verdict for training at G = 8 (run {run_id})" in text
     assert "informative_mid" in text and "extreme" not in text
-    assert "hit the token limit" in text
+    assert "cut by the token limit" in text and "the token budget, not the problems, decides" in text
     # the verdict is read at the G the analysis was asked for (8 when it is among them)
     out = runner.invoke(app, ["analyze", "--run", run_id, "--G", "4,16", "--data-dir", str(data_dir)])
     assert out.exit_code == 0, out.output
@@ -209,7 +225,8 @@ def test_report_of_an_always_wrong_run_warns_at_the_top(tmp_path):
     html = render_report(Store(data_dir), run_id, tmp_path / "r.html").read_text()
     block = html[html.index('id="verdict"') : html.index("</div>", html.index('id="verdict"'))]
     assert block.count('class="warning"') == 3
-    assert "hit the token limit" in block and "never answered right" in block and "posterior estimates" in block
+    assert "the token budget, not the problems, decides" in block
+    assert "never answered right" in block and "posterior estimates" in block
     assert html.index('id="verdict"') < html.index("<section ")
 
 
@@ -357,3 +374,84 @@ def test_the_report_says_when_hard_and_easy_shares_are_zero_by_construction(tmp_
         assert said is (n == 8), run_id
         if n == 8:  # and so it is: no prompt of the hard band carries mass at n = 8
             assert all(row[1] == "0.0%" for row in share.tables[0].rows)
+
+
+def test_cut_off_prompts_carry_no_extrapolation_and_the_token_budget_is_named():
+    """300 measured prompts and 200 whose every answer was wrong and cut at the token limit: the halving
+    G is the 300's alone (what the counts of the cut ones say is the budget's, not a rate), the export
+    keeps the cut ones, and since most silent prompts are cut off the verdict says the budget decides
+    and what doubling it costs at most (each cut answer may run max_tokens more)."""
+    rng = np.random.default_rng(1)
+    n, c = np.full(300, 16), rng.binomial(16, rng.beta(0.4, 0.4, 300))
+    cut = np.r_[np.zeros(300, int), np.full(200, 16)]
+    counts = pa.table(
+        {
+            "prompt_id": [f"p{i:03d}" for i in range(500)],
+            "n": np.r_[n, np.full(200, 16)],
+            "c": np.r_[c, np.zeros(200, int)],
+            "n_truncated": cut,
+            "n_truncated_wrong": cut,
+        }
+    )
+    a = analyze.analyze(counts, "r", analyze.AnalyzeConfig(group_sizes=(4, 8, 16)))
+    assert a.prompt_stats.column("truncated").to_pylist() == [False] * 300 + [True] * 200
+    run = RunRecord("r", dataset="d", backend="simulate", params={"max_tokens": 512})
+    info = {"samples": 8000, "truncated": 3200, "mean_tokens": 300.0}
+    v = verdict.verdict("r", a.prompt_stats, a.summary, G=8, sample_info=info, run=run)
+    plain = _tables(n, c)
+    half = verdict.halving_group_size(
+        plain.prompt_stats, 8, verdict.silence_at(plain.prompt_stats, plain.summary, 8).silent
+    )
+    assert half is not None
+    assert any(
+        f"G = {half} halves the silence (of the 300 prompts the token limit did not cut off)" in x.text for x in v.lines
+    )
+    kept = verdict.informative_kept(plain.prompt_stats)[0]
+    assert v.kept == kept + 200
+    assert any(
+        f"keeps {kept + 200:,} of 500 prompts" in x.text and "and 200 whose wrong answers" in x.text for x in v.lines
+    )
+    silent = 200 + int(((c == 0) | (c == 16)).sum())
+    assert 2 * 200 > silent
+    line = next(x for x in v.warnings if "decides their silence" in x.text)
+    assert (
+        f"200 of {silent:,} silent prompts had most of their wrong answers cut by the token limit (512 tokens)"
+        in line.text
+    )
+    assert "40% of all answers were cut" in line.text
+    assert f"costs at most {1 + 3200 * 512 / (300.0 * 8000):.1f}x the tokens" in line.text
+    assert line.command == "difficulty profile --dataset d --backend simulate --max-tokens 1024"
+    # the same run without the flags: no budget line, and the halving over all 500 prompts
+    bare = analyze.analyze(
+        counts.drop_columns(["n_truncated", "n_truncated_wrong"]), "r", analyze.AnalyzeConfig(group_sizes=(4, 8, 16))
+    )
+    w = verdict.verdict("r", bare.prompt_stats, bare.summary, G=8, sample_info=info, run=run)
+    assert not any("decides their silence" in x.text for x in w.lines)
+    assert any("hit the token limit" in x.text for x in w.warnings)
+
+
+def test_an_adaptive_runs_bands_are_at_its_own_posterior_in_the_report_too():
+    """A posterior analysis (an adaptive run's): the chance a group of G is silent, behind the export's
+    zero_signal and bands, is the run's posterior Beta(a + c, b + n - c), read the same from the table
+    and from the report's frame (per-G lists replaced by their values at its G)."""
+    from pipeline import export
+    from pipeline.prior import Prior
+
+    n, c = np.array([4, 12, 30, 7, 0]), np.array([0, 3, 1, 7, 0])
+    counts = pa.table({"prompt_id": [f"p{i}" for i in range(5)], "n": n, "c": c})
+    config = analyze.posterior_config(analyze.AnalyzeConfig(group_sizes=(4, 8)), Prior(0.7, 1.3))
+    table = analyze.analyze(counts, "r", config).prompt_stats
+    right, wrong = export.silence_at(table, 8)
+    want = stats.silent_chance(0.7 + c, 1.3 + n - c, 8)
+    np.testing.assert_allclose(right[:4], want[0][:4])
+    np.testing.assert_allclose(wrong[:4], want[1][:4])
+    assert np.isnan(right[4]) and np.isnan(wrong[4])  # no answers: no chance to give
+    j = 1  # G = 8 in the lists
+    frame = table.drop_columns(["group_sizes", "zero_signal", "silent_all_correct", "silent_all_wrong"])
+    for name in ("silent_all_correct", "silent_all_wrong"):
+        values = [None if v is None else v[j] for v in table.column(name).to_pylist()]
+        frame = frame.append_column(f"{name}_G", pa.array(values, pa.float64()))
+    np.testing.assert_allclose(np.stack(export.silence_at(frame, 8))[:, :4], np.stack((right, wrong))[:, :4])
+    bands = export.bands(table, export.ExportConfig())
+    assert bands == export.bands(frame, export.ExportConfig())
+    assert bands == ["hard", "informative", "hard", "easy", "unmeasured"]  # 1 of 30: groups of 8 mostly all wrong

@@ -202,7 +202,7 @@ def finish_run(
     registry; ``state`` is the one its last round was planned from. Returns what was computed."""
     require_finished(store, plan)
     with failed_on_error(store, plan.run_id):
-        counts = finish.counts_from_samples(store, plan.run_id)
+        counts = finish.run_counts(store, plan.run_id)  # with the answers cut by the token limit
         check_counts(plan, counts)
         settings = None
         acfg = plan.adaptive

@@ -1,7 +1,9 @@
 """Prompts worth a look, three tables that never list the same prompt: silent at G (all wrong first:
-what ``export --keep informative`` drops), most weighted by the report's estimator, and nearly
-silent (mixed answers so far, but an interval that reaches the hard or easy band: where more samples
-decide whether a prompt is worth keeping)."""
+what ``export --keep informative`` drops, unless the token limit cut most of their wrong answers),
+most weighted by the report's estimator, and nearly silent (mixed answers so far, but an interval
+that reaches the hard or easy band: where more samples decide whether a prompt is worth keeping).
+Every table shows each prompt's share of answers cut by the token limit (``truncated_share``) and
+marks the prompts flagged ``truncated``: a wrong answer cut off mid-solution measures the budget."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ def _prompt_rows(df: pl.DataFrame, extra: list[tuple[str, str, callable]]) -> li
             f"{r['c']}/{r['n']}",
             pct(r.get("pass_rate")),
             f"{pct(r.get('wilson_lo'))}–{pct(r.get('wilson_hi'))}",
+            pct(r.get("truncated_share")) + (" (truncated)" if r.get("truncated") else ""),
         ]
         row += [fn(r.get(key)) for _, key, fn in extra]
         out.append(row)
@@ -43,19 +46,23 @@ def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
     if not s.height:
         sec.notes.append("No prompt has samples yet.")
         return sec
-    base = ["prompt", "problem", "answer", "correct", "pass rate", "Wilson interval"]
+    base = ["prompt", "problem", "answer", "correct", "pass rate", "Wilson interval", "cut by the token limit"]
     silent = s.filter(pl.col("zero_signal_G") >= 0.999)
     n_c = silent.filter(pl.col("c") == pl.col("n")).height
+    n_cut = silent.filter(pl.col("truncated").fill_null(False)).height
+    cut = f", {n_cut:,} of them cut off by the token limit" if n_cut else ""
     sec.tables.append(
         TableView(
             f"Silent at G = {G}: {silent.height:,} prompts ({pct(silent.height / s.height)}; "
-            f"{n_c:,} all correct, {silent.height - n_c:,} all wrong)",
+            f"{n_c:,} all correct, {silent.height - n_c:,} all wrong{cut})",
             base + [f"silent rate at G = {G}"],
             _prompt_rows(
                 silent.sort(["c", "n", "prompt_id"], descending=[False, True, False]).head(cfg.top),
                 [("z", "zero_signal_G", pct)],
             ),
-            "Every group of these prompts is unanimous: they cost rollouts and teach nothing at this G.",
+            "Every group of these prompts is unanimous: they cost rollouts and teach nothing at this G. A prompt "
+            "marked truncated had most of its wrong answers cut by the token limit: its silence is the budget's, "
+            "not the problem's, so export keeps it (band truncated) unless --drop-truncated.",
         )
     )
     spec = est.get(cfg.estimator).spec

@@ -30,7 +30,9 @@ Keep = Annotated[
     str | None,
     typer.Option(
         "--keep",
-        help="informative, easy, hard or all (default all; informative when --band is given).",
+        help="informative, easy, hard, truncated or all (default all; informative when --band is given). "
+        "Prompts whose wrong answers were mostly cut by the token limit (band truncated) are not dropped as hard: "
+        "informative and all write them unless --drop-truncated.",
         show_default=False,
     ),
 ]
@@ -41,13 +43,25 @@ Band = Annotated[
     typer.Option(
         "--band",
         metavar="LO,HI",
-        help="Edges of the informative band of pass rates: hard p <= LO, easy p >= HI (default 0,1).",
+        help="Edges of the informative band of pass rates c/n: hard p <= LO, easy p >= HI. Default: bands at G "
+        "(hard or easy when a group of G is more likely than not all wrong or all right).",
         show_default=False,
     ),
 ]
 
 
-GroupSize = Annotated[int, typer.Option("--G", help="The trainer's group size, for the zero-signal rate.")]
+GroupSize = Annotated[
+    int, typer.Option("--G", help="The trainer's group size: the zero-signal chance and the bands are at it.")
+]
+
+
+DropTruncated = Annotated[
+    bool,
+    typer.Option(
+        "--drop-truncated",
+        help="Leave out the prompts whose wrong answers were mostly cut by the token limit (band truncated).",
+    ),
+]
 
 
 Field = Annotated[
@@ -85,22 +99,30 @@ def export_cmd(
     G: GroupSize = 8,
     field: Field = None,
     exclude_list: ExcludeList = None,
+    drop_truncated: DropTruncated = False,
     data_dir: DataDir = None,
 ) -> None:
     """Write a run's dataset back in its own format, with its measurements on every row.
 
     Every original field is kept as loaded; each row gets a top-level `prompt_id` and the run's
-    measurements (run id, pass rate, n, c, Wilson interval, band, zero-signal rate at G, allocated
-    rollouts) in one field, `difficulty` whatever the run (inside `extra_info` for verl). Counts in
-    and out are printed.
+    measurements (run id, answers drawn and correct, pass rate, Wilson interval, band, the chance a
+    group of G is silent, the share cut by the token limit, allocated rollouts) in one field,
+    `difficulty` whatever the run (inside `extra_info` for verl). Counts in and out are printed.
     """
-    from pipeline.export import FIELD, ExportConfig, export_run
+    from pipeline.export import FIELD, TRUNCATED, ExportConfig, export_run
 
     if fmt is not None and fmt.lower() == "mopps":
         _export_mopps(run, output, data_dir, keep=keep, band=band, field=field, exclude_list=exclude_list)
         return
     band_edges = parse_band(band)
-    config = ExportConfig(format=fmt.lower() if fmt else None, keep=keep, band=band_edges, G=G, field=field or FIELD)
+    config = ExportConfig(
+        format=fmt.lower() if fmt else None,
+        keep=keep,
+        band=band_edges,
+        G=G,
+        field=field or FIELD,
+        drop_truncated=drop_truncated,
+    )
     store = open_store(data_dir)
     result = export_run(store, run, output, config, exclude_list=exclude_list)
     meta = result.metadata
@@ -112,7 +134,7 @@ def export_cmd(
     total = ", ".join(f"{b} {c['written'] + c['left_out']}" for b, c in sorted(result.by_band.items()))
     say(
         f"run {run}: dataset {meta['dataset']} has {result.rows} rows ({total}); "
-        f"--keep {meta['keep']}, band ({meta['band'][0]:g}, {meta['band'][1]:g})"
+        f"--keep {meta['keep']}{' --drop-truncated' if drop_truncated else ''}; bands by {meta['bands_by']}"
     )
     if meta.get("run_status") != "done":
         say(f"run {run} is {meta.get('run_status')}: prompts it has not sampled yet count as not_in_run")
@@ -123,6 +145,12 @@ def export_cmd(
         f"{counts('written')}"
     )
     say(f"left out {result.left_out} rows: {counts('left_out')}")
+    cut = result.by_band.get(TRUNCATED, {})
+    if cut.get("written"):
+        say(
+            f"{cut['written']} truncated prompts written: most of their wrong answers hit the token limit, so their "
+            "difficulty is the budget's, not known to be hard (--drop-truncated leaves them out)"
+        )
     if result.missing:
         say(
             f"{result.missing} prompts of the run have no stored problem row (the dataset was loaded again since) "
@@ -131,7 +159,7 @@ def export_cmd(
     if meta.get("allocation"):
         a = meta["allocation"]
         what = " ".join(str(v) for v in (a["objective"], a["estimator"]) if v)
-        say(f"n_rollouts: the allocation {what}, budget {a['budget']}")
+        say(f"allocated_rollouts: the allocation {what}, budget {a['budget']}")
     if result.exclude_list is not None:
         say(f"exclude list: {result.exclude_list} ({result.left_out + result.missing} prompt ids)")
 
