@@ -124,7 +124,7 @@ def test_prompt_stats_count_the_answers_cut_by_the_token_limit(data_dir):
     store = Store(data_dir)
     _write_shard(store, "r", 0, samples.slice(0, len(rows) // 2))
     _write_shard(store, "r", 1, samples.slice(len(rows) // 2))
-    got = {r["prompt_id"]: r for r in an.analyze_run(store, "r").prompt_stats.to_pylist()}
+    got = {r["prompt_id"]: r for r in finish.analyze_run(store, "r").prompt_stats.to_pylist()}
     assert len(got) == 40
     for pid, r in got.items():
         mine = [x for x in rows if x["prompt_id"] == pid]
@@ -135,7 +135,7 @@ def test_prompt_stats_count_the_answers_cut_by_the_token_limit(data_dir):
         assert r["truncated"] == (len(wrong) > 0 and 2 * len(cut_wrong) > len(wrong))
     assert any(r["truncated"] for r in got.values()) and not all(r["truncated"] for r in got.values())
     # counts without the cut answers (a table of counts, no samples): unknown, not 0
-    plain = an.analyze(an.counts_from_samples(store, "r"), "r").prompt_stats
+    plain = an.analyze(finish.counts_from_samples(store, "r"), "r").prompt_stats
     assert plain.column("truncated_share").null_count == plain.column("truncated").null_count == 40
 
 
