@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, allocate, export, identify, stats
+from pipeline import adaptive, allocate, export, identify, stats, suggest
 from pipeline.checks import check_int
 
 if TYPE_CHECKING:
@@ -69,15 +69,17 @@ MAX_GROUP_SIZE = 4096
 
 @dataclass(frozen=True)
 class Line:
-    """One line of a verdict: what it says, the command to act on it, and whether it is a warning."""
+    """One line of a verdict: what it says, the command to act on it (``pipeline.suggest``; None
+    where there is none to run, as for a run with no model to profile again), and whether it is a
+    warning."""
 
     text: str
-    command: str
+    command: str | None
     kind: Literal["finding", "warning"] = "finding"
 
     def __str__(self) -> str:
         mark = "warning: " if self.kind == "warning" else ""
-        return f"{mark}{self.text} -> {self.command}"
+        return f"{mark}{self.text}" + (f" -> {self.command}" if self.command else "")
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,12 @@ class Verdict:
 
     def text(self) -> str:
         return "\n".join(str(line) for line in self.lines)
+
+    def in_report(self) -> tuple[Line, ...]:
+        """The lines as the report shows them: a command that writes the report the reader is
+        reading (this run at this G) is left out."""
+        here = {suggest.report(self.run_id, self.G), suggest.report(self.run_id)}
+        return tuple(Line(line.text, None, line.kind) if line.command in here else line for line in self.lines)
 
 
 # --- the parts ----------------------------------------------------------------------------------
@@ -322,19 +330,12 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1f}%"
 
 
-def _profile_command(run: RunRecord | None, option: str) -> str:
-    parts = ["difficulty profile"]
-    if run is not None and run.dataset:
-        parts.append(f"--dataset {run.dataset}")
-    if run is not None and run.backend == "simulate":  # its model is a label, not something to type
-        parts.append("--backend simulate")
-    elif run is not None and run.model:
-        parts.append(f"--model {run.model}")
-    return " ".join([*parts, option])
-
-
 def _budget_decides(
-    prompt_stats: pa.Table, sample_info: dict | None, max_tokens: int | None, raise_to: str, run: RunRecord | None
+    prompt_stats: pa.Table,
+    sample_info: dict | None,
+    max_tokens: int | None,
+    raise_to: str | None,
+    run: RunRecord | None,
 ) -> Line | None:
     """The warning that the token budget, not the problems, decides the silence: when most prompts
     whose answers all agree (all wrong, in practice) are ``truncated``. Doubling the limit lets each
@@ -358,7 +359,7 @@ def _budget_decides(
     return Line(
         f"{int(cut.sum()):,} of {int(silent.sum()):,} silent prompts had most of their wrong answers cut by {limit}"
         f"{share}: the token budget, not the problems, decides their silence{cost}",
-        _profile_command(run, raise_to),
+        raise_to,
         "warning",
     )
 
@@ -376,7 +377,7 @@ def _warnings(
     samples = int((sample_info or {}).get("samples") or 0)
     truncated = int((sample_info or {}).get("truncated") or 0)
     max_tokens = (run.params or {}).get("max_tokens") if run is not None else None
-    raise_to = f"--max-tokens {2 * int(max_tokens)}" if max_tokens else "--max-tokens N (larger)"
+    raise_to = suggest.profile_again(run, max_tokens=2 * int(max_tokens)) if max_tokens else None
     decides = (
         _budget_decides(prompt_stats, sample_info, max_tokens, raise_to, run) if prompt_stats is not None else None
     )
@@ -387,7 +388,7 @@ def _warnings(
             Line(
                 f"{truncated:,} of {samples:,} answers ({_pct(truncated / samples)}) hit the token limit "
                 f"(finish = length): some 'hard' prompts were not finished, not failed",
-                _profile_command(run, raise_to),
+                raise_to,
                 "warning",
             )
         )
@@ -397,7 +398,7 @@ def _warnings(
                 f"the model never answered right ({int(n.sum()):,} answers to {len(n):,} prompts): every prompt is "
                 "hard for it and a GRPO group learns nothing; check the grading and the template, or use a "
                 "stronger model",
-                f"difficulty sql \"select grade_status, count(*) from samples where run_id = '{run_id}' group by all\"",
+                suggest.sql(f"select grade_status, count(*) from samples where run_id = '{run_id}' group by all"),
                 "warning",
             )
         )
@@ -406,7 +407,7 @@ def _warnings(
             Line(
                 f"the model answered every one of {int(n.sum()):,} answers right: every prompt is easy for it and a "
                 "GRPO group learns nothing; use harder prompts",
-                _profile_command(None, "--dataset HARDER_DATASET"),
+                suggest.command("datasets"),
                 "warning",
             )
         )
@@ -416,7 +417,7 @@ def _warnings(
             Line(
                 f"values at G > n (this run has {few} answer{'s' if few != 1 else ''} for some prompts) are posterior "
                 "estimates from a Beta prior, not counts; sample at least G answers per prompt to measure them",
-                _profile_command(run, f"--n {silence.G}"),
+                suggest.profile_again(run, n=silence.G),
                 "warning",
             )
         )
@@ -447,16 +448,16 @@ def verdict(
     else:
         est = " (estimated)" if silence.estimated else ""
     if measured == 0:
-        lines.append(Line("no prompt of this run has an answer yet", "difficulty runs"))
+        lines.append(Line("no prompt of this run has an answer yet", suggest.command("runs")))
         return Verdict(run_id, G, silence, kept, measured, tuple(lines))
     lines.append(
         Line(
             f"at G = {G}, {_pct(silence.silent)} of groups are silent{est} (no signal): {_pct(silence.all_wrong)} "
             f"all wrong, {_pct(silence.all_right)} all right",
-            f"difficulty report --run {run_id} --G {G}",
+            suggest.report(run_id, G),
         )
     )
-    export_g = "" if G == export.ExportConfig.G else f" --G {G}"
+    export_g = None if G == export.ExportConfig.G else G
     mixed = f"with a right and a wrong answer whose groups of {G} are more likely than not to mix them"
     which = (
         f"{kept - cut_kept:,} {mixed}, and {cut_kept:,} whose wrong answers were mostly cut by the token limit "
@@ -467,7 +468,7 @@ def verdict(
     lines.append(
         Line(
             f"export --keep informative keeps {kept:,} of {measured:,} prompts ({_pct(kept / measured)}): {which}",
-            f"difficulty export --run {run_id} --keep informative{export_g} --output train.parquet",
+            suggest.export(run_id, keep="informative", G=export_g),
         )
     )
     # The halving is extrapolated from the rates of the prompts the token limit did not cut off: a
@@ -490,7 +491,7 @@ def verdict(
                 Line(
                     f"no G up to {MAX_GROUP_SIZE} halves the silence{aside}: the silent prompts stay silent; "
                     "filter them",
-                    f"difficulty export --run {run_id} --keep informative{export_g} --output train.parquet",
+                    suggest.export(run_id, keep="informative", G=export_g),
                 )
             )
         else:
@@ -499,9 +500,7 @@ def verdict(
                 Line(
                     f"G = {half} halves the silence{aside}{guess}",
                     # a fixed-n run measures it with n = G'; an adaptive run's n is its own choice
-                    _profile_command(run, f"--n {half}")
-                    if guess and not posterior
-                    else f"difficulty report --run {run_id} --G {half}",
+                    suggest.profile_again(run, n=half) if guess and not posterior else suggest.report(run_id, half),
                 )
             )
     gain = reallocation_gain(allocation)
@@ -514,7 +513,7 @@ def verdict(
                 "keep the same G for every prompt"
             )
         budget = allocate.DEFAULT_BUDGET_PER_PROMPT * measured  # the default allocation's own budget
-        lines.append(Line(text, f"difficulty allocate --run {run_id} --budget {budget}"))
+        lines.append(Line(text, suggest.allocate(run_id, budget=budget)))
     savings = None
     if posterior and "undecided" in prompt_stats.column_names and run.prior is not None:
         if pc.any(pc.greater(prompt_stats.column("n"), 0)).as_py():
@@ -553,7 +552,7 @@ def _adaptive_line(run_id: str, sv: Savings) -> Line:
             f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt, but even a fixed n of {sv.fixed_n:.0f} "
             "classifies as well: it saved nothing here"
         )
-    return Line(text + _frontier_text(sv), f"difficulty report --run {run_id}")
+    return Line(text + _frontier_text(sv), suggest.report(run_id))
 
 
 def _frontier_text(sv: Savings) -> str:

@@ -46,6 +46,8 @@ LAYERS = (
     "store",
     "sql",
     "api",
+    # the one builder of every command the tool prints
+    "suggest",
     "analyze",
     "allocate",
     # the other allocation rules at the same budget, scored on allocate's objectives

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from pipeline import suggest
 from pipeline.cli import COMMANDS, app
 from pipeline.store import Store
 
@@ -61,7 +62,10 @@ def check_every_printed_command(output: str, data_dir: Path, *, in_report: bool 
     assert commands, output
     if in_report:
         run_id = _run_id(output)
-        commands += report_commands(Store(data_dir).report_path(run_id))
+        shown = report_commands(Store(data_dir).report_path(run_id))
+        # no line of the report suggests writing the report the reader is reading
+        assert not [c for c in shown if c in (suggest.report(run_id), suggest.report(run_id, 8))], shown
+        commands += shown
     for command in dict.fromkeys(commands):
         run_printed(command)
     return commands
@@ -125,6 +129,30 @@ def test_commands_printed_after_current_save(data_dir, tmp_path, monkeypatch):
     output = invoke("current", "--dataset", "arithmetic", "--save")
     commands = printed_commands(output)
     assert any(c.startswith("difficulty export") for c in commands), output
+    assert not any("--format" in c for c in commands)  # export's own default: the dataset's format
     assert not any(", " in c for c in commands)  # a list of models is never one argument
     for command in dict.fromkeys(commands):
         run_printed(command)
+
+
+@pytest.mark.slow
+def test_commands_printed_for_the_bundled_model_run(data_dir, tmp_path, monkeypatch):
+    """The bundled model's run: the model name the run records is one ``--model`` takes (or left out)."""
+    monkeypatch.chdir(tmp_path)
+    output = invoke("profile", "--no-prefect", "--limit", "3", "--n", "2", "--max-tokens", "24", "--grade-workers", "1")
+    commands = check_every_printed_command(output, data_dir)
+    assert any(c.startswith("difficulty profile") for c in commands), output
+
+
+def test_the_builder_quotes_values_and_joins_no_list():
+    from pipeline.store import RunRecord
+
+    assert suggest.command("sql", "select 'a' b") == """difficulty sql 'select '"'"'a'"'"' b'"""
+    assert (
+        suggest.export("r1", keep="informative", G=None)
+        == "difficulty export --run r1 --keep informative --output train.parquet"
+    )
+    pooled = RunRecord("r", dataset="d", model="qwen-1.5b, smollm2-135m", backend="observations")
+    assert suggest.profile_again(pooled, n=8) is None
+    sim = RunRecord("r", dataset="local-x y", model="simulate", backend="simulate")
+    assert suggest.profile_again(sim, n=32) == "difficulty profile --dataset 'local-x y' --backend simulate --n 32"

@@ -152,9 +152,13 @@ def test_a_prompt_given_two_groups_in_a_step_keeps_two_groups(tmp_path, shared, 
         truth = fixture.write_nemo_rl(folder, twice, steps=1, group_size=4, seed=11)
     _track(str(folder), "--data-file", str(shared / DEEPSCALER), "--final")
     step = min(truth)
-    rows = Store(data_dir).query(
-        "select group_index, n, c from observations where prompt_id = $p order by group_index",
-        {"p": _pid(problems, pairs[0][0])},
-    ).to_pylist()
+    rows = (
+        Store(data_dir)
+        .query(
+            "select group_index, n, c from observations where prompt_id = $p order by group_index",
+            {"p": _pid(problems, pairs[0][0])},
+        )
+        .to_pylist()
+    )
     want = [[o for o in g if o is not None] for g in truth[step][:2]]
     assert [(r["group_index"], r["n"], r["c"]) for r in rows] == [(i, len(g), sum(g)) for i, g in enumerate(want)]

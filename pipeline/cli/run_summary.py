@@ -87,7 +87,10 @@ def print_verdict(v: Verdict) -> None:
     """A run's verdict, last: what it means for training, a command per line."""
     say(f"verdict for training at G = {v.G} (run {v.run_id}):")
     for line in v.lines:
-        say(f"  {'! ' if line.kind == 'warning' else '- '}{line.text}\n      {line.command}")
+        say(
+            f"  {'! ' if line.kind == 'warning' else '- '}{line.text}"
+            + (f"\n      {line.command}" if line.command else "")
+        )
 
 
 def print_adaptive_summary(finished: FinishedRun) -> None:

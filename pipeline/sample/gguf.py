@@ -62,7 +62,7 @@ def gguf_model(model: str | os.PathLike[str] | None) -> tuple[Path, str]:
     Raises:
         FileNotFoundError: the model file does not exist.
     """
-    if model is None:
+    if model is None or str(model) == BUNDLED_NAME:  # the name a run records is a name to give, too
         return bundled_model_path(), BUNDLED_NAME
     path = Path(model).expanduser()
     if not path.is_file():

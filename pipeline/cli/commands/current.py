@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from pipeline import suggest
 from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import check_format, emit, plural, say
 from pipeline.cli.run_summary import print_verdict, stored_verdict
@@ -114,8 +115,8 @@ def current_cmd(
         say(f"run {run_id}: the current difficulty of {dataset}, saved as a run")
         for line in pooled:
             say(line)
-        say(f"next: difficulty export --run {run_id} --format trl --output {dataset}-current.parquet")
-        say(f"  or: difficulty allocate --run {run_id}")
+        say(f"next: {suggest.export(run_id, output=f'{dataset}-current.parquet')}")  # export's format: the dataset's
+        say(f"  or: {suggest.allocate(run_id)}")
         print_verdict(stored_verdict(store, run_id, G=group_size))
         return
     if compare is None and agree is None:  # the two comparisons name their own sources
