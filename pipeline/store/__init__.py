@@ -374,7 +374,9 @@ class Store:
 
     # --- SQL (query) ------------------------------------------------------------------------
 
-    def connect(self, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
+    def connect(
+        self, *, confined: bool = False, views: set[str] | None = None, unordered: bool = False
+    ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table over its Parquet files.
 
         A table with no files yet gets an empty view of its declared schema, so queries on a fresh
@@ -387,8 +389,12 @@ class Store:
 
         ``views``: only these views (``query.views_named`` of one query: the files of the other
         tables are then not even listed); None, every view.
+
+        ``unordered``: rows without an ORDER BY may come in any order (DuckDB's
+        ``preserve_insertion_order`` off), so a result written to a file streams instead of
+        being buffered to keep the files' order (``sql --output``).
         """
-        return query.connect(self, confined=confined, views=views)
+        return query.connect(self, confined=confined, views=views, unordered=unordered)
 
     def query(self, sql: str, params: list | dict | None = None) -> pa.Table:
         """Run one read query over the data directory's views; DuckDB errors become StoreError."""
@@ -436,11 +442,13 @@ class Store:
         *,
         write: bool = False,
         timeout_s: float | None = None,
+        unordered: bool = False,
     ) -> Any:
         """``user_query``'s statement, its result read by ``fetch`` (given the DuckDB relation, None
         for a statement with no result) while the connection is open: ``difficulty sql`` prints
-        DuckDB's rows without building an Arrow table, or writes them with DuckDB's own writers."""
-        return query.user_result(self, sql, fetch, write=write, timeout_s=timeout_s)
+        DuckDB's rows without building an Arrow table, or writes them with DuckDB's own writers
+        (``unordered``: see ``connect``)."""
+        return query.user_result(self, sql, fetch, write=write, timeout_s=timeout_s, unordered=unordered)
 
     def named_query(self, name: str, params: dict | None = None) -> pa.Table:
         """Run the query ``sql/<name>.sql`` with its parameters bound."""

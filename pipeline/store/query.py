@@ -80,21 +80,25 @@ CHANGED_UNDER_READ = ("FileExpired", "no longer exists")
 OPEN_ATTEMPTS = 3
 
 
-def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    s: Facade, *, confined: bool = False, views: set[str] | None = None, unordered: bool = False
+) -> duckdb.DuckDBPyConnection:
     """See ``Store.connect``."""
     for _ in range(OPEN_ATTEMPTS - 1):
         try:
-            return _connect(s, confined=confined, views=views)
+            return _connect(s, confined=confined, views=views, unordered=unordered)
         except StoreError as exc:
             if not any(w in str(exc) for w in CHANGED_UNDER_READ):
                 raise
             log.info("a file changed while the tables were opened; listing them again: %s", exc)
-    return _connect(s, confined=confined, views=views)
+    return _connect(s, confined=confined, views=views, unordered=unordered)
 
 
-def _connect(s: Facade, *, confined: bool, views: set[str] | None) -> duckdb.DuckDBPyConnection:
+def _connect(s: Facade, *, confined: bool, views: set[str] | None, unordered: bool) -> duckdb.DuckDBPyConnection:
     con = fs.duckdb_connection(s)
     try:
+        if unordered:  # before the configuration is locked
+            con.execute("SET preserve_insertion_order = false")
         wanted = [table for table in schema.TABLES if views is None or table in views]
         found = {table: s.files(table) for table in wanted}
         if "samples" in found or "answer_counts" in found:
@@ -457,10 +461,11 @@ def user_result(
     *,
     write: bool = False,
     timeout_s: float | None = None,
+    unordered: bool = False,
 ) -> Any:
     """See ``Store.user_result``."""
     timeout_s = check_timeout(timeout_s)
-    con = s.connect(confined=True, views=views_named(sql))
+    con = s.connect(confined=True, views=views_named(sql), unordered=unordered)
     try:
         check_statement(
             s,
@@ -486,7 +491,9 @@ def write_result(s: Facade, rel: duckdb.DuckDBPyRelation | None, fmt: str, outpu
 
     A confined connection may write only inside the data directory and its spill folder, so the
     file is written in the spill folder under a temporary name (``doctor`` removes one a killed
-    command left) and moved onto ``output`` (``fs.replacing``: renamed, or copied across disks)."""
+    command left) and moved onto ``output`` (``fs.replacing``: renamed, or copied across disks).
+    On a connection opened ``unordered`` DuckDB streams the rows instead of buffering them to keep
+    the files' order (an ORDER BY is kept)."""
     if rel is None:
         return False
     spill = Path(rel.query("_result", "select current_setting('temp_directory')").fetchall()[0][0])

@@ -79,7 +79,7 @@ def sql_cmd(
         store = open_store(data_dir)
         if output is not None and fmt in WRITTEN_FORMATS:  # DuckDB writes the file, streamed
             written = store.user_result(
-                query, lambda rel: write_result(store, rel, fmt, output), write=write, timeout_s=timeout
+                query, lambda rel: write_result(store, rel, fmt, output), write=write, timeout_s=timeout, unordered=True
             )
             if not written:  # a statement with no result: an empty file
                 emit(arrow(None), fmt, output)
