@@ -50,7 +50,7 @@ def main() -> None:
     t = time.perf_counter()
     profile = [sys.executable, "-m", "pipeline", "profile", "--backend", "simulate", "--no-prefect", "--no-report",
                "--data-file", str(problems), "--n", str(args.n), "--shard-size", "10000"]  # fmt: skip
-    done = subprocess.run(profile, env=env, capture_output=True, text=True)
+    done = subprocess.run(profile, env=env, cwd=work, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     print(f"data: {args.prompts:,} prompts x {args.n} samples profiled in {time.perf_counter() - t:.1f} s")
     for code in args.code or [ROOT]:
@@ -59,7 +59,8 @@ def main() -> None:
             out = work / f"samples.{fmt}"
             query = "select * from samples"
             cmd = [sys.executable, "-m", "pipeline", "sql", query, "--format", fmt, "--output", str(out)]
-            got = json.loads(subprocess.run([sys.executable, "-c", PEAK, *cmd], env=env, capture_output=True,
+            # cwd outside any checkout: ``python -m`` puts the working directory first on the path
+            got = json.loads(subprocess.run([sys.executable, "-c", PEAK, *cmd], env=env, cwd=work, capture_output=True,
                                             text=True, check=True).stdout)  # fmt: skip
             assert got["rc"] == 0, got["err"]
             print(
