@@ -326,6 +326,22 @@ def test_a_step_arriving_out_of_order_is_pending_until_whole(rewriter, tmp_path,
     assert _stored(data_dir, "verl:order") == dict.fromkeys(range(1, 5), PROMPTS * G)
 
 
+def test_a_first_step_written_after_the_next_ones_is_pending_until_whole(rewriter, tmp_path, deepscaler, data_dir):
+    """Nothing stored yet and step 1 still being written beside whole steps 2 and 3: step 1 has no
+    complete step before it to compare with, and the step after it says how many it needs."""
+    path, problems = deepscaler
+    folder = tmp_path / "grpo"
+    _dump(folder, problems, [2, 3])
+    resume = rewriter(_lines(problems, 1), folder / "1.jsonl", 100)
+    data = ("--data-file", str(path), "--source", "verl:late", "--settle", "0")
+    midway = _track(str(folder), *data)
+    assert (midway["steps_written"], midway["first_step"], midway["steps_pending"]) == (2, 2, 1)
+    resume()
+    done = _track(str(folder), *data)
+    assert (done["steps_written"], done["first_step"], done["steps_pending"]) == (1, 1, 0)
+    assert _stored(data_dir, "verl:late") == dict.fromkeys(range(1, 4), PROMPTS * G)
+
+
 # --- numbers out of range ------------------------------------------------------------------------
 
 

@@ -145,7 +145,8 @@ def track_verl(
     - ``final`` (the trainer is done): a whole file is complete;
     - otherwise a step holds a full step's rollouts (as many as the last complete step) and has a
       newer step beside it or has been unchanged for ``settle_s`` seconds. The first step, with no
-      complete step to compare with, needs only the newer step or the settle time.
+      complete step to compare with, needs a newer step holding no more rollouts than it, or the
+      settle time.
 
     A pending step never blocks the steps after it. Each stored step keeps the size, rollouts,
     content digest and modification time of the file it was read from (``record.stored_steps``): a
@@ -176,7 +177,17 @@ def track_verl(
             correct_field=correct_field,
             score_threshold=score_threshold,
         )
-        if got is None or not step_complete(got.rows, got.modified, full, newer=newer, final=final, settle_s=settle_s):
+        if full is None and newer and got is not None and not final:
+            # the first step, with no complete one to compare with: never fewer rollouts than the next
+            ahead = sources.count_rows(files[at + 1][1])
+            complete = got.rows >= ahead and step_complete(
+                got.rows, got.modified, None, newer=newer, final=final, settle_s=settle_s
+            )
+        else:
+            complete = got is not None and step_complete(
+                got.rows, got.modified, full, newer=newer, final=final, settle_s=settle_s
+            )
+        if not complete:
             log.info("%s: step %d is not complete yet (verl may still be writing it); waiting", path, step)
             result.pending.append(step)
             if newer and _age(path) >= max(settle_s, 1.0):
