@@ -31,9 +31,22 @@ Two more cases share one data directory between runs (``--cases``):
   ``track --interval`` would); imports go on until the writer is done, then the last one runs
   with ``--final``. Counted against what the writer wrote: steps lost, rollouts duplicated,
   steps stored partial (fewer rollouts than written), counts mismatched.
+- ``rewrite``: ``--rewrite-steps`` steps (40, as ``track``'s) written and stored with ``--final``,
+  then written again by a writer process with every reward flipped (mode "w": each file truncated,
+  then rewritten line by line, halfway through each step a 0.3 s pause on a line boundary) while
+  imports run one after another; then an import and one with ``--final``. Counted against the
+  rewritten steps: steps lost, rollouts duplicated, steps partial (fewer rollouts stored than a
+  step holds, after any import), counts mismatched, imports that failed.
+- ``order``: the same steps written in pairs out of order (2, 1, 4, 3, ...), each paused halfway,
+  while imports with ``--settle 0`` run one after another (the newest whole step stored at once);
+  then one with ``--final``; counted as ``rewrite``.
+- ``sigint``: ``difficulty sql`` and ``pipeline.open(d).sql(q).fetchall()`` running a query of
+  hours, each sent SIGINT ``--sigints`` times (5) at a random moment 1 to 3 s in: seconds from
+  the signal to the process's exit (stopped within a second) and whether it stopped.
     python bench/faults.py [--kills 20] [--prompts 2000] [--n 8] [--shard-size 50] [--seed 0]
                            [--steps 300] [--track-kills 10] [--line-bytes 9000]
-                           [--cases kills,datasets,copy,track]
+                           [--rewrite-steps 40] [--sigints 5]
+                           [--cases kills,datasets,copy,track,rewrite,order,sigint]
 """
 
 from __future__ import annotations
@@ -113,7 +126,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="track: verl steps the writer writes")
     ap.add_argument("--track-kills", type=int, default=10, help="track: imports killed while the writer writes")
     ap.add_argument("--line-bytes", type=int, default=9000, help="track: bytes of each rollout's line")
-    ap.add_argument("--cases", default="kills,datasets,copy,track", help="which cases, comma-separated")
+    ap.add_argument("--rewrite-steps", type=int, default=40, help="rewrite, order: steps written")
+    ap.add_argument("--sigints", type=int, default=5, help="sigint: interrupts of each kind")
+    ap.add_argument(
+        "--cases", default="kills,datasets,copy,track,rewrite,order,sigint", help="which cases, comma-separated"
+    )
     args = ap.parse_args()
     cases = set(args.cases.split(","))
     work = Path(tempfile.mkdtemp(prefix="faults-"))
@@ -125,6 +142,12 @@ def main() -> None:
         copied_shard(args, work, base_env)
     if "track" in cases:
         track_kills(args, work, base_env)
+    if "rewrite" in cases:
+        rewritten(args, work, base_env, "rewrite")
+    if "order" in cases:
+        rewritten(args, work, base_env, "order")
+    if "sigint" in cases:
+        interrupts(args, work, base_env)
     if "kills" in cases:
         kills(args, work, base_env)
 
@@ -387,6 +410,162 @@ def track_kills(args, work: Path, base_env: dict) -> None:
         f"track under kill -9 and a concurrent writer: steps lost {lost}, rollouts duplicated {duplicated}, "
         f"steps partial {partial}, counts mismatched {mismatched} (of {args.steps} steps)"
     )
+
+
+# The rewriting writer: each step of ``order`` written in mode "w" (truncated first), one flushed
+# JSON line per rollout, rewards flipped when ``flip``, a pause halfway through each step.
+REWRITER = r"""
+import json, sys, time
+spec = json.loads(sys.argv[1])
+pad = "x" * spec["line_bytes"]
+for step in spec["order"]:
+    with open(f"{spec['folder']}/{step}.jsonl", "w") as out:
+        for i, (text, gold) in enumerate(zip(spec["problems"], spec["answers"])):
+            for r in range(spec["G"]):
+                ok = ((i * 7 + r + step) % 3 == 0) != spec["flip"]
+                row = {"input": f"user\n{text}\nassistant\n", "output": pad, "gts": gold, "score": float(ok),
+                       "step": step, "acc": int(ok)}  # 0/1: a flipped step keeps its byte count
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                if spec["pause_s"] and i == len(spec["problems"]) // 2 and r == 0:
+                    time.sleep(spec["pause_s"])  # half a step on disk, ending on a line boundary
+"""
+
+
+def rewritten(args, work: Path, base_env: dict, case: str) -> None:
+    """The ``rewrite`` and ``order`` cases (see the module's docstring)."""
+    data, folder = work / f"{case}-data", work / f"{case}-rollouts"
+    folder.mkdir()
+    env = {**base_env, "DIFFICULTY_DATA": str(data)}
+    load = subprocess.run([DIFFICULTY, "load", "arithmetic", "--limit", str(TRACK_PROMPTS)], env=env, cwd=work,
+                          capture_output=True, text=True)  # fmt: skip
+    assert load.returncode == 0, load.stderr[-2000:]
+    problems = Store(data).read_table("problems")
+    ids = problems.column("prompt_id").to_pylist()
+    steps = args.rewrite_steps
+    spec = {
+        "folder": str(folder),
+        "problems": problems.column("problem").to_pylist(),
+        "answers": problems.column("answer").to_pylist(),
+        "G": TRACK_G,
+        "line_bytes": args.line_bytes,
+    }
+    track = [
+        DIFFICULTY,
+        "track",
+        str(folder),
+        "--dataset",
+        "arithmetic",
+        "--source",
+        f"verl:{case}",
+        "--format",
+        "json",
+    ]
+    full = TRACK_PROMPTS * TRACK_G
+
+    def run(*extra: str) -> dict | None:
+        done = subprocess.run([*track, *extra], env=env, cwd=work, capture_output=True, text=True)
+        return json.loads(done.stdout)[0] if done.returncode == 0 else None
+
+    def stored() -> dict[tuple[int, str], tuple[int, int]]:
+        rows = (
+            Store(data)
+            .query("select step, prompt_id, n, c from observations where source = ?", [f"verl:{case}"])
+            .to_pylist()
+        )
+        return {(r["step"], r["prompt_id"]): (r["n"], r["c"]) for r in rows}
+
+    def short(got: dict) -> int:
+        per_step: dict[int, int] = {}
+        for (step, _), (n, _) in got.items():
+            per_step[step] = per_step.get(step, 0) + n
+        return sum(1 for n in per_step.values() if n < full)
+
+    if case == "rewrite":  # the steps as first written, stored
+        first = subprocess.run([sys.executable, "-c", REWRITER, json.dumps(
+            {**spec, "order": list(range(1, steps + 1)), "flip": False, "pause_s": 0})])  # fmt: skip
+        assert first.returncode == 0
+        assert run("--final")["steps_written"] == steps
+        order, flip, during = list(range(1, steps + 1)), True, ()
+    else:
+        order = [s for pair in range(1, steps + 1, 2) for s in (pair + 1, pair) if s <= steps]
+        flip, during = False, ("--settle", "0")
+    t = time.perf_counter()
+    writer = subprocess.Popen([sys.executable, "-c", REWRITER, json.dumps({**spec, "order": order, "flip": flip,
+                                                                           "pause_s": 0.3})])  # fmt: skip
+    imports = failed = partial_seen = 0
+    while writer.poll() is None:
+        got = run(*during)
+        imports += 1
+        failed += got is None
+        partial_seen = max(partial_seen, short(stored()))
+    assert writer.wait() == 0
+    t_writer = time.perf_counter() - t
+    after = run()
+    final = run("--final")
+    failed += (after is None) + (final is None)
+    got = stored()
+    want = {}
+    for step in range(1, steps + 1):
+        for i, pid in enumerate(ids):
+            c = sum(((i * 7 + r + step) % 3 == 0) != flip for r in range(TRACK_G))
+            want[step, pid] = (TRACK_G, c)
+    per_step: dict[int, int] = {}
+    for (step, _), (n, _) in got.items():
+        per_step[step] = per_step.get(step, 0) + n
+    lost = sum(1 for step in range(1, steps + 1) if step not in per_step)
+    duplicated = sum(max(0, n - full) for n in per_step.values())
+    partial = max(partial_seen, short(got))
+    mismatched = sum(1 for key, value in want.items() if key in got and got[key] != value)
+    what = "written again, rewards flipped" if case == "rewrite" else "written out of order (2, 1, 4, 3, ...)"
+    print(f"{case}: {steps} steps of {full} rollouts {what} in {t_writer:.1f} s; {imports} imports meanwhile")
+    print(
+        f"{case} beside a live writer: steps lost {lost}, rollouts duplicated {duplicated}, steps partial {partial}, "
+        f"counts mismatched {mismatched}, imports failed {failed} (of {steps} steps)"
+    )
+
+
+RUNAWAY = "select sum(a.range * b.range) from range(100000000) a, range(100000) b"  # hours of work
+NOTEBOOK = r"""
+import sys, pipeline
+tables = pipeline.open(sys.argv[1])
+print("running", flush=True)
+tables.sql(sys.argv[2]).fetchall()
+"""
+
+
+def interrupts(args, work: Path, base_env: dict) -> None:
+    """The ``sigint`` case (see the module's docstring)."""
+    rng = random.Random(args.seed)
+    data = work / "sigint-data"
+    env = {**base_env, "DIFFICULTY_DATA": str(data)}
+    load = subprocess.run([DIFFICULTY, "load", "arithmetic", "--limit", "8"], env=env, cwd=work, capture_output=True)
+    assert load.returncode == 0
+    kinds = {
+        "difficulty sql": [DIFFICULTY, "sql", RUNAWAY],
+        "pipeline.open(d).sql(q).fetchall()": [sys.executable, "-c", NOTEBOOK, str(data), RUNAWAY],
+    }
+    for kind, cmd in kinds.items():
+        took, running = [], 0
+        for _ in range(args.sigints):
+            proc = subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            if kind != "difficulty sql":
+                proc.stdout.readline()
+            time.sleep(rng.uniform(1.0, 3.0))
+            sent = time.perf_counter()
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+                took.append(time.perf_counter() - sent)
+            except subprocess.TimeoutExpired:
+                running += 1
+                proc.kill()
+                proc.wait()
+        slowest = max(took) if took else float("nan")
+        print(
+            f"sigint: {kind}: {len(took)} of {args.sigints} stopped, the slowest {slowest:.2f} s after SIGINT, "
+            f"still running 30 s later {running}; stopped within a second: {running == 0 and slowest < 1.0}"
+        )
 
 
 def kills(args, work: Path, base_env: dict) -> None:

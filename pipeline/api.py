@@ -39,7 +39,8 @@ class Tables:
 
     views = (*schema.TABLES, *DERIVED_VIEWS)
 
-    def __init__(self, data_dir: str | os.PathLike | None = None) -> None:
+    def __init__(self, data_dir: str | os.PathLike | None = None, *, timeout_s: float | None = None) -> None:
+        self._timeout_s = query.check_timeout(timeout_s)
         root = resolve_data_dir(data_dir)
         self._store = Store(root)
         # Opening never creates anything: a mistyped path is an error, not an empty directory.
@@ -53,12 +54,13 @@ class Tables:
 
     def sql(self, sql: str, params: list | dict | None = None) -> query.UserRelation:
         """One SELECT (or EXPLAIN) over the views, parameters bound (``$name`` or ``?``): a DuckDB
-        relation whose errors are ``StoreError`` when it is made and when it is read.
+        relation whose errors are ``StoreError`` when it is made and when it is read. Reading it
+        stops on SIGINT (a notebook's interrupt: ``KeyboardInterrupt``) or past the time limit.
 
         Raises:
             StoreError: not one read statement, a file outside the data directory, or DuckDB's error.
         """
-        return query.user_relation(self._store, self._con, sql, params)
+        return query.user_relation(self._store, self._con, sql, params, self._timeout_s)
 
     def runs(self) -> duckdb.DuckDBPyRelation:
         """Every run, newest first, as ``difficulty runs`` lists them (a ``sampling`` run that no
@@ -113,11 +115,13 @@ class Tables:
             raise StoreError(f"no run {run_id!r} under {self.root}; newest runs: {newest or 'none'}")
 
 
-def open(data_dir: str | os.PathLike | None = None) -> Tables:  # noqa: A001 - the package's entry point
+def open(data_dir: str | os.PathLike | None = None, *, timeout_s: float | None = None) -> Tables:  # noqa: A001 - the package's entry point
     """The data directory ``data_dir`` (a folder or ``s3://bucket/prefix``; default as the command
-    line: ``$DIFFICULTY_DATA``, then ``./difficulty-data``), read-only.
+    line: ``$DIFFICULTY_DATA``, then ``./difficulty-data``), read-only. Every query stops on SIGINT
+    and, with ``timeout_s``, after that many seconds (a ``StoreError`` naming the limit).
 
     Raises:
         StoreError: no data directory there, or its tables cannot be opened.
+        ConfigError: ``timeout_s`` not a number above 0.
     """
-    return Tables(data_dir)
+    return Tables(data_dir, timeout_s=timeout_s)

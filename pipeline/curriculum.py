@@ -86,6 +86,11 @@ ALL_POLICIES = (
 )
 #: Coverage is measured over the log's last this many steps.
 COVERAGE_WINDOW = 10
+#: The largest group size a policy takes (past about 1000 the mass objective's sums overflow) and the
+#: most groups of one prompt in a step: a spec past them (``max_groups=1000000000``) is a named error
+#: when parsed, not a step's arrays past memory.
+MAX_GROUP_SIZE = 512
+MAX_GROUPS = 1024
 #: ``prior=population``: choices between refits of the prior, and the uniform share mixed into a grid prior.
 POPULATION_REFIT = 5
 POPULATION_FLOOR = 1e-3
@@ -222,8 +227,8 @@ class SignalConfig:
     max_groups: int = 1
 
     def __post_init__(self) -> None:
-        check_int("G", self.G, 1)
-        check_int("max_groups", self.max_groups, 1)
+        check_int("G", self.G, 1, MAX_GROUP_SIZE)
+        check_int("max_groups", self.max_groups, 1, MAX_GROUPS)
         check_choice("objective", self.objective, ("nonsilent", "mass"))
         check_choice("explore", self.explore, ("thompson", "optimism", "mean"))
         check_number("kappa", self.kappa, 0)
@@ -495,7 +500,7 @@ class SignalPolicy(_Base):
             scored = self.scores(cand), self.rng.random(len(cand))  # random order among ties
         if need > 0:
             s, tie = scored
-            room = self.max_groups - groups
+            room = np.minimum(self.max_groups - groups, need)  # no prompt takes more than the step's groups
             unit = np.repeat(np.arange(len(cand)), room)  # the prompt of each group it could still take
             nth = groups[unit] + np.arange(len(unit)) - np.repeat(np.cumsum(room) - room, room)  # its groups before
             take = unit[np.lexsort((tie[unit], nth, -s[unit]))[:need]]
@@ -515,6 +520,7 @@ class BonusPolicy(_Base):
 
     def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, G: int = 8, beta: float = 1.0,
                  forgetting: float = FORGETTING):  # fmt: skip
+        check_int("G", G, 1, MAX_GROUP_SIZE)
         check_number("beta", beta, 0)
         check_number("forgetting", forgetting, 0, 1, lo_open=True)
         super().__init__(prompt_ids, n, c, seed=seed, forgetting=forgetting)

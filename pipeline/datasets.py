@@ -36,7 +36,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from pipeline import schema
-from pipeline.errors import DatasetError
+from pipeline.errors import ConfigError, DatasetError
 from pipeline.grade.extract import last_box
 
 log = logging.getLogger(__name__)
@@ -498,6 +498,12 @@ def _tier_makers(rng: random.Random) -> list[tuple[str, Callable[[], tuple[str, 
     ]
 
 
+# The distinct texts each tier above can make (the product of its operands' ranges), in order: no
+# seed makes more problems than their sum, so a larger size is refused before any is drawn.
+_TIER_SIZES = (8, 25, 29, 81, 64, 90 * 9, 90 * 90, 8**3, 899 * 89)
+ARITHMETIC_MAX = sum(_TIER_SIZES)
+
+
 def arithmetic_problems(n: int = 180, seed: int = 0) -> pa.Table:
     """Seeded arithmetic problems with exact integer answers, tiers interleaved.
 
@@ -506,6 +512,11 @@ def arithmetic_problems(n: int = 180, seed: int = 0) -> pa.Table:
     """
     if n < 1:
         raise DatasetError(f"arithmetic size must be >= 1, got {n}")
+    if n > ARITHMETIC_MAX:
+        raise DatasetError(
+            f"arithmetic size {n} is more than the {ARITHMETIC_MAX} distinct problems it can make; "
+            f"--limit at most {ARITHMETIC_MAX}"
+        )
     rng = random.Random(seed)
     tiers = _tier_makers(rng)
     rows, seen = [], set()
@@ -1015,6 +1026,11 @@ def load(
         adapter = ADAPTERS[name or "arithmetic"]
         dataset = adapter.name
         if adapter.name == "arithmetic":
+            if limit is not None and limit > ARITHMETIC_MAX:
+                raise ConfigError(
+                    f"--limit {limit} is more than the {ARITHMETIC_MAX} distinct problems the bundled arithmetic "
+                    f"set can make: give --limit {ARITHMETIC_MAX} or less"
+                )
             raw = arithmetic_problems(max(limit or 180, 1), seed=seed)
         elif adapter.hub is None:
             raise DatasetError(f"adapter {adapter.name!r} needs --data-file PATH")

@@ -73,9 +73,7 @@ import json
 import logging
 import math
 import os
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +87,7 @@ from pipeline import estimators as est
 from pipeline.checks import check_bool, check_choice, check_int
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.sample.templates import CHAT_MESSAGES, render_prompt
-from pipeline.store import Store, disk_full, no_space, writable_output
+from pipeline.store import Store, disk_full, fs, no_space, writable_output
 
 log = logging.getLogger(__name__)
 
@@ -530,15 +528,10 @@ def _jsonl_line(original: str | None, row: dict, own: dict, field: str, measure:
     return datasets.original_json({**own, **tail})
 
 
-@contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
-    """A temporary file beside ``path``, renamed onto it when the block succeeds."""
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _atomic(path: Path) -> AbstractContextManager[Path]:
+    """A temporary file beside ``path``, renamed onto it when the block succeeds; what a killed
+    export left beside it is removed first (``fs.replacing``)."""
+    return fs.replacing(path)
 
 
 def _nan_to_none(measure: dict) -> dict:

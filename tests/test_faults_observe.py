@@ -1,8 +1,9 @@
 """Faults a user hit importing training logs and reading the current difficulty, each reproduced.
 
 A verl step is stored only when complete, by a rule that does not depend on where a write ended
-(a newer step beside it, ``--final``, or the file settled with a full step's rollouts); a stored
-step whose file grew is read again; a cut step that is not the newest is a named error; steps and
+(a full step's rollouts with a newer step beside it or the file settled, or ``--final``); a stored
+step whose content changed (grown, or written again at the same size) is read again; a step cut,
+short or being rewritten is pending, never stored short nor refused for good; steps and
 counts are range-checked; ``current`` counts each source's steps on its own clock; the trainer
 adapters refuse what matches nothing; names print as text.
 """
@@ -174,17 +175,171 @@ def test_the_newest_step_waits_until_it_has_a_full_steps_rollouts(tmp_path, deep
     assert (got["steps_written"], got["first_step"], got["rollouts"]) == (1, 4, 10)
 
 
-def test_a_cut_step_that_is_not_the_newest_is_a_named_error(tmp_path, deepscaler, data_dir):
+def test_a_cut_step_that_is_not_the_newest_is_pending_and_blocks_nothing(tmp_path, deepscaler, data_dir):
+    """A cut older step is never refused for good: the steps after it are stored, a note names it,
+    and the import after it is restored stores it."""
     path, problems = deepscaler
     folder = tmp_path / "grpo"
     _dump(folder, problems, [1, 2, 3, 4, 5])
     data = (folder / "3.jsonl").read_bytes()
     (folder / "3.jsonl").write_bytes(data[: len(data) // 2 + 17])  # cut mid-line, verl long gone
-    for _ in range(2):  # every rerun says so, never "still being written"
-        out = runner.invoke(app, ["track", str(folder), "--data-file", str(path)])
-        assert out.exit_code == 1, out.output
-        assert out.stderr.startswith("error: ") and "3.jsonl" in out.stderr and "step 3 is cut" in out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1 and "still being written" not in out.output
+    _settled(folder / "3.jsonl")
+    out = runner.invoke(app, ["track", str(folder), "--data-file", str(path), "--source", "verl:cut"])
+    assert out.exit_code == 0, out.output
+    assert "4 steps written" in out.stdout and "1 still being written" in out.stdout
+    assert "3.jsonl: step 3 has been cut" in out.stdout
+    assert set(_stored(data_dir, "verl:cut")) == {1, 2, 4, 5}
+    (folder / "3.jsonl").write_bytes(data)
+    again = _track(str(folder), "--data-file", str(path), "--source", "verl:cut")
+    assert (again["steps_written"], again["first_step"], again["steps_pending"]) == (1, 3, 0)
+    assert _stored(data_dir, "verl:cut") == dict.fromkeys(range(1, 6), PROMPTS * G)
+
+
+# --- a step written again, or out of order ----------------------------------------------------------
+
+
+def _flipped(line: str) -> str:
+    """A rollout with its reward flipped, padded to the same byte count (a re-dump after a reward fix)."""
+    row = json.loads(line)
+    row["acc"], row["score"] = not row["acc"], 1.0 - row["score"]
+    out = json.dumps(row) + "\n"
+    row["output"] = "x" * (len(row["output"]) + len(line) - len(out))
+    out = json.dumps(row) + "\n"
+    assert len(out) == len(line)
+    return out
+
+
+def _correct(data_dir: Path, source: str, step: int) -> int:
+    obs = record.read_observations(Store(data_dir), source).to_pylist()
+    return sum(r["c"] for r in obs if r["step"] == step)
+
+
+def _right(lines: list[str]) -> int:
+    return sum(json.loads(line)["acc"] for line in lines)
+
+
+def test_a_stored_step_written_again_at_the_same_size_is_read_again(tmp_path, deepscaler, data_dir):
+    path, problems = deepscaler
+    folder = tmp_path / "grpo"
+    _dump(folder, problems, [1, 2, 3, 4, 5])
+    assert _track(str(folder), "--data-file", str(path), "--source", "verl:fix", "--final")["steps_written"] == 5
+    old = (folder / "3.jsonl").stat().st_size
+    flipped = [_flipped(line) for line in _lines(problems, 3)]
+    (folder / "3.jsonl").write_text("".join(flipped))
+    assert (folder / "3.jsonl").stat().st_size == old
+    again = _track(str(folder), "--data-file", str(path), "--source", "verl:fix", "--final")
+    assert (again["steps_written"], again["first_step"], again["steps_already_recorded"]) == (1, 3, 4)
+    assert _correct(data_dir, "verl:fix", 3) == _right(flipped) != _right(_lines(problems, 3))
+    os.utime(folder / "3.jsonl")  # touched, same content: not read again
+    assert _track(str(folder), "--data-file", str(path), "--source", "verl:fix")["steps_written"] == 0
+
+
+REWRITER = r"""
+import sys
+lines, path, pause, cut = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "cut"
+rows = open(lines).read().splitlines(keepends=True)
+with open(path, "w") as out:  # truncates, as a re-dump in mode "w" does
+    out.writelines(rows[:pause])
+    if cut:
+        out.write(rows[pause][: len(rows[pause]) // 2])
+    out.flush()
+    print("paused", flush=True)
+    sys.stdin.readline()
+    if cut:
+        out.write(rows[pause][len(rows[pause]) // 2 :])
+        pause += 1
+    out.writelines(rows[pause:])
+print("done", flush=True)
+"""
+
+
+@pytest.fixture
+def rewriter(tmp_path):
+    """A writer process writing one step file, paused midway: ``start(lines, path, pause, cut)``
+    returns ``resume()``, which lets it finish."""
+    procs = []
+
+    def start(lines: list[str], path: Path, pause: int, cut: bool = False):
+        text = tmp_path / f"{path.stem}-{len(procs)}.txt"
+        text.write_text("".join(lines))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", REWRITER, str(text), str(path), str(pause), "cut" if cut else "whole"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "paused"
+
+        def resume() -> None:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "done"
+            assert proc.wait(timeout=60) == 0
+
+        return resume
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(("pause", "cut"), [(128, False), (0, False), (100, True)], ids=["short", "empty", "cut"])
+def test_an_older_step_caught_mid_rewrite_is_pending(rewriter, tmp_path, deepscaler, data_dir, pause, cut):
+    """Steps 1-5 stored; a writer truncates and rewrites step 3: the import during the rewrite keeps
+    the stored step 3 as it was, says it is pending and stores step 6; the next one stores the rewrite."""
+    path, problems = deepscaler
+    folder = tmp_path / "grpo"
+    _dump(folder, problems, [1, 2, 3, 4, 5])
+    data = ("--data-file", str(path), "--source", "verl:redo")
+    assert _track(str(folder), *data)["steps_written"] == 5
+    before = _correct(data_dir, "verl:redo", 3)
+    flipped = [_flipped(line) for line in _lines(problems, 3)]
+    resume = rewriter(flipped, folder / "3.jsonl", pause, cut)
+    _dump(folder, problems, [6])
+    midway = _track(str(folder), *data)
+    assert (midway["steps_written"], midway["first_step"], midway["steps_pending"]) == (1, 6, 1)
+    assert _stored(data_dir, "verl:redo") == dict.fromkeys(range(1, 7), PROMPTS * G)
+    assert _correct(data_dir, "verl:redo", 3) == before
+    resume()
+    done = _track(str(folder), *data)
+    assert (done["steps_written"], done["first_step"], done["steps_pending"]) == (1, 3, 0)
+    assert _stored(data_dir, "verl:redo")[3] == PROMPTS * G
+    assert _correct(data_dir, "verl:redo", 3) == _right(flipped) != before
+
+
+def test_a_step_arriving_out_of_order_is_pending_until_whole(rewriter, tmp_path, deepscaler, data_dir):
+    """Steps 1, 2 and 4 written, step 3 still being written: 3 is not stored short, 4 is not held back."""
+    path, problems = deepscaler
+    folder = tmp_path / "grpo"
+    _dump(folder, problems, [1, 2, 4])
+    resume = rewriter(_lines(problems, 3), folder / "3.jsonl", 144)
+    data = ("--data-file", str(path), "--source", "verl:order", "--settle", "0")
+    midway = _track(str(folder), *data)
+    assert (midway["steps_written"], midway["steps_pending"]) == (3, 1)
+    assert _stored(data_dir, "verl:order") == {1: PROMPTS * G, 2: PROMPTS * G, 4: PROMPTS * G}
+    resume()
+    done = _track(str(folder), *data)
+    assert (done["steps_written"], done["first_step"], done["steps_pending"]) == (1, 3, 0)
+    assert _stored(data_dir, "verl:order") == dict.fromkeys(range(1, 5), PROMPTS * G)
+
+
+def test_a_first_step_written_after_the_next_ones_is_pending_until_whole(rewriter, tmp_path, deepscaler, data_dir):
+    """Nothing stored yet and step 1 still being written beside whole steps 2 and 3: step 1 has no
+    complete step before it to compare with, and the step after it says how many it needs."""
+    path, problems = deepscaler
+    folder = tmp_path / "grpo"
+    _dump(folder, problems, [2, 3])
+    resume = rewriter(_lines(problems, 1), folder / "1.jsonl", 100)
+    data = ("--data-file", str(path), "--source", "verl:late", "--settle", "0")
+    midway = _track(str(folder), *data)
+    assert (midway["steps_written"], midway["first_step"], midway["steps_pending"]) == (2, 2, 1)
+    resume()
+    done = _track(str(folder), *data)
+    assert (done["steps_written"], done["first_step"], done["steps_pending"]) == (1, 1, 0)
+    assert _stored(data_dir, "verl:late") == dict.fromkeys(range(1, 4), PROMPTS * G)
 
 
 # --- numbers out of range ------------------------------------------------------------------------

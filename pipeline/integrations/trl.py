@@ -82,7 +82,7 @@ from pipeline.checks import check_number
 from pipeline.errors import ConfigError, PipelineError, StoreError
 from pipeline.observe import record
 from pipeline.observe.track import dataset_problems
-from pipeline.store import Store
+from pipeline.store import Store, resolve_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -354,6 +354,18 @@ def _source_for_rank(source: str) -> str:
     return source
 
 
+def _existing_store(data_dir: str | os.PathLike) -> Store:
+    """The data directory, opened (and probed for writing) only when it exists: never made here, as
+    a mistyped one would be an empty folder holding no dataset, refused a moment later."""
+    found = Store(resolve_data_dir(data_dir))
+    if not found.exists(found.root):
+        raise StoreError(
+            f"record_rewards(data_dir={str(data_dir)!r}): no data directory at {str(found.root)!r}; give the folder "
+            "the dataset was loaded into (`difficulty load ... --data-dir`)"
+        )
+    return Store.open(data_dir)
+
+
 def record_rewards(
     reward_fn: Callable[..., list],
     *,
@@ -375,7 +387,7 @@ def record_rewards(
     ``dataset`` must be stored in ``data_dir`` (``difficulty load``): one that is not, or a batch
     none of whose prompt ids is one of its prompts, is an error naming it (counts nobody reads).
     """
-    store = data_dir if isinstance(data_dir, Store) else Store.open(data_dir)
+    store = data_dir if isinstance(data_dir, Store) else _existing_store(data_dir)
     return RewardRecorder(
         reward_fn,
         store=store,

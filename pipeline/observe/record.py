@@ -8,7 +8,9 @@ reads only the steps after it.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -27,10 +29,29 @@ _STEP_PART = re.compile(r"^step-(\d+)$")
 # make every other step of its source weigh nothing in ``current``; such a value is a bad cell.
 MAX_STEP = 2**31 - 1
 MAX_COUNT = 2**31 - 1
-# Footer keys of a step read from a file that grows while its trainer writes it (a verl dump): the
-# bytes and rows read, so a later import sees the file has changed and reads the step again.
+# Footer keys of a step read from a file its trainer writes (a verl dump): the bytes, rows, content
+# digest and modification time read, so a later import sees the file has changed (grown, or written
+# again at the same size) and reads the step again.
 SOURCE_BYTES_KEY = "difficulty.source_bytes"
 SOURCE_ROWS_KEY = "difficulty.source_rows"
+SOURCE_DIGEST_KEY = "difficulty.source_digest"
+SOURCE_MTIME_KEY = "difficulty.source_mtime_ns"
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """The source file a step was read from, as read: bytes, rollouts, content digest (``digest``)
+    and modification time in ns (None: a step stored before these were kept)."""
+
+    size: int
+    rows: int
+    digest: str | None = None
+    mtime_ns: int | None = None
+
+
+def digest(data: bytes) -> str:
+    """A step file's content digest: a rewrite that keeps the byte count changes it."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def check_source(source: str) -> str:
@@ -148,12 +169,12 @@ def write_step(
     step: int,
     rows: pa.Table,
     unmatched: pa.Table | None = None,
-    read: tuple[int, int] | None = None,
+    read: FileRead | None = None,
 ) -> int:
     """Store one source step's observations (replacing that step if it was there; a step whose rows
     all matched nothing is stored empty, so it counts as read) and its unmatched rows; returns the
-    observations written. ``read``: the (bytes, rows) of the source file the step was read from,
-    kept in the footer (``stored_steps``)."""
+    observations written. ``read``: the source file the step was read from, kept in the footer
+    (``stored_steps``)."""
     check_source(source)
     other = pc.unique(rows.column("source")).to_pylist() + pc.unique(rows.column("step")).to_pylist()
     if any(v not in (source, step) for v in other):
@@ -164,7 +185,13 @@ def write_step(
         earlier = store.location("unmatched", f"source={source}", f"{step_part(step)}.parquet")
         if unmatched.num_rows or store.exists(earlier):
             store.write_table("unmatched", unmatched, where, step_part(step))
-    meta = {SOURCE_BYTES_KEY: str(read[0]), SOURCE_ROWS_KEY: str(read[1])} if read is not None else None
+    meta = None
+    if read is not None:
+        meta = {SOURCE_BYTES_KEY: str(read.size), SOURCE_ROWS_KEY: str(read.rows)}
+        if read.digest is not None:
+            meta[SOURCE_DIGEST_KEY] = read.digest
+        if read.mtime_ns is not None:
+            meta[SOURCE_MTIME_KEY] = str(read.mtime_ns)
     store.write_table(TABLE, rows, {"source": source}, step_part(step), metadata=meta)
     return rows.num_rows
 
@@ -174,16 +201,19 @@ def recorded_steps(store: Store, source: str) -> set[int]:
     return set(stored_steps(store, source))
 
 
-def stored_steps(store: Store, source: str) -> dict[int, tuple[int, int] | None]:
-    """The steps of ``source`` in the table, each with the (bytes, rows) of the source file it was
-    read from (None: a step of a source that does not grow, or stored before this was kept). The
-    footers were read by the files' check: this costs no read."""
+def stored_steps(store: Store, source: str) -> dict[int, FileRead | None]:
+    """The steps of ``source`` in the table, each with the source file it was read from (None: a
+    step of a source that does not grow, or stored before this was kept). The footers were read by
+    the files' check: this costs no read."""
     out = {}
     for file in store.files(TABLE, {"source": check_source(source)}):
         match = _STEP_PART.match(str(file).rsplit("/", 1)[-1].removesuffix(".parquet"))
         if match:
             size, rows = store.footer_value(file, SOURCE_BYTES_KEY), store.footer_value(file, SOURCE_ROWS_KEY)
-            out[int(match.group(1))] = (int(size), int(rows)) if size and rows else None
+            mtime = store.footer_value(file, SOURCE_MTIME_KEY)
+            content = store.footer_value(file, SOURCE_DIGEST_KEY)
+            read = FileRead(int(size), int(rows), content, int(mtime) if mtime else None) if size and rows else None
+            out[int(match.group(1))] = read
     return out
 
 

@@ -235,13 +235,15 @@ def count_rows(path: str | Path) -> int:
 @dataclass(frozen=True)
 class VerlFile:
     """One verl step file as read: its step, and what was read (the bytes up to the last whole line,
-    the rollouts, the file's modification time, seconds since the epoch)."""
+    the rollouts, the file's modification time, seconds since the epoch, and ``read``: the file's
+    stamp kept with the stored step)."""
 
     observations: pa.Table
     unmatched: pa.Table
     size: int
     rows: int
     modified: float
+    read: record.FileRead
 
 
 def read_verl_step(
@@ -292,10 +294,15 @@ def read_verl_file(
             "rollout correct, a binary field or a threshold on score"
         )
     try:
+        before = path.stat()
         data = path.read_bytes()
-        mtime = path.stat().st_mtime
+        after = path.stat()
     except FileNotFoundError as exc:
         raise MissingFileError(f"verl step file {str(path)!r} does not exist") from exc
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(data) != after.st_size:
+        log.warning("%s: changed while read (verl is writing step %d); step skipped this time", path, step)
+        return None
+    mtime = after.st_mtime
     body = _complete_body(path, data)
     if body is None:
         log.warning("%s: last line is cut (verl is still writing step %d); step skipped this time", path, step)
@@ -328,7 +335,8 @@ def read_verl_file(
         matcher, cols["input"], cols.get("gts"), correct, lines, source=source, step=step, model=model,
         observed_at=datetime.fromtimestamp(mtime, UTC), uids=_uids(cols, origin),
     )  # fmt: skip
-    return VerlFile(obs, unmatched, len(data), len(lines), mtime)
+    read = record.FileRead(len(data), len(lines), record.digest(data), after.st_mtime_ns)
+    return VerlFile(obs, unmatched, len(data), len(lines), mtime, read)
 
 
 def _uids(cols: dict[str, Any], origin: str) -> pa.Array | None:

@@ -138,21 +138,25 @@ def track_verl(
     final: bool = False,
     settle_s: float = DEFAULT_SETTLE_S,
 ) -> TrackResult:
-    """verl's rollout dumps: each step not yet recorded, in order, once it is complete.
+    """verl's rollout dumps: each step not yet recorded, or whose file has changed since, once it is complete.
 
-    verl writes a step's file line by line while the step is dumped, so a file whose last line
-    parses may still be short (a write that ended on a line boundary). Completeness is therefore
-    decided by a rule that does not depend on where a write ended:
+    verl writes a step's file line by line while the step is dumped, and a step may be written again
+    (a re-dump, or a writer that truncates and rewrites an older step while newer ones exist), so a
+    file whose last line parses may still be short. A step is stored when its content is whole,
+    whatever newer files exist:
 
-    - a step with a newer step file beside it is complete (verl starts the next step's file only
-      after this one's); if its last line is cut, it is a ``DatasetError``: verl stopped mid-file
-      and never came back (a step that will never be complete is not "still being written");
-    - the newest step is complete when ``final`` (the trainer is done), or when its file has been
-      unchanged for ``settle_s`` seconds and holds as many rollouts as the step before it (the
-      first step: no step before it to compare with). Otherwise it waits for a later import.
+    - a file that is empty, cut mid-line, or changed while read is pending, never refused: the next
+      import reads it again (a note says so once it has stayed that way ``settle_s``);
+    - ``final`` (the trainer is done): a whole file is complete;
+    - otherwise a step holds a full step's rollouts (as many as the last complete step) and has a
+      newer step beside it or has been unchanged for ``settle_s`` seconds. The first step, with no
+      complete step to compare with, needs a newer step holding no more rollouts than it, or the
+      settle time.
 
-    Each stored step keeps the size and rollouts of the file it was read from (``record.stored_steps``):
-    a step whose file has changed since (grown) is read again and replaced, never kept short.
+    A pending step never blocks the steps after it. Each stored step keeps the size, rollouts,
+    content digest and modification time of the file it was read from (``record.stored_steps``): a
+    step whose content has changed since (grown, or written again at the same size) is read again
+    and replaced when complete, never kept short; until then the stored step stays as it was.
     """
     source = _source(source, "verl", Path(folder).resolve().name)
 
@@ -236,51 +240,81 @@ def _track_steps(
     result = TrackResult(source)
     stored = record.stored_steps(store, source)
     matcher = Matcher.from_problems(problems)
-    rows_of: dict[int, int] = {}  # rollouts of the files read or counted, for the newest step's check
+    full = _full_rows(stored)  # a full step's rollouts: the last complete step's
     for at, (step, path) in enumerate(files):
         newer = at + 1 < len(files) or (shipped is not None and shipped(path))
         known = stored.get(step, False)
-        if known is None or (known and known[0] == _size(path)):
-            result.already += 1  # a table's step, or one stored before sizes were kept: as it was
+        if known is None or (known and _unchanged(path, known)):
+            result.already += 1  # a table's step, or one stored before stamps were kept: as it was
             if known:
-                rows_of[step] = known[1]
+                full = known.rows
             continue
         got = read(path, step, matcher)
-        if got is None and newer:
-            raise DatasetError(
-                f"{str(path)!r}: step {step} is cut (its last line is not whole JSON) but newer steps exist: "
-                f"{trainer} stopped writing it and will not come back to it; restore the file or move it out of the "
-                "rollout folder"
+        if full is None and newer and got is not None and not final and at + 1 < len(files):
+            # the first step, with no complete one to compare with: never fewer rollouts than the next
+            ahead = sources.count_rows(files[at + 1][1])
+            complete = got.rows >= ahead and step_complete(
+                got.rows, got.modified, None, newer=newer, final=final, settle_s=settle_s
             )
-        if got is not None:
-            rows_of[step] = got.rows
-        settled = shipped is None and got is not None and _settled(got, step, files[:at], rows_of, settle_s)
-        if got is None or not (newer or final or settled):
+        else:
+            complete = got is not None and step_complete(
+                got.rows, got.modified, full, newer=newer, final=final, settle_s=settle_s
+            )
+        if not complete:
             log.info("%s: step %d is not complete yet (%s may still be writing it); waiting", path, step, trainer)
             result.pending.append(step)
+            if newer and _age(path) >= max(settle_s, 1.0):
+                state = "cut" if got is None else f"short ({got.rows} of {full} rollouts)"
+                result.notes.append(
+                    f"{path}: step {step} has been {state} "
+                    f"for over {settle_s:g} s with newer steps beside it; it is read again on every import: restore "
+                    "the file, or move it out of the rollout folder"
+                )
             continue
-        record.write_step(store, source, step, got.observations, got.unmatched, read=(got.size, got.rows))
+        record.write_step(store, source, step, got.observations, got.unmatched, read=got.read)
         result.add(step, got.observations, got.unmatched)
+        full = got.rows
     return result
 
 
-def _size(path: Path) -> int | None:
+def _full_rows(stored: dict[int, record.FileRead | None]) -> int | None:
+    """The rollouts of the newest stored step read from a file (None: none yet)."""
+    reads = [read for _, read in sorted(stored.items()) if read]
+    return reads[-1].rows if reads else None
+
+
+def _unchanged(path: Path, known: record.FileRead) -> bool:
+    """Whether the step file is the one the stored step was read from: the same size and modification
+    time, else the same content digest (a rewrite at the same size differs; a touch does not)."""
     try:
-        return path.stat().st_size
+        stat = path.stat()
     except FileNotFoundError:
-        return None
-
-
-def _settled(got: sources.VerlFile, step: int, before: list, rows_of: dict[int, int], settle_s: float) -> bool:
-    """Whether the newest step is complete: unchanged for ``settle_s`` and as many rollouts as the step before."""
-    if time.time() - got.modified < settle_s:
         return False
-    if not before:
+    if stat.st_size != known.size:
+        return False
+    if known.digest is None or stat.st_mtime_ns == known.mtime_ns:
+        return True  # a step stored before digests were kept compares by size, as it was stored
+    try:
+        return record.digest(path.read_bytes()) == known.digest
+    except FileNotFoundError:
+        return False
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def step_complete(rows: int, modified: float, full: int | None, *, newer: bool, final: bool, settle_s: float) -> bool:
+    """Whether a whole step file of ``rows`` rollouts, last modified at ``modified`` (seconds since the
+    epoch), is complete: ``track_verl``'s rule, the same for every trainer that writes a file per step."""
+    if final:
         return True
-    prev, path = before[-1]
-    if prev not in rows_of:
-        rows_of[prev] = sources.count_rows(path)
-    return got.rows == rows_of[prev]
+    if not newer and time.time() - modified < settle_s:
+        return False
+    return full is None or rows == full
 
 
 def track_table(

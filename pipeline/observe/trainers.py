@@ -65,6 +65,7 @@ class Rollouts:
     size: int
     rows: int
     modified: float
+    read: record.FileRead | None = None  # the file's stamp, kept with the stored step (None: not kept)
 
 
 # --- the folder's format -------------------------------------------------------------------------
@@ -146,14 +147,20 @@ def nemo_steps(folder: str | Path) -> list[tuple[int, Path]]:
 # --- reading one step ----------------------------------------------------------------------------
 
 
-def _objects(path: Path) -> tuple[list[dict], list[int], int, float] | None:
-    """The file's JSON objects and their lines, its size and modification time; None when its last
-    line is cut (the trainer is still writing it)."""
+def _objects(path: Path) -> tuple[list[dict], list[int], int, float, record.FileRead] | None:
+    """The file's JSON objects and their lines, its size, modification time and stamp (what a stored
+    step keeps, ``record.FileRead``); None when its last line is cut or it changed while read (the
+    trainer is still writing it), as ``sources.read_verl_file`` reads a verl step."""
     try:
+        before = path.stat()
         data = path.read_bytes()
-        mtime = path.stat().st_mtime
+        after = path.stat()
     except FileNotFoundError as exc:
         raise MissingFileError(f"rollout file {str(path)!r} does not exist") from exc
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(data) != after.st_size:
+        log.warning("%s: changed while read (still being written); step skipped this time", path)
+        return None
+    mtime = after.st_mtime
     body = sources._complete_body(path, data)
     if body is None:
         log.warning("%s: last line is cut (still being written); step skipped this time", path)
@@ -170,7 +177,13 @@ def _objects(path: Path) -> tuple[list[dict], list[int], int, float] | None:
             raise DatasetError(f"{str(path)!r}: line {at + 1} holds a JSON {type(obj).__name__}, not an object")
         objects.append(obj)
         lines.append(at)
-    return objects, lines, len(data), mtime
+    return (
+        objects,
+        lines,
+        len(data),
+        mtime,
+        record.FileRead(len(data), len(lines), record.digest(data), after.st_mtime_ns),
+    )
 
 
 def _prompt_text(prompt: Any) -> str | None:
@@ -210,7 +223,7 @@ def read_prime(
     got = _objects(path)
     if got is None:
         return None
-    objects, lines, size, mtime = got
+    objects, lines, size, mtime, stamp = got
     prompts, golds, groups, values, at, skipped = [], [], [], [], [], []
     for obj, line in zip(objects, lines, strict=True):
         if "traces" not in obj or "task" not in obj:
@@ -243,7 +256,7 @@ def read_prime(
     field = correct_field or "reward"
     correct = sources._binary(pa.array(rewards, pa.float64()), field, str(path), score_threshold)
     at_lines = np.asarray(at, np.int64)
-    return Rollouts(prompts, golds, groups, rewards, correct, at_lines, skipped, size, len(lines), mtime)
+    return Rollouts(prompts, golds, groups, rewards, correct, at_lines, skipped, size, len(lines), mtime, stamp)
 
 
 def _error(obj: dict) -> str:
@@ -267,7 +280,7 @@ def read_nemo(path: str | Path, step: int, *, score_threshold: float | None = No
     got = _objects(path)
     if got is None:
         return None
-    objects, lines, size, mtime = got
+    objects, lines, size, mtime, stamp = got
     prompts, values = [], []
     for obj, line in zip(objects, lines, strict=True):
         if "filtered_rewards" in obj:
@@ -290,7 +303,8 @@ def read_nemo(path: str | Path, step: int, *, score_threshold: float | None = No
     rewards = np.asarray(values, dtype=np.float64)
     correct = sources._binary(pa.array(rewards, pa.float64()), "rewards", str(path), score_threshold)
     n = len(prompts)
-    return Rollouts(prompts, [None] * n, groups, rewards, correct, np.asarray(lines, np.int64), [], size, n, mtime)
+    lines_at = np.asarray(lines, np.int64)
+    return Rollouts(prompts, [None] * n, groups, rewards, correct, lines_at, [], size, n, mtime, stamp)
 
 
 def _runs(prompts: list[str | None]) -> list[str]:
@@ -400,4 +414,4 @@ def read_file(
     if got.skipped:
         skipped = sources._unmatched(source, step, *map(list, zip(*got.skipped, strict=True)))
         unmatched = pa.concat_tables([unmatched, skipped])
-    return sources.VerlFile(obs, unmatched, got.size, got.rows, got.modified)
+    return sources.VerlFile(obs, unmatched, got.size, got.rows, got.modified, got.read)

@@ -242,16 +242,17 @@ class Store:
         """Move one file of this store aside (see ``doctor``), saying why."""
         return files.quarantine_file(self, self.relative(path).split("/")[0], path, reason)
 
-    def doctor(self, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
+    def doctor(self, tmp_max_age_s: float = TMP_MAX_AGE_S, kept: list[str] | None = None) -> list[FileProblem]:
         """Check every table's files, each footer and plan read again whatever the saved verdicts
         say (``files.forget``: a file's stamp misses a rewrite that keeps size, time and inode):
         bad ones are quarantined, and so is every shard file its run's plan does not own
         (``shard_files``, as a rerun checks them); the saved verdicts are replaced by these; temporary leftovers
         older than ``tmp_max_age_s`` (``files.TEMPORARY``: a writer that died before its rename,
-        another tool's half-written upload, an interrupted write probe) are removed, on a disk and
-        on an object store. What was found; empty when the data directory is clean, so a second
-        call finds nothing."""
-        return files.doctor(self, tmp_max_age_s)
+        another tool's half-written upload, an interrupted write probe), or on a disk left by a
+        process that is gone (``fs.writer_gone``), are removed, on a disk and on an object store;
+        those kept (a writer may still be on them) are added to ``kept``. What was found; empty
+        when the data directory is clean, so a second call finds nothing."""
+        return files.doctor(self, tmp_max_age_s, kept)
 
     def write_table(
         self,
@@ -373,7 +374,9 @@ class Store:
 
     # --- SQL (query) ------------------------------------------------------------------------
 
-    def connect(self, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
+    def connect(
+        self, *, confined: bool = False, views: set[str] | None = None, unordered: bool = False
+    ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table over its Parquet files.
 
         A table with no files yet gets an empty view of its declared schema, so queries on a fresh
@@ -386,8 +389,12 @@ class Store:
 
         ``views``: only these views (``query.views_named`` of one query: the files of the other
         tables are then not even listed); None, every view.
+
+        ``unordered``: rows without an ORDER BY may come in any order (DuckDB's
+        ``preserve_insertion_order`` off), so a result written to a file streams instead of
+        being buffered to keep the files' order (``sql --output``).
         """
-        return query.connect(self, confined=confined, views=views)
+        return query.connect(self, confined=confined, views=views, unordered=unordered)
 
     def query(self, sql: str, params: list | dict | None = None) -> pa.Table:
         """Run one read query over the data directory's views; DuckDB errors become StoreError."""
@@ -415,25 +422,33 @@ class Store:
         """One DuckDB connection per store for ``files_query``, one query at a time."""
         return query.files_db()
 
-    def user_query(self, sql: str, *, write: bool = False) -> pa.Table:
+    def user_query(self, sql: str, *, write: bool = False, timeout_s: float | None = None) -> pa.Table:
         """Run a user's SQL (``difficulty sql``): exactly one statement, on a connection confined to
         the data directory (``connect(confined=True)``: no file, URL or extension outside it, no
-        SET); without ``write`` only a SELECT (or EXPLAIN), so nothing can be written at all.
+        SET); without ``write`` only a SELECT (or EXPLAIN), so nothing can be written at all. It
+        stops on SIGINT (``KeyboardInterrupt``) or after ``timeout_s`` seconds (``StoreError``).
 
         ``query`` stays for the pipeline's own named queries, which need none of this.
 
         Raises:
             StoreError: what was refused and why, or DuckDB's error.
         """
-        return query.user_query(self, sql, write=write)
+        return query.user_query(self, sql, write=write, timeout_s=timeout_s)
 
     def user_result(
-        self, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], Any], *, write: bool = False
+        self,
+        sql: str,
+        fetch: Callable[[duckdb.DuckDBPyRelation | None], Any],
+        *,
+        write: bool = False,
+        timeout_s: float | None = None,
+        unordered: bool = False,
     ) -> Any:
         """``user_query``'s statement, its result read by ``fetch`` (given the DuckDB relation, None
         for a statement with no result) while the connection is open: ``difficulty sql`` prints
-        DuckDB's rows without building an Arrow table."""
-        return query.user_result(self, sql, fetch, write=write)
+        DuckDB's rows without building an Arrow table, or writes them with DuckDB's own writers
+        (``unordered``: see ``connect``)."""
+        return query.user_result(self, sql, fetch, write=write, timeout_s=timeout_s, unordered=unordered)
 
     def named_query(self, name: str, params: dict | None = None) -> pa.Table:
         """Run the query ``sql/<name>.sql`` with its parameters bound."""

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeline.store")
 
 QUARANTINE_DIR = "quarantine"
-TMP_MAX_AGE_S = 3600  # a write's temporary file older than this was left by a dead writer
+TMP_MAX_AGE_S = fs.TMP_MAX_AGE_S  # a write's temporary file older than this was left by a dead writer
 SHARD_FILE = re.compile(r"^shard-(\d{5,})\.parquet$")  # shard_name(); more digits past 99999
 # What ``doctor`` removes once older than ``TMP_MAX_AGE_S``: fs.put's temporary files, another
 # tool's half-written uploads (``.tmp-*``) and the probe objects of ``Store.open``. Never a lease
@@ -366,7 +366,7 @@ def forget(s: Facade) -> None:
     _VERDICTS_NEW.add(root)  # and saves what it decided, so a file found bad is trusted no more
 
 
-def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]:
+def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S, kept: list[str] | None = None) -> list[FileProblem]:
     """See ``Store.doctor``."""
     forget(s)
     found: list[FileProblem] = []
@@ -378,15 +378,24 @@ def doctor(s: Facade, tmp_max_age_s: float = TMP_MAX_AGE_S) -> list[FileProblem]
     current = time.time()
     for tmp, modified in fs.hidden_files(s, s.root):
         rel = fs.relative(s, tmp)
+        name = rel.rsplit("/", 1)[-1]
         age = current - modified
-        if rel.startswith(f"{QUARANTINE_DIR}/") or not TEMPORARY.match(rel.rsplit("/", 1)[-1]) or age < tmp_max_age_s:
+        if rel.startswith(f"{QUARANTINE_DIR}/") or not TEMPORARY.match(name):
+            continue
+        gone = not s.remote and fs.writer_gone(name)
+        if not gone and age < tmp_max_age_s:
+            if kept is not None:
+                kept.append(rel)
             continue
         try:
             fs.unlink(s, tmp)
         except FileNotFoundError:  # renamed into place or removed meanwhile: not a leftover
             log.info("%s was renamed or removed while the data directory was checked", tmp)
             continue
-        reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
+        if gone:
+            reason = f"temporary file of a write whose process is gone, {age / 3600:.1f} h old"
+        else:
+            reason = f"temporary file of an interrupted write, {age / 3600:.1f} h old"
         found.append(FileProblem(rel, rel.split("/")[0] if "/" in rel else "", reason, "removed"))
     save_verdicts(s)  # replaces the saved verdicts: those of the files found bad are gone
     return found

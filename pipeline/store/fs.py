@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import errno
 import functools
+import glob
+import hashlib
 import logging
 import math
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -408,8 +412,8 @@ def put(s: Rooted, loc: Location, data: bytes | pa.Table) -> None:
     """The one atomic write: make ``loc`` hold ``data`` (bytes, or a table as Parquet), all at once,
     so a reader sees the old file, or the new one whole.
 
-    On a disk, written under a hidden temporary name in the same folder (``.<stem>.<hex>.tmp``,
-    which ``doctor`` removes when a dead writer left it) and renamed into place; a table is
+    On a disk, written under a hidden temporary name in the same folder (``temporary``, which
+    ``doctor`` removes when a dead writer left it) and renamed into place; a table is
     streamed to the file, never held twice in memory. On an object store, one PUT of the finished
     bytes under the final key: S3 shows an object only when its upload is complete."""
     if s.remote:
@@ -417,7 +421,7 @@ def put(s: Rooted, loc: Location, data: bytes | pa.Table) -> None:
         call(s, f"cannot write {_named(s, loc)}", s.fs.pipe, key(s, loc), body)
         return
     loc = Path(loc)
-    tmp = loc.parent / f".{loc.stem}.{uuid.uuid4().hex}.tmp"
+    tmp = temporary(loc)
     try:
         loc.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, bytes):
@@ -432,6 +436,75 @@ def put(s: Rooted, loc: Location, data: bytes | pa.Table) -> None:
             raise
         size = len(data) if isinstance(data, bytes) else len(parquet_bytes(data))  # the error path only
         raise disk_full(_named(s, loc), loc, size) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# A temporary file left by a killed writer is removed by the next run or by ``doctor`` once its
+# writer is gone (its name says which process of which host wrote it) or it is this old.
+TMP_MAX_AGE_S = 3600
+_OWNER = re.compile(r"\.([0-9a-f]{8})-(\d+)\.[0-9a-f]{32}\.tmp$")
+
+
+@functools.cache
+def _host() -> str:
+    return hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+
+
+def temporary(loc: str | os.PathLike) -> Path:
+    """A hidden temporary file beside ``loc`` whose name says who writes it:
+    ``.<name>.<host>-<pid>.<hex>.tmp`` (``writer_gone``)."""
+    loc = Path(loc)
+    return loc.parent / f".{loc.name}.{_host()}-{os.getpid()}.{uuid.uuid4().hex}.tmp"
+
+
+def writer_gone(name: str) -> bool:
+    """Whether the temporary file ``name`` (``temporary``) was written by a process of this host
+    that no longer runs; False when that cannot be known (another host, an older name)."""
+    match = _OWNER.search(name)
+    if match is None or match.group(1) != _host():
+        return False
+    pid = int(match.group(2))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def remove_stale(loc: str | os.PathLike, max_age_s: float = TMP_MAX_AGE_S) -> list[Path]:
+    """Remove the temporary files of ``loc`` a killed command left beside it (its writer gone, or
+    older than ``max_age_s``); those removed."""
+    loc = Path(loc)
+    gone = []
+    for path in loc.parent.glob(f".{glob.escape(loc.name)}.*.tmp"):
+        try:
+            stale = writer_gone(path.name) or time.time() - path.stat().st_mtime >= max_age_s
+            if stale:
+                path.unlink()
+                gone.append(path)
+        except FileNotFoundError:  # renamed into place or removed meanwhile
+            continue
+    if gone:
+        log.info("removed %d temporary files a killed command left beside %s", len(gone), loc)
+    return gone
+
+
+@contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file beside the local file ``path``, renamed onto it when the block succeeds and
+    removed when it fails; the temporaries a killed earlier command left beside ``path`` are removed
+    first (``remove_stale``)."""
+    path = Path(path)
+    remove_stale(path)
+    tmp = temporary(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 

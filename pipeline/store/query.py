@@ -4,16 +4,24 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import select
+import shutil
+import signal
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from pipeline import schema
+from pipeline.checks import check_number
 from pipeline.errors import StoreError
 from pipeline.store import files, fs
 from pipeline.store.fs import Facade, Location
@@ -72,21 +80,25 @@ CHANGED_UNDER_READ = ("FileExpired", "no longer exists")
 OPEN_ATTEMPTS = 3
 
 
-def connect(s: Facade, *, confined: bool = False, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    s: Facade, *, confined: bool = False, views: set[str] | None = None, unordered: bool = False
+) -> duckdb.DuckDBPyConnection:
     """See ``Store.connect``."""
     for _ in range(OPEN_ATTEMPTS - 1):
         try:
-            return _connect(s, confined=confined, views=views)
+            return _connect(s, confined=confined, views=views, unordered=unordered)
         except StoreError as exc:
             if not any(w in str(exc) for w in CHANGED_UNDER_READ):
                 raise
             log.info("a file changed while the tables were opened; listing them again: %s", exc)
-    return _connect(s, confined=confined, views=views)
+    return _connect(s, confined=confined, views=views, unordered=unordered)
 
 
-def _connect(s: Facade, *, confined: bool, views: set[str] | None) -> duckdb.DuckDBPyConnection:
+def _connect(s: Facade, *, confined: bool, views: set[str] | None, unordered: bool) -> duckdb.DuckDBPyConnection:
     con = fs.duckdb_connection(s)
     try:
+        if unordered:  # before the configuration is locked
+            con.execute("SET preserve_insertion_order = false")
         wanted = [table for table in schema.TABLES if views is None or table in views]
         found = {table: s.files(table) for table in wanted}
         if "samples" in found or "answer_counts" in found:
@@ -250,17 +262,151 @@ def sandbox_errors(s: Facade) -> Iterator[None]:
         raise StoreError(str(exc)) from exc
 
 
+WATCH_S = 0.05  # how often the watcher looks at the clock of a time limit
+
+
+def check_timeout(timeout_s: float | None) -> float | None:
+    """A query's time limit in seconds (None: none), checked: more than 0."""
+    return None if timeout_s is None else check_number("--timeout", timeout_s, 0, unit="seconds", lo_open=True)
+
+
+@contextmanager
+def interruptible(con: duckdb.DuckDBPyConnection, timeout_s: float | None = None) -> Iterator[None]:
+    """Stop the statement ``con`` runs in the block on SIGINT (Ctrl-C, a notebook's interrupt) or
+    after ``timeout_s`` seconds, with DuckDB's ``interrupt()``.
+
+    Python runs a signal's handler only once DuckDB hands back the main thread, so a long query
+    would never see it: a thread waits on the signal's wakeup file descriptor (written by Python's
+    C handler the moment the signal arrives) and interrupts the connection. Meanwhile SIGINT's
+    handler only notes it; once the connection and the handler are as they were, a SIGINT seen is
+    ``KeyboardInterrupt`` and a time limit passed a ``StoreError`` naming it. SIGINT is watched from
+    the main thread only (the one Python delivers signals to)."""
+    stop = threading.Event()
+    why: list[str] = []
+    wake = _Wakeup.start()
+
+    def watch() -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not stop.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                why.append("timeout")
+                con.interrupt()
+                return
+            if wake is None:
+                stop.wait(WATCH_S if left is None else min(left, WATCH_S))
+            elif wake.signalled(None if left is None else min(left, WATCH_S)) and not stop.is_set():
+                why.append("interrupt")
+                con.interrupt()
+                return
+
+    watcher = None
+    if wake is not None or timeout_s is not None:
+        watcher = threading.Thread(target=watch, name="query-interrupt", daemon=True)
+        watcher.start()
+    stopped = None
+    try:
+        yield
+    except duckdb.InterruptException as exc:
+        stopped = exc
+    finally:
+        stop.set()
+        if wake is not None:
+            wake.poke()
+        if watcher is not None:
+            watcher.join()
+        seen = wake.close() if wake is not None else False
+    if seen or (stopped is not None and "interrupt" in why):
+        raise KeyboardInterrupt from stopped
+    if stopped is not None:
+        if "timeout" in why:
+            raise StoreError(
+                f"the query ran past its time limit of {timeout_s:g} s (--timeout) and was stopped"
+            ) from stopped
+        raise stopped
+
+
+class _Wakeup:
+    """SIGINT made visible to a thread while the main thread is inside DuckDB: a socket pair whose
+    write end is Python's signal wakeup file descriptor, and a handler that only notes the signal."""
+
+    def __init__(self, reader: socket.socket, writer: socket.socket, previous: int, handler: Any) -> None:
+        self.reader, self.writer, self.previous, self.handler = reader, writer, previous, handler
+        self.seen = False
+
+    @classmethod
+    def start(cls) -> _Wakeup | None:
+        """None off the main thread, or when SIGINT has no Python handler (ignored, default)."""
+        handler = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is not threading.main_thread() or not callable(handler):
+            return None
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        try:
+            previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:
+            reader.close()
+            writer.close()
+            return None
+        wake = cls(reader, writer, previous, handler)
+        signal.signal(signal.SIGINT, wake._note)
+        return wake
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.seen = True
+
+    def signalled(self, wait_s: float | None) -> bool:
+        """Whether SIGINT arrived within ``wait_s`` seconds (None: until something arrives)."""
+        if not select.select([self.reader], [], [], wait_s)[0]:
+            return False
+        try:
+            got = self.reader.recv(64)
+        except BlockingIOError:
+            return False
+        if self.previous >= 0:  # whoever listened before (an asyncio loop) still hears of it
+            try:
+                os.write(self.previous, got)
+            except OSError:
+                pass
+        return bytes([signal.SIGINT]) in got
+
+    def poke(self) -> None:
+        """Wake the waiting thread: no signal is numbered 0."""
+        try:
+            self.writer.send(b"\0")
+        except OSError:
+            pass
+
+    def close(self) -> bool:
+        """Put SIGINT's handler and the wakeup descriptor back; whether SIGINT was seen meanwhile."""
+        signal.signal(signal.SIGINT, self.handler)
+        signal.set_wakeup_fd(self.previous)
+        self.reader.close()
+        self.writer.close()
+        return self.seen
+
+
 class UserRelation:
     """A DuckDB relation of a user's statement whose errors are ``StoreError`` when it is read too
     (``sandbox_errors``): DuckDB runs a relation only then, so a refused ``sniff_csv('/etc/passwd')``
     fails at ``.fetchall()``, not when the relation is made. Every method of the relation works;
-    a relation it returns (``.limit``, ``.filter``, ...) is guarded the same way."""
+    a relation it returns (``.limit``, ``.filter``, ...) is guarded the same way. Each read stops on
+    SIGINT or after ``timeout_s`` (``interruptible``)."""
 
-    __slots__ = ("_relation", "_store")
+    __slots__ = ("_con", "_relation", "_store", "_timeout_s")
 
-    def __init__(self, relation: duckdb.DuckDBPyRelation, s: Facade) -> None:
+    def __init__(
+        self,
+        relation: duckdb.DuckDBPyRelation,
+        s: Facade,
+        con: duckdb.DuckDBPyConnection,
+        timeout_s: float | None = None,
+    ) -> None:
         self._relation = relation
         self._store = s
+        self._con = con
+        self._timeout_s = timeout_s
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._relation, name)
@@ -269,43 +415,57 @@ class UserRelation:
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             args = tuple(a._relation if isinstance(a, UserRelation) else a for a in args)
-            with sandbox_errors(self._store):
+            with sandbox_errors(self._store), interruptible(self._con, self._timeout_s):
                 out = value(*args, **kwargs)
-            return UserRelation(out, self._store) if isinstance(out, duckdb.DuckDBPyRelation) else out
+            if isinstance(out, duckdb.DuckDBPyRelation):
+                return UserRelation(out, self._store, self._con, self._timeout_s)
+            return out
 
         return guarded
 
     def __repr__(self) -> str:
-        with sandbox_errors(self._store):
+        with sandbox_errors(self._store), interruptible(self._con, self._timeout_s):
             return repr(self._relation)
 
     def __len__(self) -> int:
-        with sandbox_errors(self._store):
+        with sandbox_errors(self._store), interruptible(self._con, self._timeout_s):
             return len(self._relation)
 
 
 def user_relation(
-    s: Facade, con: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None
+    s: Facade,
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: list | dict | None = None,
+    timeout_s: float | None = None,
 ) -> UserRelation:
     """One read-only statement of a user's on a confined connection (``connect(confined=True)``),
     as a DuckDB relation (not run until read: ``.pl()``, ``.arrow()``, ``.fetchall()``), its
-    errors ``StoreError`` whenever they happen (``UserRelation``)."""
+    errors ``StoreError`` whenever they happen (``UserRelation``), each read stopped on SIGINT or
+    after ``timeout_s`` seconds."""
     check_statement(s, con, sql)
-    with sandbox_errors(s):
+    with sandbox_errors(s), interruptible(con, timeout_s):
         relation = con.sql(sql, params=params or None)
-    return relation if relation is None else UserRelation(relation, s)
+    return relation if relation is None else UserRelation(relation, s, con, timeout_s)
 
 
-def user_query(s: Facade, sql: str, *, write: bool = False) -> pa.Table:
+def user_query(s: Facade, sql: str, *, write: bool = False, timeout_s: float | None = None) -> pa.Table:
     """See ``Store.user_query``."""
-    return user_result(s, sql, arrow, write=write)
+    return user_result(s, sql, arrow, write=write, timeout_s=timeout_s)
 
 
 def user_result(
-    s: Facade, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation | None], Any], *, write: bool = False
+    s: Facade,
+    sql: str,
+    fetch: Callable[[duckdb.DuckDBPyRelation | None], Any],
+    *,
+    write: bool = False,
+    timeout_s: float | None = None,
+    unordered: bool = False,
 ) -> Any:
     """See ``Store.user_result``."""
-    con = s.connect(confined=True, views=views_named(sql))
+    timeout_s = check_timeout(timeout_s)
+    con = s.connect(confined=True, views=views_named(sql), unordered=unordered)
     try:
         check_statement(
             s,
@@ -314,10 +474,39 @@ def user_result(
             write=write,
             hint=f"; pass --write to run a writing statement (even then only files under {s.root} can be touched)",
         )
-        with sandbox_errors(s):
+        with sandbox_errors(s), interruptible(con, timeout_s):
             return fetch(con.sql(sql))
     finally:
         con.close()
+
+
+# ``difficulty sql --output``'s formats DuckDB writes itself, and how (COPY's options).
+WRITTEN_FORMATS = ("csv", "json", "parquet")
+_COPY_OPTIONS = {"csv": "FORMAT csv, HEADER true", "json": "FORMAT json, ARRAY true", "parquet": "FORMAT parquet"}
+
+
+def write_result(s: Facade, rel: duckdb.DuckDBPyRelation | None, fmt: str, output: str | os.PathLike) -> bool:
+    """A user's query result written to the local file ``output`` by DuckDB (``COPY ... TO``),
+    streamed: no table is held in Python. False (nothing written) for a statement with no result.
+
+    A confined connection may write only inside the data directory and its spill folder, so the
+    file is written in the spill folder under a temporary name (``doctor`` removes one a killed
+    command left) and moved onto ``output`` (``fs.replacing``: renamed, or copied across disks).
+    On a connection opened ``unordered`` DuckDB streams the rows instead of buffering them to keep
+    the files' order (an ORDER BY is kept)."""
+    if rel is None:
+        return False
+    spill = Path(rel.query("_result", "select current_setting('temp_directory')").fetchall()[0][0])
+    spill.mkdir(parents=True, exist_ok=True)
+    tmp = fs.temporary(spill / Path(output).name)
+    try:
+        target = str(tmp).replace("'", "''")
+        rel.query("_result", f"COPY _result TO '{target}' ({_COPY_OPTIONS[fmt]})")
+        with fs.replacing(output) as out:
+            shutil.move(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 def sample_counts(s: Facade, run_id: str, answers: bool = True) -> pa.Table:

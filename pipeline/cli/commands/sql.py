@@ -2,7 +2,8 @@
 
 A quick command: it imports only the store and the output module, so it answers in about the time
 of DuckDB's own start (``bench/cli_startup.py``): a query's rows are printed from DuckDB, and
-pyarrow is imported only for ``--format parquet``.
+``--output`` is written by DuckDB's own writers (``query.write_result``), streamed, never a table
+held in Python. Every query stops on Ctrl-C (SIGINT) within a second, and after ``--timeout``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pipeline.cli.errors import print_error
 from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import SQL_FORMATS, check_format, emit, fetch
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.store.query import split_statements
+from pipeline.store.query import WRITTEN_FORMATS, arrow, check_timeout, split_statements, write_result
 
 if TYPE_CHECKING:
     from pipeline.api import Tables
@@ -58,6 +59,10 @@ def sql_cmd(
         bool,
         typer.Option("--write", help="Allow one writing statement (COPY, CREATE...), only inside the data dir."),
     ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Stop a query still running after this many seconds.", show_default=False),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Run one read-only SQL query on the difficulty tables (DuckDB); files outside the data dir are refused.
@@ -66,20 +71,28 @@ def sql_cmd(
     on a terminal, with history), so a session of queries pays the start-up once.
     """
     fmt = check_format(fmt, SQL_FORMATS)
+    timeout = check_timeout(timeout)
     if query is not None:
         output = output_file(output)
+        if fmt == "parquet" and output is None:
+            raise ConfigError("--format parquet needs --output PATH")
         store = open_store(data_dir)
-        if fmt == "parquet":  # an Arrow table to write
-            result = store.user_query(query, write=write)
-        else:  # DuckDB's rows, read while its connection is open
-            result = store.user_result(query, lambda rel: fetch(rel, fmt, output), write=write)
+        if output is not None and fmt in WRITTEN_FORMATS:  # DuckDB writes the file, streamed
+            written = store.user_result(
+                query, lambda rel: write_result(store, rel, fmt, output), write=write, timeout_s=timeout, unordered=True
+            )
+            if not written:  # a statement with no result: an empty file
+                emit(arrow(None), fmt, output)
+            return
+        # DuckDB's rows, read while its connection is open
+        result = store.user_result(query, lambda rel: fetch(rel, fmt, output), write=write, timeout_s=timeout)
         emit(result, fmt, output)
         return
     if write or output is not None or fmt == "parquet":
         raise ConfigError("the SQL shell only reads and prints: give a QUERY for --write, --output or parquet")
     from pipeline.api import Tables  # the shell's connection; one query needs only the store
 
-    with Tables(data_dir) as tables:
+    with Tables(data_dir, timeout_s=timeout) as tables:
         failed = shell(tables, fmt, sys.stdin)
     if failed:
         raise typer.Exit(1)
@@ -114,15 +127,16 @@ def shell(tables: Tables, fmt: str, stdin: TextIO) -> bool:
         if text:
             lines.append(line.rstrip("\n"))
         if lines and text.endswith(";"):
-            failed |= not _run(tables, "\n".join(lines), fmt)
+            failed |= not _run(tables, "\n".join(lines), fmt, interactive)
             lines.clear()
     if lines:  # the last statement may end without ';'
-        failed |= not _run(tables, "\n".join(lines), fmt)
+        failed |= not _run(tables, "\n".join(lines), fmt, interactive)
     return failed and not interactive
 
 
-def _run(tables: Tables, text: str, fmt: str) -> bool:
-    """Run each statement of ``text`` in turn (several may share a line); whether all succeeded."""
+def _run(tables: Tables, text: str, fmt: str, interactive: bool = False) -> bool:
+    """Run each statement of ``text`` in turn (several may share a line); whether all succeeded. On
+    a terminal, Ctrl-C stops the statement running and the shell waits for the next."""
     ok = True
     try:
         statements = split_statements(text)
@@ -135,6 +149,11 @@ def _run(tables: Tables, text: str, fmt: str) -> bool:
         except PipelineError as exc:
             print_error(str(exc))
             ok = False
+        except KeyboardInterrupt:
+            if not interactive:
+                raise
+            print_error("query stopped (Ctrl-C)")
+            return False
     return ok
 
 
