@@ -63,6 +63,8 @@ REALLOCATION_PAYS = 1.05
 # per run and process): the misclassification's Monte Carlo error is about 3% of itself, which moves the
 # share of the frontier's saving by up to about 0.05 where the fixed-n curve is flat.
 FRONTIER_PROMPTS = 4000
+# The backend whose pass rates are made up: its verdict says so first.
+SIMULATED = "simulate"
 # The largest G searched for the one that halves the silence.
 MAX_GROUP_SIZE = 4096
 
@@ -443,6 +445,18 @@ def verdict(
     n, c = _counts(prompt_stats)
     kept, measured, cut_kept = informative_kept(prompt_stats, G)
     lines: list[Line] = []
+    if run is not None and run.backend == SIMULATED:
+        # first: every number below is made up, however real the grading, storage and analysis are
+        lines.append(
+            Line(
+                "these pass rates are simulated (--backend simulate: a made-up rate per prompt, not a model's "
+                "answers); the pipeline after sampling is real, but filter or allocate a training set only by a "
+                "model's run (`difficulty models` lists the models at hand); current and its snapshot leave "
+                "simulate runs out",
+                suggest.command("models"),
+                "warning",
+            )
+        )
     if silence.allowed:
         est = f" (extrapolated past some prompts' answers{silence.allowed})"
     else:

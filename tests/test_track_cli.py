@@ -312,3 +312,21 @@ def test_current_compare_counts_groups_and_says_its_largest_deviation(data_dir):
     assert all(r["silent_sd"] > 0 and r["pass_rate_sd"] > 0 for r in rows)
     worst = current.largest_deviation(pa.Table.from_pylist(rows))
     assert f"largest deviation: {worst:.1f} standard deviations" in out.stderr
+
+
+def test_simulated_pass_rates_are_labelled_and_left_out_of_current(tmp_path, data_dir):
+    """A simulate run says first that its rates are made up, and ``current`` (and its snapshot) pools
+    its observations only when asked (``--simulated``) or named (``--source``)."""
+    out = runner.invoke(app, ["profile", "--backend", "simulate", "--no-prefect", "--no-report", "--limit", "6"])
+    assert out.exit_code == 0, out.output
+    verdict_at = out.stdout.index("verdict for training")
+    assert "these pass rates are simulated" in out.stdout[verdict_at:].splitlines()[1]
+    run_id = next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("run ") and " done" in line)
+    pooled = runner.invoke(app, ["current", "--dataset", "arithmetic", "--simulated", "--format", "json"])
+    assert pooled.exit_code == 0, pooled.output
+    assert "pooled 1 source" in pooled.output and f"profile:{run_id}" in pooled.output
+    named = runner.invoke(app, ["current", "--dataset", "arithmetic", "--source", f"profile:{run_id}"])
+    assert named.exit_code == 0 and "pooled 1 source" in named.output
+    plain = runner.invoke(app, ["current", "--dataset", "arithmetic"])
+    assert plain.exit_code == 0, plain.output
+    assert "pooled 0 sources" in plain.output and "simulated pass rates: --simulated pools them" in plain.output

@@ -54,7 +54,9 @@ def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = 
         tables = {"prompt_stats": finished.analysis.prompt_stats, "summary": finished.analysis.summary}
         return store.tables_query(name, tables, params)
 
-    print_table(rows("pass_rate_spread", {"run_id": run_id}), title=f"pass-rate spread, run {run_id}")
+    simulated = finished is not None and finished.run.backend == "simulate"
+    made_up = " (simulated pass rates: --backend simulate)" if simulated else ""
+    print_table(rows("pass_rate_spread", {"run_id": run_id}), title=f"pass-rate spread, run {run_id}{made_up}")
     print_table(rows("zero_signal_summary", {"run_id": run_id}), title=ZERO_SIGNAL_TITLE)
     shares = rows("gradient_shares", {"run_id": run_id, "G": SUMMARY_G})
     print_table(shares, title=f"gradient share by difficulty band at G = {SUMMARY_G} (the bands cover every pass rate)")

@@ -62,7 +62,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -280,7 +280,7 @@ class ObservedCounts:
 
     def __call__(self) -> tuple[np.ndarray, np.ndarray] | None:
         from pipeline.observe.current import current_difficulty
-        from pipeline.observe.record import TABLE, read_observations
+        from pipeline.observe.record import TABLE, read_observations, simulated_sources
 
         files = tuple(sorted(str(f) for f in self.store.files(TABLE)))
         if files == self.seen:
@@ -288,7 +288,8 @@ class ObservedCounts:
         self.seen = files
         obs = read_observations(self.store)
         obs = obs.filter(pc.equal(obs.column("dataset"), pa.scalar(self.dataset)))
-        current = current_difficulty(obs, self.config)
+        # a simulate run's made-up rates never steer a real training run
+        current = current_difficulty(obs, replace(self.config, simulated=simulated_sources(self.store)))
         where = {p: i for i, p in enumerate(self.ids)}
         n, c = np.zeros(len(self.ids)), np.zeros(len(self.ids))
         for pid, ne, ce in zip(

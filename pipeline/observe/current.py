@@ -66,6 +66,9 @@ class CurrentConfig:
         level: the central credible interval's level.
         kinds: which kinds of observations are pooled (labels of other models are not, by default).
         sources, models: only these sources / models are pooled (empty: every one).
+        simulated: the sources whose pass rates were made up (profile runs of the ``simulate``
+            backend, ``record.simulated_sources``): pooled only where ``sources`` names them, so
+            simulated rates never mix with a model's real outcomes unless asked.
     """
 
     forgetting: float = FORGETTING
@@ -76,6 +79,7 @@ class CurrentConfig:
     kinds: tuple[str, ...] = ("profile", "training")
     sources: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    simulated: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.forgetting, int | float) and 0.0 < self.forgetting <= 1.0):
@@ -89,7 +93,7 @@ class CurrentConfig:
         bad = [k for k in self.kinds if k not in schema.OBSERVATION_KINDS]
         if bad or not self.kinds:
             raise ConfigError(f"kinds {list(self.kinds)}: allowed a non-empty subset of {schema.OBSERVATION_KINDS}")
-        for name in ("sources", "models"):
+        for name in ("sources", "models", "simulated"):
             values = getattr(self, name)
             if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
                 raise ConfigError(f"{name}={values!r} must be a tuple of names")
@@ -98,6 +102,9 @@ class CurrentConfig:
 def pooled_observations(observations: pa.Table, config: CurrentConfig) -> pa.Table:
     """The rows ``config`` pools: its kinds, and its sources and models when it names any."""
     keep = pc.is_in(observations.column("kind"), pa.array(list(config.kinds)))
+    made_up = [s for s in config.simulated if s not in config.sources]
+    if made_up:
+        keep = pc.and_(keep, pc.invert(pc.is_in(observations.column("source"), pa.array(made_up))))
     for column, wanted in (("source", config.sources), ("model", config.models)):
         if wanted:
             keep = pc.and_(keep, pc.fill_null(pc.is_in(observations.column(column), pa.array(list(wanted))), False))

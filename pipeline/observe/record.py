@@ -217,6 +217,16 @@ def stored_steps(store: Store, source: str) -> dict[int, FileRead | None]:
     return out
 
 
+def simulated_sources(store: Store) -> tuple[str, ...]:
+    """The sources of profile runs whose pass rates were made up (backend ``simulate``): what
+    ``current``, its snapshot and the curriculum hooks leave out unless a source names them."""
+    runs = store.list_runs()
+    if runs.num_rows == 0:
+        return ()
+    ids, backends = runs.column("run_id").to_pylist(), runs.column("backend").to_pylist()
+    return tuple(sorted(f"profile:{r}" for r, b in zip(ids, backends, strict=True) if b == "simulate"))
+
+
 def read_observations(store: Store, source: str | None = None) -> pa.Table:
     """The table (one source's rows when named)."""
     return store.read_table(TABLE, {"source": check_source(source)} if source else None)

@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError
 FORGETTING_HELP = "Weight of an observation one step older (1: no forgetting; default 0.9, about ten steps of memory)."
 
 
-def _pooled_lines(summary: list[dict], forgetting: float) -> list[str]:
+def _pooled_lines(summary: list[dict], forgetting: float, simulated: tuple[str, ...] = ()) -> list[str]:
     """What was pooled, one line per source, then what was left out, and a warning when several
     models are pooled together."""
     pooled = [s for s in summary if s["pooled"]]
@@ -34,7 +34,11 @@ def _pooled_lines(summary: list[dict], forgetting: float) -> list[str]:
         )
     left = [s for s in summary if not s["pooled"]]
     if left:
-        lines.append("left out: " + ", ".join(f"{s['source']} ({s['kind']})" for s in left))
+        made_up = ", simulated pass rates: --simulated pools them"
+        lines.append(
+            "left out: "
+            + ", ".join(f"{s['source']} ({s['kind']}{made_up if s['source'] in simulated else ''})" for s in left)
+        )
     if len(models) > 1:
         lines.append(f"warning: {len(models)} models pooled as one policy; `--model NAME` keeps one model's outcomes")
     return lines
@@ -54,6 +58,12 @@ def current_cmd(
     group_size: Annotated[int, typer.Option("--group-size", help="G of the silent probability.")] = 8,
     with_labels: Annotated[
         bool, typer.Option("--with-labels", help="Pool other models' labels too (not by default).")
+    ] = False,
+    simulated: Annotated[
+        bool,
+        typer.Option(
+            "--simulated", help="Pool the made-up pass rates of simulate runs too (not by default; --source names one)."
+        ),
     ] = False,
     moved: Annotated[bool, typer.Option("--moved", help="List the prompts that became easy or hard.")] = False,
     compare: Annotated[
@@ -80,6 +90,8 @@ def current_cmd(
     With --save the current difficulty of --dataset becomes a run of its own: `difficulty export --run`
     writes the dataset back with it, `difficulty allocate --run` spends a budget by it.
     """
+    import dataclasses
+
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -99,6 +111,8 @@ def current_cmd(
     if save and dataset is None:
         raise ConfigError("--save needs --dataset NAME: a run holds one dataset")
     store = open_store(data_dir)
+    if not simulated:
+        config = dataclasses.replace(config, simulated=record.simulated_sources(store))
     obs = record.read_observations(store)
     if dataset is not None:
         obs = obs.filter(pc.equal(obs.column("dataset"), dataset))
@@ -107,7 +121,7 @@ def current_cmd(
             "no observations yet" + (f" of dataset {dataset!r}" if dataset else "") + ": `difficulty track` first"
         )
     current.check_selection(obs, config)
-    pooled = _pooled_lines(current.pooled_summary(obs, config), config.forgetting)
+    pooled = _pooled_lines(current.pooled_summary(obs, config), config.forgetting, config.simulated)
     if save:
         from pipeline.observe import snapshot
 
