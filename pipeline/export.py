@@ -69,6 +69,7 @@ from pipeline import estimators as est
 from pipeline.checks import check_choice, check_int
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.sample.templates import CHAT_MESSAGES, render_prompt
+from pipeline.schema import UNMEASURED, band_of
 from pipeline.store import Store, disk_full, no_space, writable_output
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,6 @@ __all__ = [
     "PROMPT_ID",
     "ExportConfig",
     "ExportResult",
-    "band_of",
     "export_run",
     "read_metadata",
 ]
@@ -95,7 +95,6 @@ LABEL_FIELD = "difficulty_label"  # a rebuilt row's difficulty label (its ``diff
 TRL_COLUMNS = ("prompt", "answer")  # what GRPOTrainer reads: the prompt, and the gold answer for the reward
 KEEP = ("all", "informative", "easy", "hard")
 BANDS = schema.BANDS
-UNMEASURED = "unmeasured"  # the band of a row the run has no samples for
 METADATA_KEY = "difficulty"  # Parquet footer key of the export's metadata (JSON)
 
 # The measurements of one row: a fixed type, so every row's field has the same shape (verl and
@@ -137,7 +136,7 @@ class ExportConfig:
     format: str | None = None
     keep: str | None = None
     band: tuple[float, float] | None = None
-    G: int = 8
+    G: int = schema.DEFAULT_G
     field: str = FIELD
 
     def __post_init__(self) -> None:
@@ -160,7 +159,7 @@ class ExportConfig:
 
     @property
     def edges(self) -> tuple[float, float]:
-        return self.band if self.band is not None else (0.0, 1.0)
+        return self.band if self.band is not None else schema.SILENT_EDGES
 
     @property
     def selection(self) -> str:
@@ -181,17 +180,6 @@ class ExportResult:
     missing: int  # prompts of the run that have no stored problem row (nothing to write back)
     exclude_list: Path | None
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def band_of(p: float | None, lo: float, hi: float) -> str:
-    """The band of a pass rate: ``hard`` (``p <= lo``), ``easy`` (``p >= hi``) or ``informative``."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return UNMEASURED
-    if p <= lo:
-        return "hard"
-    if p >= hi:
-        return "easy"
-    return "informative"
 
 
 # --- what the run measured ----------------------------------------------------------------------

@@ -7,12 +7,12 @@ counts); nothing is computed here that a section of the report computes another 
 - the silent share at the trainer's G (groups of G answers all wrong or all right: no GRPO signal),
   split into all wrong and all right, and labelled an estimate where some prompt has fewer than G
   answers (the Beta posterior's value there, not a count);
-- what ``difficulty export --keep informative`` keeps (export's own band rule, ``export.band_of``);
+- what ``difficulty export --keep informative`` keeps (export's own band rule, ``schema.band_of``);
 - the G that halves the silence (the same zero-signal rates, ``stats.silent_rates``, over larger G);
 - whether reallocating rollouts pays (the default allocation against the uniform one), saying so
   when it does not;
 - what adaptive sampling saved against the fixed n expected to classify as well
-  (``adaptive.equivalent_fixed_n``; the report's rounds section shows the same numbers);
+  (``frontier.equivalent_fixed_n``; the report's rounds section shows the same numbers);
 - warnings: answers cut at the token limit, a model that never or always answers right, values at
   G > n that are estimates.
 """
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, allocate, export, identify, stats
+from pipeline import adaptive, allocate, frontier, identify, schema, stats
 from pipeline.checks import check_int
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class Silence:
 @dataclass(frozen=True)
 class Savings:
     """An adaptive run's rollouts against the fixed n expected to classify as well (``where``:
-    ``inside``, ``below`` or ``above``, as ``adaptive.log_n_crossing``)."""
+    ``inside``, ``below`` or ``above``, as ``frontier.log_n_crossing``)."""
 
     per_prompt: float
     fixed_n: float | None
@@ -111,9 +111,9 @@ class Savings:
     n_top: int
     curve: list[tuple[int, float, float]]
     # Against the frontier (band target; None otherwise), every number an expectation under the
-    # fitted prior: the run's settings simulated on pass rates drawn from it (``adaptive.rule_under_prior``:
+    # fitted prior: the run's settings simulated on pass rates drawn from it (``frontier.rule_under_prior``:
     # rollouts per prompt and misclassification), the fixed n with that misclassification, and the best
-    # stopping rule's rollouts for it (``adaptive.frontier``); at the settings' rollouts, the
+    # stopping rule's rollouts for it (``frontier.frontier``); at the settings' rollouts, the
     # frontier's and the fixed n's misclassification.
     rule_cost: float | None = None
     rule_mis: float | None = None
@@ -207,10 +207,10 @@ def silence_at(prompt_stats: pa.Table, summary: pa.Table, G: int, prior: tuple[f
 
 def informative_kept(prompt_stats: pa.Table) -> tuple[int, int]:
     """``(kept, measured)``: the prompts ``difficulty export --keep informative`` keeps, by export's
-    own rule at its default edges (at least one right and one wrong answer)."""
-    lo, hi = export.ExportConfig(keep="informative").edges
+    own rule (``schema.band_of``) at its default edges (at least one right and one wrong answer)."""
+    lo, hi = schema.SILENT_EDGES
     rates = [p for p in prompt_stats.column("pass_rate").to_pylist() if p is not None and not math.isnan(p)]
-    return sum(export.band_of(p, lo, hi) == "informative" for p in rates), len(rates)
+    return sum(schema.band_of(p, lo, hi) == "informative" for p in rates), len(rates)
 
 
 def halving_group_size(
@@ -226,10 +226,11 @@ def halving_group_size(
     if not len(n) or not silent > 0:
         return None
     # distinct (n, c) pairs: a few dozen, however many prompts
-    pairs, mult = np.unique(np.stack([n, c], axis=1), axis=0, return_counts=True)
+    n_u, c_u, inverse = stats.unique_pairs(n, c)
+    mult = np.bincount(inverse, minlength=len(n_u))
 
     def halved(g: int) -> bool:
-        plus, minus = stats.silent_rates(pairs[:, 0], pairs[:, 1], g, *prior, posterior=posterior)
+        plus, minus = stats.silent_rates(n_u, c_u, g, *prior, posterior=posterior)
         return float(((plus + minus) * mult).sum() / mult.sum()) <= silent / 2
 
     # the silent share falls with G: a geometric search, then every G between the last two tried
@@ -268,7 +269,7 @@ def adaptive_savings(
     decided = float((~np.asarray(undecided, bool)).mean())
     mis = float((1.0 - np.asarray(band_prob, float)).mean()) if target.kind == "band" else math.nan
     curve = _fixed_n_curve(prior, target, _n_top(acfg))
-    fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, mis, decided, _n_top(acfg), curve)
+    fixed_n, where, _ = frontier.equivalent_fixed_n(prior, target, mis, decided, _n_top(acfg), curve)
     per_prompt = float(np.mean(n))
     if target.kind != "band":
         return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve)
@@ -282,8 +283,8 @@ def _n_top(acfg: adaptive.AdaptiveConfig) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _fixed_n_curve(prior: Prior, target: adaptive.Target, n_top: int) -> tuple[tuple[int, float, float], ...]:
-    """``adaptive.fixed_n_curve``, once per prior (the run's savings and the frontier's both read it)."""
-    return tuple(adaptive.fixed_n_curve(prior, target, n_top))
+    """``frontier.fixed_n_curve``, once per prior (the run's savings and the frontier's both read it)."""
+    return tuple(frontier.fixed_n_curve(prior, target, n_top))
 
 
 @functools.lru_cache(maxsize=8)
@@ -291,18 +292,18 @@ def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior) -> tuple:
     """``Savings``' frontier fields (once per run's settings and prior: the verdict and the report
     both ask)."""
     target = acfg.target
-    rule_cost, rule_mis = adaptive.rule_under_prior(prior, acfg, FRONTIER_PROMPTS)
+    rule_cost, rule_mis = frontier.rule_under_prior(prior, acfg, FRONTIER_PROMPTS)
     curve = _fixed_n_curve(prior, target, _n_top(acfg))
-    rule_fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, rule_mis, math.nan, _n_top(acfg), curve)
-    cost, err = adaptive.frontier(prior, target, acfg.n_min, acfg.n_max)
-    frontier_cost, _ = adaptive.frontier_cost_at(cost, err, rule_mis)
+    rule_fixed_n, where, _ = frontier.equivalent_fixed_n(prior, target, rule_mis, math.nan, _n_top(acfg), curve)
+    cost, err = frontier.frontier(prior, target, acfg.n_min, acfg.n_max)
+    frontier_cost, _ = frontier.frontier_cost_at(cost, err, rule_mis)
     return (
         rule_cost,
         rule_mis,
         rule_fixed_n if where == "inside" else None,
         frontier_cost,
-        adaptive.frontier_mis_at(cost, err, rule_cost),
-        adaptive.fixed_n_mis_at(curve, rule_cost),
+        frontier.frontier_mis_at(cost, err, rule_cost),
+        frontier.fixed_n_mis_at(curve, rule_cost),
     )
 
 
@@ -380,7 +381,7 @@ def verdict(
     prompt_stats: pa.Table,
     summary: pa.Table,
     *,
-    G: int = 8,
+    G: int = schema.DEFAULT_G,
     allocation: pa.Table | None = None,
     sample_info: dict | None = None,
     run: RunRecord | None = None,
