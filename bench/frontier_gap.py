@@ -61,12 +61,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 import truths  # noqa: E402
 
 from pipeline import adaptive  # noqa: E402
-from pipeline import frontier as front  # noqa: E402
+from pipeline import frontier as fr  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 N_MIN, N_MAX = 4, 64
 N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less than a fixed n = 64
-PRICES = front.FRONTIER_PRICES
+PRICES = fr.FRONTIER_PRICES
 SHARE_BAR, SPREAD_BAR = 0.85, 0.10  # issue 32's bars: share of the frontier's saving, rollouts' spread
 DATASET_SEED = 7_000  # a dataset's rates come from their own stream, apart from every seed's samples
 
@@ -74,26 +74,26 @@ DATASET_SEED = 7_000  # a dataset's rates come from their own stream, apart from
 def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[list, np.ndarray, np.ndarray]:
     """The fixed-n curve ``(n, M(n), decided)`` for n = 1..N_FIXED, and the frontier's (cost,
     misclassification) points by price, sorted by cost (``frontier.frontier``)."""
-    curve = [(n, *front.fixed_n_expected(n, prior, target)) for n in range(1, N_FIXED + 1)]
-    cost, err = front.frontier(prior, target, N_MIN, N_MAX, PRICES)
+    curve = [(n, *fr.fixed_n_expected(n, prior, target)) for n in range(1, N_FIXED + 1)]
+    cost, err = fr.frontier(prior, target, N_MIN, N_MAX, PRICES)
     return curve, cost, err
 
 
 def fixed_n_at(curve: list, mis: float) -> float | None:
-    n, where = front.log_n_crossing([n for n, _, _ in curve], [m for _, m, _ in curve], mis)
+    n, where = fr.log_n_crossing([n for n, _, _ in curve], [m for _, m, _ in curve], mis)
     return n if where == "inside" else None
 
 
 def frontier_cost_at(fc: np.ndarray, fe: np.ndarray, mis: float) -> float:
     """``frontier.frontier_cost_at``, held at the frontier's end points outside its range (a seed that
     misclassifies less than the dearest price buys is compared with that price)."""
-    cost, where = front.frontier_cost_at(fc, fe, mis)
+    cost, where = fr.frontier_cost_at(fc, fe, mis)
     return cost if cost is not None else float(fc[-1] if where == "below" else fc[0])
 
 
 def frontier_mis_at(fc: np.ndarray, fe: np.ndarray, cost: float) -> float:
     """``frontier.frontier_mis_at``, held at the end points outside the frontier's range."""
-    mis = front.frontier_mis_at(fc, fe, cost)
+    mis = fr.frontier_mis_at(fc, fe, cost)
     return mis if mis is not None else float(fe[-1] if cost > fc[-1] else fe[0])
 
 
@@ -120,7 +120,7 @@ def one_seed(
     _next_round = adaptive.next_round
     adaptive.next_round = count
     try:
-        n, c, prior = front.simulate(outcomes, acfg, truth_prior if held else None)
+        n, c, prior = fr.simulate(outcomes, acfg, truth_prior if held else None)
     finally:
         adaptive.next_round = _next_round
     t = acfg.target
@@ -129,7 +129,7 @@ def one_seed(
     return {
         "cost": float(n.mean()),
         "rounds": rounds[0],  # round 0 and every later round (the last call finds nothing to do)
-        "mis": front.expected_misclassification(n, c, reported, truth_prior, t),
+        "mis": fr.expected_misclassification(n, c, reported, truth_prior, t),
         "realised": float((reported != true_band).mean()),
         "prior": prior.method,
     }
@@ -145,7 +145,7 @@ def compare(r: dict, curve: list, fc, fe) -> dict:
         out.update(n_star=n_star, saving=saving, frontier_saving=front, share=saving / front if front > 0 else math.nan)
     else:
         out.update(n_star=math.nan, saving=math.nan, frontier_saving=math.nan, share=math.nan)
-    m_fixed, m_front = front.fixed_n_mis_at(curve, cost), frontier_mis_at(fc, fe, cost)
+    m_fixed, m_front = fr.fixed_n_mis_at(curve, cost), frontier_mis_at(fc, fe, cost)
     out.update(
         fixed_mis=m_fixed,
         frontier_mis=m_front,

@@ -20,16 +20,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from pipeline import adaptive
 from pipeline import prior as priors
-from pipeline.adaptive import (
-    AdaptiveConfig,
-    Target,
-    band_posteriors,
-    decide,
-    next_round,
-    posterior_mean,
-    stop_grid,
-)
+from pipeline.adaptive import AdaptiveConfig, Target
 from pipeline.errors import ConfigError
 from pipeline.prior import Prior
 
@@ -69,7 +62,7 @@ def simulate(
     while True:
         c = csum[rows, n]
         prior = held or priors.state_prior(acfg.prior, n, c, np.full_like(n, acfg.n_min), c0)
-        extra = next_round(n, c, prior, acfg, round_index=round_index)
+        extra = adaptive.next_round(n, c, prior, acfg, round_index=round_index)
         if not extra.any():
             return n, c, prior
         n = n + extra
@@ -91,7 +84,7 @@ def fixed_n_expected(n: int, prior: Prior, target: Target) -> tuple[float, float
     width target), and the share of prompts decided."""
     c = np.arange(n + 1)
     pmf = marginal_pmf(n, prior)
-    d = decide(np.full(n + 1, n), c, prior, target)
+    d = adaptive.decide(np.full(n + 1, n), c, prior, target)
     mis = float(pmf @ (1.0 - d.prob)) if target.kind == "band" else math.nan
     return mis, float(pmf @ d.decided)
 
@@ -153,18 +146,18 @@ def one_sample_rule(prior: Prior, target: Target, n_min: int, n_max: int) -> tup
     """Expected rollouts per prompt and expected misclassification of the priced stop rule of
     ``target`` (``stop_grid``) taken one sample per round from ``n_min`` to ``n_max``, with pass rates
     drawn from ``prior``: no sampling, an exact forward pass over the reachable ``(n, c)``."""
-    grid = stop_grid(prior, target, n_max)
+    grid = adaptive.stop_grid(prior, target, n_max)
     reach = np.zeros(n_max + 2)
     reach[: n_min + 1] = marginal_pmf(n_min, prior)
     cost = err = 0.0
     for n in range(n_min, n_max + 1):
         cs = np.arange(n + 1)
         here = grid[n, : n + 1]
-        prob = decide(np.full(n + 1, n), cs, prior, target).prob
+        prob = adaptive.decide(np.full(n + 1, n), cs, prior, target).prob
         err += float(reach[: n + 1][here] @ (1 - prob[here]))
         cost += n * float(reach[: n + 1][here].sum())
         go = np.where(here, 0.0, reach[: n + 1])
-        right = posterior_mean(np.full(n + 1, n), cs, prior)
+        right = adaptive.posterior_mean(np.full(n + 1, n), cs, prior)
         reach = np.zeros(n_max + 2)
         reach[1 : n + 2] += go * right
         reach[: n + 1] += go * (1 - right)
@@ -221,14 +214,14 @@ def rule_under_prior(prior: Prior, acfg: AdaptiveConfig, prompts: int = 4000, se
         p = rng.beta(prior.a, prior.b, prompts)
     outcomes = rng.random((prompts, acfg.n_max)) < p[:, None]
     n, c, fitted = simulate(outcomes, acfg)
-    reported = decide(n, c, fitted, acfg.target).band
+    reported = adaptive.decide(n, c, fitted, acfg.target).band
     return float(n.mean()), expected_misclassification(n, c, reported, prior, acfg.target)
 
 
 def expected_misclassification(n, c, reported: np.ndarray, prior: Prior, target: Target) -> float:
     """The mean chance under ``prior`` that each prompt's ``reported`` band (an index into ``BANDS``)
     is wrong given its counts: what a run misclassifies, in expectation over the coin flips."""
-    probs = band_posteriors(n, c, prior, target)
+    probs = adaptive.band_posteriors(n, c, prior, target)
     return float(1.0 - np.take_along_axis(probs, np.asarray(reported)[None], axis=0)[0].mean())
 
 
