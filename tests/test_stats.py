@@ -361,3 +361,24 @@ def test_betabinom_pmf_is_bit_for_bit_the_rounds_old_copies_and_within_rounding_
             k - 1, np.arange(k), alpha[:, None] + 1, beta[:, None] + 1
         )
         np.testing.assert_allclose(terms, _old_allocate_terms(k, alpha, beta), rtol=1e-12, atol=1e-300)
+
+
+def test_posterior_allocations_are_unchanged_by_the_predictive_merge(monkeypatch):
+    """The posterior allocation on a grid of counts, with allocate's old term and with the one
+    predictive, gives the same rollouts per prompt (the integers the table stores)."""
+    from pipeline import allocate
+
+    def old_pmf(k, x, alpha, beta, log=False):  # the old term, divided back by E[p q]
+        a, b = alpha[:, 0] - 1, beta[:, 0] - 1
+        return _old_allocate_terms(int(k) + 1, a, b) / stats.beta_moment(a, b, 1, 1)[:, None]
+
+    rng = np.random.default_rng(3)
+    n = rng.integers(1, 40, size=300)
+    c = rng.binomial(n, rng.beta(0.5, 0.5, size=300))
+    for estimator in ("grpo", "rloo", "dapo:mode=resample,T=3"):
+        config = allocate.AllocationConfig(budget=8 * 300, estimator=estimator, n_max=64, posterior=True)
+        new = allocate.allocate(n, c, config)
+        with monkeypatch.context() as m:
+            m.setattr(allocate.stats, "betabinom_pmf", old_pmf)
+            old = allocate.allocate(n, c, config)
+        np.testing.assert_array_equal(new.n, old.n)
