@@ -35,9 +35,10 @@ error naming it (``--field`` picks another name), unless it is an earlier export
 dataset, with no stored original) has its difficulty label as ``difficulty_label``.
 
 Which rows: ``keep`` selects a band of the measured pass rate ``p = c / n`` with edges
-``lo < hi`` (default 0 and 1): ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``, ``informative``
-the rest; ``all`` keeps every row, unmeasured ones included (a problem the run could not grade,
-``empty_answer``, carries its status and null measurements). Nothing is dropped without a count:
+``lo < hi`` (default 0 and 1, ``schema.SILENT_EDGES``): ``hard`` is ``p <= lo``, ``easy`` is
+``p >= hi``, ``informative`` the rest (``schema.band_of``); ``all`` keeps every row, unmeasured
+ones included (a problem the run could not grade, ``empty_answer``, carries its status and null
+measurements). Nothing is dropped without a count:
 ``ExportResult`` says how many rows each band had, how many were written and left out, and the ids
 left out can be written to an exclude list. A filter that keeps nothing is an error, not an empty
 file.
