@@ -20,7 +20,7 @@ the grid points around it. A ``--adaptive width`` run per distribution prints th
 intervals (should be near 1 - delta; ``--no-width`` skips it).
 
 Then the bias table (``--bias-replicates``, ``--bias-prompts``): per distribution, replicates of
-fresh true rates and samples, the adaptive rounds run in process by ``adaptive.simulate`` (the
+fresh true rates and samples, the adaptive rounds run in process by ``frontier.simulate`` (the
 functions ``run.plan_next_round`` calls, without the store) and analysed as ``finish_run`` does,
 beside a fixed-n run of the same cost (n = the adaptive rollouts per prompt, rounded: the first n
 samples of every prompt, analysed as a fixed-n run is). For mean p, D(G) for G in 4..64, GRPO's
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 from pipeline.flows import executors  # noqa: E402
 
-from pipeline import adaptive, analyze, identify, run, stats  # noqa: E402
+from pipeline import adaptive, analyze, frontier, identify, run, schema, stats  # noqa: E402
 from pipeline import estimators as est  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 from pipeline.store import Store  # noqa: E402
@@ -175,7 +175,7 @@ def one_distribution(name: str, args, work: Path) -> dict:
     true_band = band_of(p, tgt.lo, tgt.hi)
     prior = run_record.prior
     n_a = ps.column("n").to_numpy()
-    band_a = np.array([adaptive.BANDS.index(b) for b in ps.column("decided_band").to_pylist()])
+    band_a = np.array([schema.BANDS.index(b) for b in ps.column("decided_band").to_pylist()])
     G = 8
     z_true = p**G + (1 - p) ** G
     j = list(ps.column("group_sizes")[0].as_py()).index(G)
@@ -221,7 +221,7 @@ def one_distribution(name: str, args, work: Path) -> dict:
         )
     mis_a = out["adaptive"]["misclassification"]
     fair_curve = [f["misclassification_fair"] for f in out["fixed"]]
-    n_star, where = adaptive.log_n_crossing(GRID, fair_curve, mis_a)
+    n_star, where = frontier.log_n_crossing(GRID, fair_curve, mis_a)
     cost = out["adaptive"]["rollouts_per_prompt"]
     out["n_equivalent"] = n_star
     out["n_equivalent_where"] = where
@@ -296,13 +296,13 @@ def _true_values(p: np.ndarray) -> dict[str, float]:
 
 
 def bias_replicate(name: str, N: int, seed: int, acfg: adaptive.AdaptiveConfig) -> dict:
-    """One replicate: true rates, their samples, the adaptive rounds (``adaptive.simulate``, the same
+    """One replicate: true rates, their samples, the adaptive rounds (``frontier.simulate``, the same
     functions ``run.plan_next_round`` calls) and the fixed-n run of the same cost (the first n
     samples of every prompt, analysed as a fixed-n run is); each summary metric against the truth."""
     rng = np.random.default_rng(seed)
     p = true_rates(name, N, rng)
     outcomes = rng.random((N, acfg.n_max)) < p[:, None]
-    n, c, prior = adaptive.simulate(outcomes, acfg)
+    n, c, prior = frontier.simulate(outcomes, acfg)
     cost = float(n.mean())
     n_fixed = max(1, int(round(cost)))
     c_fixed = outcomes[:, :n_fixed].sum(axis=1)
@@ -317,7 +317,7 @@ def bias_replicate(name: str, N: int, seed: int, acfg: adaptive.AdaptiveConfig) 
     mis_fixed = [
         float((adaptive.decide(np.full(N, k), csum[:, k - 1], prior, t).band != true_band).mean()) for k in GRID
     ]
-    n_star, _ = adaptive.log_n_crossing(GRID, mis_fixed, mis_a)
+    n_star, _ = frontier.log_n_crossing(GRID, mis_fixed, mis_a)
     return {
         "adaptive": {k: adapt[k] / v - 1 for k, v in truth.items() if v},
         "fixed": {k: fixed[k] / v - 1 for k, v in truth.items() if v},

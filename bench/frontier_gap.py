@@ -2,15 +2,15 @@
 
 For each truth of ``bench/truths.py``:
 
-1. **The frontier**, exactly, with the truth held as the prior (``adaptive.frontier``:
-   ``adaptive.one_sample_rule`` at each price, the Bayes-optimal priced rule, one sample per round,
+1. **The frontier**, exactly, with the truth held as the prior (``frontier.frontier``:
+   ``frontier.one_sample_rule`` at each price, the Bayes-optimal priced rule, one sample per round,
    at prices from 0.016 down to 0.00006, and every prompt stopped at n_min): expected rollouts and
    misclassification per price, and the fixed-n curve ``M(n)`` (expected misclassification of a
    fixed n under the truth, each prompt in its most probable band).
 2. **The pipeline**: per truth, ``--datasets`` datasets (2), each's rates drawn once, and per seed
    fresh samples of them (``--fresh-rates``: fresh rates every seed too, against the truth's own
    frontier, the design before), the rounds of the adaptive run in process
-   (``adaptive.simulate``: the prior fit and round rule of ``run.plan_next_round``), its rollouts per
+   (``frontier.simulate``: the prior fit and round rule of ``run.plan_next_round``), its rollouts per
    prompt, rounds, and misclassification (the expected one given each prompt's final counts under
    the truth, which averages out the coin flips of which prompts near an edge land on which side;
    the realised one against the drawn rates beside it).
@@ -61,38 +61,39 @@ sys.path.insert(0, str(ROOT / "bench"))
 import truths  # noqa: E402
 
 from pipeline import adaptive  # noqa: E402
+from pipeline import frontier as fr  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 N_MIN, N_MAX = 4, 64
 N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less than a fixed n = 64
-PRICES = adaptive.FRONTIER_PRICES
+PRICES = fr.FRONTIER_PRICES
 SHARE_BAR, SPREAD_BAR = 0.85, 0.10  # issue 32's bars: share of the frontier's saving, rollouts' spread
 DATASET_SEED = 7_000  # a dataset's rates come from their own stream, apart from every seed's samples
 
 
 def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[list, np.ndarray, np.ndarray]:
     """The fixed-n curve ``(n, M(n), decided)`` for n = 1..N_FIXED, and the frontier's (cost,
-    misclassification) points by price, sorted by cost (``adaptive.frontier``)."""
-    curve = [(n, *adaptive.fixed_n_expected(n, prior, target)) for n in range(1, N_FIXED + 1)]
-    cost, err = adaptive.frontier(prior, target, N_MIN, N_MAX, PRICES)
+    misclassification) points by price, sorted by cost (``frontier.frontier``)."""
+    curve = [(n, *fr.fixed_n_expected(n, prior, target)) for n in range(1, N_FIXED + 1)]
+    cost, err = fr.frontier(prior, target, N_MIN, N_MAX, PRICES)
     return curve, cost, err
 
 
 def fixed_n_at(curve: list, mis: float) -> float | None:
-    n, where = adaptive.log_n_crossing([n for n, _, _ in curve], [m for _, m, _ in curve], mis)
+    n, where = fr.log_n_crossing([n for n, _, _ in curve], [m for _, m, _ in curve], mis)
     return n if where == "inside" else None
 
 
 def frontier_cost_at(fc: np.ndarray, fe: np.ndarray, mis: float) -> float:
-    """``adaptive.frontier_cost_at``, held at the frontier's end points outside its range (a seed that
+    """``frontier.frontier_cost_at``, held at the frontier's end points outside its range (a seed that
     misclassifies less than the dearest price buys is compared with that price)."""
-    cost, where = adaptive.frontier_cost_at(fc, fe, mis)
+    cost, where = fr.frontier_cost_at(fc, fe, mis)
     return cost if cost is not None else float(fc[-1] if where == "below" else fc[0])
 
 
 def frontier_mis_at(fc: np.ndarray, fe: np.ndarray, cost: float) -> float:
-    """``adaptive.frontier_mis_at``, held at the end points outside the frontier's range."""
-    mis = adaptive.frontier_mis_at(fc, fe, cost)
+    """``frontier.frontier_mis_at``, held at the end points outside the frontier's range."""
+    mis = fr.frontier_mis_at(fc, fe, cost)
     return mis if mis is not None else float(fe[-1] if cost > fc[-1] else fe[0])
 
 
@@ -119,7 +120,7 @@ def one_seed(
     _next_round = adaptive.next_round
     adaptive.next_round = count
     try:
-        n, c, prior = adaptive.simulate(outcomes, acfg, truth_prior if held else None)
+        n, c, prior = fr.simulate(outcomes, acfg, truth_prior if held else None)
     finally:
         adaptive.next_round = _next_round
     t = acfg.target
@@ -128,7 +129,7 @@ def one_seed(
     return {
         "cost": float(n.mean()),
         "rounds": rounds[0],  # round 0 and every later round (the last call finds nothing to do)
-        "mis": adaptive.expected_misclassification(n, c, reported, truth_prior, t),
+        "mis": fr.expected_misclassification(n, c, reported, truth_prior, t),
         "realised": float((reported != true_band).mean()),
         "prior": prior.method,
     }
@@ -144,7 +145,7 @@ def compare(r: dict, curve: list, fc, fe) -> dict:
         out.update(n_star=n_star, saving=saving, frontier_saving=front, share=saving / front if front > 0 else math.nan)
     else:
         out.update(n_star=math.nan, saving=math.nan, frontier_saving=math.nan, share=math.nan)
-    m_fixed, m_front = adaptive.fixed_n_mis_at(curve, cost), frontier_mis_at(fc, fe, cost)
+    m_fixed, m_front = fr.fixed_n_mis_at(curve, cost), frontier_mis_at(fc, fe, cost)
     out.update(
         fixed_mis=m_fixed,
         frontier_mis=m_front,

@@ -1,6 +1,6 @@
 """What the ranges of an adaptive run's summary cost (docs/adaptive.md §7, "What the counts allow").
 
-For adaptive runs in process (``adaptive.simulate``, defaults) of a U-shaped and a spiky truth, the
+For adaptive runs in process (``frontier.simulate``, defaults) of a U-shaped and a spiky truth, the
 time of ``identify.likelihood_bounds`` for every range a summary stores (D(G) and each default
 estimator's mean mass, at every G above some prompt's n), against a baseline in the same process: one
 grid-prior fit of the same counts (``prior.fit_grid_prior``, which every adaptive round already runs).
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verl_curriculum import best  # noqa: E402 - bench/verl_curriculum.py: the best of repeated timings
 
-from pipeline import adaptive, analyze  # noqa: E402
+from pipeline import adaptive, analyze, frontier  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 TRUTHS = {
@@ -39,7 +39,7 @@ def main() -> None:
         for name, draw in TRUTHS.items():
             rng = np.random.default_rng(100)
             p = draw(rng, N)
-            n, c, prior = adaptive.simulate(rng.random((N, 64)) < p[:, None], acfg)
+            n, c, prior = frontier.simulate(rng.random((N, 64)) < p[:, None], acfg)
             pairs = analyze._Pairs(n, c, analyze.posterior_config(analyze.AnalyzeConfig(), prior))
             ranges = analyze._extrapolation_bounds(pairs, pairs.mult)
             ends = 2 * len(ranges) * (1 + len(pairs.estimators))

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import adaptive  # noqa: E402
+from pipeline import adaptive, frontier  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 N_MIN, N_MAX = 4, 64
@@ -56,9 +56,9 @@ def main() -> None:
         ns = list(range(1, N_MAX + 1))
         for spec in rules:
             target = adaptive.Target.parse(spec)
-            curve = [adaptive.fixed_n_expected(n, prior, target)[0] for n in ns]
-            cost, err = adaptive.one_sample_rule(prior, target, N_MIN, N_MAX)
-            n_star, where = adaptive.log_n_crossing(ns, curve, err)
+            curve = [frontier.fixed_n_expected(n, prior, target)[0] for n in ns]
+            cost, err = frontier.one_sample_rule(prior, target, N_MIN, N_MAX)
+            n_star, where = frontier.log_n_crossing(ns, curve, err)
             saved = f"{1 - cost / n_star:7.1%}" if n_star is not None else "   n/a"
             n_text = f"{n_star:9.1f}" if n_star is not None else f"{'>' + str(N_MAX):>9s}"
             print(f"{name:12s} {spec:28s} {cost:9.2f} {err:9.4f} {n_text} {saved}")

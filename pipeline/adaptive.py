@@ -4,8 +4,8 @@ The math is ``docs/adaptive.md`` (§1-§5). A prompt's pass rate has a posterior
 prior, fitted to the counts of the whole dataset (``prior.state_prior``: a Beta, the
 zero-one-inflated Beta, the grid prior, or Jeffreys' ``Beta(1/2, 1/2)``). A prompt is *decided* when
 
-- ``band``: one of the bands ``p <= lo`` (silent-hard), ``lo < p < hi`` (informative),
-  ``p >= hi`` (silent-easy) has posterior probability ``>= 1 - delta``;
+- ``band``: one of the bands ``p <= lo`` (hard), ``lo < p < hi`` (informative), ``p >= hi`` (easy)
+  (``schema.BANDS``) has posterior probability ``>= 1 - delta``;
 - ``width``: the central ``1 - delta`` credible interval is at most ``2 h`` wide.
 
 When a prompt *stops* (``stop_grid``): for ``band`` with a price ``cost > 0`` per rollout (the
@@ -27,7 +27,8 @@ three rules, all deterministic functions of the counts (so a rerun re-derives th
   upper concave hull, so a prompt that needs 12 more samples to have any chance gets 12 at once),
   at most ``jumps`` such jumps per prompt and round (default 0: spend the whole budget).
 
-Everything here is a pure numpy/scipy function of counts; the rounds loop lives in ``run.py``.
+Everything here is a pure numpy/scipy function of counts; the rounds loop lives in ``run/rounds.py``,
+and what the rules save against a fixed n and the frontier in ``frontier.py``.
 """
 
 from __future__ import annotations
@@ -44,11 +45,10 @@ from pipeline import stats
 from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError
 from pipeline.prior import DEFAULT_PRIOR, PRIORS, Prior
+from pipeline.schema import BAND_EDGES
 from pipeline.specs import parse_spec, spec_name
 
 __all__ = [
-    "BANDS",
-    "FRONTIER_PRICES",
     "ROUND_RULES",
     "TARGETS",
     "AdaptiveConfig",
@@ -60,22 +60,13 @@ __all__ = [
     "credible_interval",
     "decide",
     "decided_grid",
-    "expected_misclassification",
     "band_posteriors",
-    "fixed_n_curve",
-    "fixed_n_mis_at",
-    "frontier",
-    "frontier_cost_at",
-    "frontier_mis_at",
     "next_round",
-    "one_sample_rule",
     "open_after",
     "posterior_mean",
     "predictive_stopped",
     "round_stop_grid",
     "rounds_left",
-    "rule_under_prior",
-    "simulate",
     "stop_grid",
     "stopped",
 ]
@@ -118,8 +109,6 @@ PLAN_MOST_GROWTH = 3.0
 # of K jumps: at most (K - 1) PLAN_JUMP_TEMPERATURE / e rollouts over the best jump's loss.
 PLAN_JUMP_TEMPERATURE = 0.1
 PLAN_LEAST_SHARE = 0.01
-# Band codes of ``Decision.band``: index into BANDS (-1: no band, for the width target).
-BANDS = ("silent_hard", "informative", "silent_easy")
 
 
 @dataclass(frozen=True)
@@ -138,8 +127,8 @@ class Target:
     """
 
     kind: str = "band"
-    lo: float = 0.1
-    hi: float = 0.9
+    lo: float = BAND_EDGES[0]
+    hi: float = BAND_EDGES[1]
     delta: float = 0.05
     h: float = 0.1
     cost: float = DEFAULT_COST
@@ -363,7 +352,7 @@ def credible_interval(alpha, beta, level: float) -> tuple[np.ndarray, np.ndarray
 
 @dataclass(frozen=True)
 class Decision:
-    """Per prompt: decided or not, the reported band (index into ``BANDS``; -1 for the width
+    """Per prompt: decided or not, the reported band (index into ``schema.BANDS``; -1 for the width
     target), that band's posterior probability (NaN for width), and the central ``1 - delta``
     credible interval."""
 
@@ -419,6 +408,14 @@ def _grid_decision_parts(n: np.ndarray, c: np.ndarray, prior: Prior, target: Tar
     mid = np.clip(1.0 - hard - easy, 0.0, 1.0)
     probs = np.stack([x[inv].reshape(shape) for x in (hard, mid, easy)])
     return lo, hi, probs
+
+
+def band_posteriors(n, c, prior: Prior, target: Target) -> np.ndarray:
+    """``(3, prompts)``: each band's posterior probability given the counts under ``prior``."""
+    n, c = np.asarray(n, float), np.asarray(c, float)
+    if prior.is_grid:
+        return _grid_decision_parts(n, c, prior, target)[2]
+    return np.stack(band_probabilities(prior.a + c, prior.b + n - c, target.lo, target.hi))
 
 
 def decided_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
@@ -522,28 +519,17 @@ def stopped(n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None 
 
 def predictive_stopped(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) -> np.ndarray:
     """``P(stopped after k more samples)`` for each prompt (rows) and each ``k`` in ``extra``
-    (columns), under the beta-binomial predictive ``P(x of k) = C(k, x) B(a + x, b + k - x)/B(a, b)``
-    of the prompt's posterior. ``grid`` is ``stop_grid`` (or ``decided_grid``: the chance of being
-    decided); ``n + k`` beyond it counts as not stopped."""
-    from scipy.special import betaln, gammaln
-
+    (columns), under the predictive of the prompt's posterior (``prior.predictive_pmf``; under a Beta
+    prior ``P(x of k) = C(k, x) B(a + x, b + k - x)/B(a, b)``). ``grid`` is ``stop_grid`` (or
+    ``decided_grid``: the chance of being decided); ``n + k`` beyond it counts as not stopped."""
     n = np.asarray(n, np.int64)
     c = np.asarray(c, np.int64)
     extra = np.asarray(extra, np.int64)
-    alpha, beta = prior.a + c, prior.b + n - c
     out = np.zeros((len(n), len(extra)))
     top = grid.shape[0] - 1
-    if prior.is_grid:
-        pts, w = prior.grid()
-        W = priors.grid_posterior(pts, w, n, c)
     for j, k in enumerate(extra):
         x = np.arange(k + 1)
-        logc = gammaln(k + 1) - gammaln(x + 1) - gammaln(k - x + 1)
-        if prior.is_grid:  # the posterior masses times Bin(x; k, p_g), summed over the grid
-            binom = np.exp(logc[:, None] + priors.grid_likelihood(pts, np.full(k + 1, k), x))
-            pred = np.einsum("uk,xk->ux", W, binom)  # numpy's loops: the same bits on every rerun
-        else:
-            pred = np.exp(logc + betaln(alpha[:, None] + x, beta[:, None] + k - x) - betaln(alpha, beta)[:, None])
+        pred = priors.predictive_pmf(prior, k, x, n, c)
         rows = n + k
         ok = rows <= top
         dec = np.zeros((len(n), k + 1), bool)
@@ -613,23 +599,6 @@ def _planned(n: np.ndarray, c: np.ndarray, prior: Prior, config: AdaptiveConfig,
     return extra
 
 
-def log_marginal(prior: Prior, n_max: int) -> np.ndarray:
-    """``Z[n, c] = log E[p^c q^(n-c)]`` under the prior, for ``0 <= c <= n <= n_max`` (-inf above the
-    diagonal, and where the prior makes a sequence impossible): the predictive of ``j`` more samples
-    from ``(n, c)`` is ``P(x | j) = C(j, x) exp(Z[n + j, c + x] - Z[n, c])``."""
-    from scipy.special import betaln, logsumexp
-
-    n_tri, c_tri = np.tril_indices(n_max + 1)
-    Z = np.full((n_max + 1, n_max + 1), -np.inf)
-    if prior.is_grid:
-        pts, w = prior.grid()
-        with np.errstate(divide="ignore"):
-            Z[n_tri, c_tri] = logsumexp(priors.grid_likelihood(pts, n_tri, c_tri) + np.log(w)[None, :], axis=1)
-    else:
-        Z[n_tri, c_tri] = betaln(prior.a + c_tri, prior.b + n_tri - c_tri) - betaln(prior.a, prior.b)
-    return Z
-
-
 Shares = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]
 
 
@@ -652,7 +621,7 @@ def plan_grid(
         V_r(n, c) = min(e(n, c) / lambda,
                         min_j  cost + j + sum_x P(x | j) V_{r-1}(n + j, c + x))   elsewhere,
 
-    with ``P(x | j)`` the predictive (``log_marginal``), ``j`` from 1 to three times the prompt's
+    with ``P(x | j)`` the predictive (``prior.predictive_pmf``), ``j`` from 1 to three times the prompt's
     samples (``PLAN_MOST_GROWTH``, or to ``n_max``), and ``J`` the minimising ``j`` at ``r =
     rounds_left`` (0 where stopping is the minimum). The rounds are a budget the plan spends: a prompt
     one sample from its stop gets one if a round is left and worth it, and is stopped if not; no run
@@ -676,14 +645,21 @@ def plan_shares(
 
     target, rule, n_max = config.target, config.rule, config.n_max
     grid = stop_grid(prior, target, n_max) if grid is None else grid
-    Z = log_marginal(prior, n_max)
     n_tri, c_tri = np.tril_indices(n_max + 1)
+    lgf = gammaln(np.arange(n_max + 2) + 1.0)  # log k!
+    # Z[n, c] = log E[p^c q^(n-c)] under the prior (the predictive of c of n from no samples, less
+    # log C(n, c); -inf above the diagonal and where the prior makes a sequence impossible): the
+    # predictive of j more samples from (n, c) is P(x | j) = C(j, x) exp(Z[n + j, c + x] - Z[n, c]),
+    # for every cell at the price of one table.
+    Z = np.full((n_max + 1, n_max + 1), -np.inf)
+    with np.errstate(divide="ignore"):
+        first = priors.predictive_pmf(prior, n_tri, c_tri, log=True)[0]
+    Z[n_tri, c_tri] = first - (lgf[n_tri] - lgf[c_tri] - lgf[n_tri - c_tri])
     terminal = np.zeros((n_max + 1, n_max + 1))
     priced = target.kind == "band" and target.cost > 0
     if priced:
         prob = decide(n_tri, c_tri, prior, target).prob
         terminal[n_tri, c_tri] = np.nan_to_num(1.0 - prob, nan=1.0) / target.cost
-    lgf = gammaln(np.arange(n_max + 2) + 1.0)  # log k!
     grow = None  # priced: every jump from 1
     if not priced:
         grow = (n_max / config.n_min) ** (1.0 / (rule.rounds - 1)) if n_max > config.n_min else 2.0
@@ -817,214 +793,3 @@ def _best_jump(opt: np.ndarray, val: np.ndarray, cur: int) -> tuple[int, float] 
     best = float(ratio.max())
     to = cur + 1 + int(np.flatnonzero(ratio >= best - 1e-15)[-1 if best <= 0 else 0])
     return to, best
-
-
-def simulate(
-    outcomes: np.ndarray, acfg: AdaptiveConfig, held: Prior | None = None
-) -> tuple[np.ndarray, np.ndarray, Prior]:
-    """The rounds of an adaptive run on known outcomes, without a store (bench, tests):
-    ``outcomes[i, s]`` is whether sample ``s`` of prompt ``i`` is correct (``n_max`` columns).
-    Each round refits the prior (``prior.state_prior``) and applies the round rule, exactly as
-    ``run.plan_next_round`` does on stored samples; with ``held``, every round decides under that
-    prior instead (the bench's measure of what fitting the prior costs). Returns the final ``n``,
-    ``c`` and prior."""
-    outcomes = np.asarray(outcomes, bool)
-    csum = np.concatenate([np.zeros((len(outcomes), 1), np.int64), np.cumsum(outcomes, axis=1)], axis=1)
-    rows = np.arange(len(outcomes))
-    n = np.full(len(outcomes), acfg.n_min, np.int64)
-    c0 = csum[:, acfg.n_min]
-    round_index = 1
-    while True:
-        c = csum[rows, n]
-        prior = held or priors.state_prior(acfg.prior, n, c, np.full_like(n, acfg.n_min), c0)
-        extra = next_round(n, c, prior, acfg, round_index=round_index)
-        if not extra.any():
-            return n, c, prior
-        n = n + extra
-        round_index += 1
-
-
-# --- what a fixed n would have given (report, bench) --------------------------------------------
-
-
-def betabinom_pmf(n: int, a: float, b: float) -> np.ndarray:
-    """``P(c)`` for ``c = 0..n`` when ``p ~ Beta(a, b)`` and ``c ~ Bin(n, p)``."""
-    from scipy.special import betaln, gammaln
-
-    c = np.arange(n + 1)
-    return np.exp(gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1) + betaln(a + c, b + n - c) - betaln(a, b))
-
-
-def marginal_pmf(n: int, prior: Prior) -> np.ndarray:
-    """``P(c)`` for ``c = 0..n`` at a fixed ``n`` under the prior: the beta-binomial law, or under a
-    grid prior the grid mixture of binomials."""
-    if not prior.is_grid:
-        return betabinom_pmf(n, prior.a, prior.b)
-    from scipy.special import gammaln
-
-    c = np.arange(n + 1)
-    pts, w = prior.grid()
-    logc = gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1)
-    return np.exp(logc[:, None] + priors.grid_likelihood(pts, np.full(n + 1, n), c)) @ w
-
-
-def fixed_n_expected(n: int, prior: Prior, target: Target) -> tuple[float, float]:
-    """What a fixed-``n`` profile is expected to give under the prior: the band misclassification
-    when each prompt gets its most probable band (``E[1 - max band probability]``; NaN for the
-    width target), and the share of prompts decided."""
-    c = np.arange(n + 1)
-    pmf = marginal_pmf(n, prior)
-    d = decide(np.full(n + 1, n), c, prior, target)
-    mis = float(pmf @ (1.0 - d.prob)) if target.kind == "band" else math.nan
-    return mis, float(pmf @ d.decided)
-
-
-def log_n_crossing(grid, values, level: float) -> tuple[float | None, str]:
-    """Where a curve ``values`` over increasing ``grid`` values of n first comes down to ``level``,
-    interpolated linearly in ``log n`` between the two grid points around the crossing.
-
-    Returns ``(n, where)``: ``where`` is ``inside``; ``below`` when the first grid point is already
-    at or under ``level`` (n is then that point: the crossing is at or below it); ``above`` when no
-    grid point comes down to ``level`` (n is None: the crossing is beyond the grid).
-    """
-    grid = [float(g) for g in grid]
-    values = [float(v) for v in values]
-    for i, v in enumerate(values):
-        if v <= level:
-            if i == 0:
-                return grid[0], "below"
-            n1, n2, v1 = grid[i - 1], grid[i], values[i - 1]
-            t = (v1 - level) / (v1 - v) if v1 != v else 1.0
-            return float(math.exp(math.log(n1) + t * (math.log(n2) - math.log(n1)))), "inside"
-    return None, "above"
-
-
-def fixed_n_curve(prior: Prior, target: Target, n_top: int) -> list[tuple[int, float, float]]:
-    """``(n, expected misclassification, expected decided share)`` of a fixed n, ``n = 1..n_top``."""
-    return [(n, *fixed_n_expected(n, prior, target)) for n in range(1, n_top + 1)]
-
-
-def equivalent_fixed_n(
-    prior: Prior,
-    target: Target,
-    misclassification: float,
-    decided_share: float,
-    n_top: int,
-    curve: list[tuple[int, float, float]] | None = None,
-) -> tuple[float | None, str, list[tuple[int, float, float]]]:
-    """The fixed n expected (under the prior) to match an adaptive run: for ``band``, the n whose
-    expected misclassification equals the run's expected one; for ``width``, the n whose expected
-    decided share equals the run's. Returns ``(n, where, curve)`` (see ``log_n_crossing``; the
-    curve is ``fixed_n_curve``'s, computed unless given)."""
-    curve = fixed_n_curve(prior, target, n_top) if curve is None else curve
-    grid = [n for n, _, _ in curve]
-    if target.kind == "band":
-        n, where = log_n_crossing(grid, [m for _, m, _ in curve], misclassification)
-    else:
-        n, where = log_n_crossing(grid, [-s for _, _, s in curve], -decided_share)
-    return n, where, curve
-
-
-# --- the frontier: what any stopping rule can save (docs/adaptive.md §10) ----------------------------
-
-#: The prices of one rollout the frontier is traced at: from where most prompts stop at n_min to where
-#: most go on towards n_max, on every bench truth.
-FRONTIER_PRICES = (0.016, 0.008, 0.004, 0.002, 0.001, 0.0005, 0.00025, 0.000125, 0.0000625)
-
-
-def one_sample_rule(prior: Prior, target: Target, n_min: int, n_max: int) -> tuple[float, float]:
-    """Expected rollouts per prompt and expected misclassification of the priced stop rule of
-    ``target`` (``stop_grid``) taken one sample per round from ``n_min`` to ``n_max``, with pass rates
-    drawn from ``prior``: no sampling, an exact forward pass over the reachable ``(n, c)``."""
-    grid = stop_grid(prior, target, n_max)
-    reach = np.zeros(n_max + 2)
-    reach[: n_min + 1] = marginal_pmf(n_min, prior)
-    cost = err = 0.0
-    for n in range(n_min, n_max + 1):
-        cs = np.arange(n + 1)
-        here = grid[n, : n + 1]
-        prob = decide(np.full(n + 1, n), cs, prior, target).prob
-        err += float(reach[: n + 1][here] @ (1 - prob[here]))
-        cost += n * float(reach[: n + 1][here].sum())
-        go = np.where(here, 0.0, reach[: n + 1])
-        right = posterior_mean(np.full(n + 1, n), cs, prior)
-        reach = np.zeros(n_max + 2)
-        reach[1 : n + 2] += go * right
-        reach[: n + 1] += go * (1 - right)
-    return cost, err
-
-
-def frontier(
-    prior: Prior, target: Target, n_min: int, n_max: int, prices: tuple[float, ...] = FRONTIER_PRICES
-) -> tuple[np.ndarray, np.ndarray]:
-    """The frontier of expected rollouts against expected misclassification for a band target under
-    ``prior``: the one-sample priced rule (Bayes-optimal for "misclassified + price per rollout", so
-    no rule with the same misclassification spends less) at each price, and its cheap end, every
-    prompt stopped at ``n_min``. ``(cost, err)``, by cost."""
-    if target.kind != "band":
-        raise ConfigError(f"the frontier is defined for the band target, not {target.kind!r}")
-    points = [one_sample_rule(prior, replace(target, cost=price), n_min, n_max) for price in prices]
-    # Its cheap end: a price so high that every prompt stops at n_min (the fixed n_min).
-    points = sorted({(float(n_min), fixed_n_expected(n_min, prior, target)[0]), *points})
-    return np.array([p[0] for p in points]), np.array([p[1] for p in points])
-
-
-def frontier_cost_at(cost: np.ndarray, err: np.ndarray, misclassification: float) -> tuple[float | None, str]:
-    """The frontier's rollouts per prompt at a misclassification (log-cost interpolation between
-    its points): ``(cost, "inside")``, or ``(None, "below" | "above")`` when the misclassification is
-    below the frontier's least (more than its dearest point buys) or above its most."""
-    order = np.argsort(err)
-    e, lc = err[order], np.log(cost[order])
-    if misclassification < e[0]:
-        return None, "below"
-    if misclassification > e[-1]:
-        return None, "above"
-    return float(np.exp(np.interp(misclassification, e, lc))), "inside"
-
-
-def frontier_mis_at(cost: np.ndarray, err: np.ndarray, rollouts: float) -> float | None:
-    """The frontier's misclassification at a number of rollouts per prompt (None outside its range)."""
-    if not cost[0] <= rollouts <= cost[-1]:
-        return None
-    return float(np.interp(math.log(rollouts), np.log(cost), err))
-
-
-def band_posteriors(n, c, prior: Prior, target: Target) -> np.ndarray:
-    """``(3, prompts)``: each band's posterior probability given the counts under ``prior``."""
-    n, c = np.asarray(n, float), np.asarray(c, float)
-    if prior.is_grid:
-        return _grid_decision_parts(n, c, prior, target)[2]
-    return np.stack(band_probabilities(prior.a + c, prior.b + n - c, target.lo, target.hi))
-
-
-def rule_under_prior(prior: Prior, acfg: AdaptiveConfig, prompts: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """What ``acfg`` is expected to spend and misclassify on a dataset whose pass rates follow
-    ``prior``: ``prompts`` rates drawn from it, their samples, the rounds as a run makes them
-    (``simulate``: its own prior fits and round rule), and the mean chance under ``prior`` that each
-    prompt's reported band is wrong given its final counts. The frontier's like (both expectations
-    under one prior), so the share of the frontier's saving it gives is at most 1 up to Monte Carlo
-    error, which a run's own measured misclassification is not on a finite dataset."""
-    rng = np.random.default_rng(seed)
-    if prior.is_grid:
-        points, weights = prior.grid()
-        p = rng.choice(points, size=prompts, p=weights / weights.sum())
-    else:
-        p = rng.beta(prior.a, prior.b, prompts)
-    outcomes = rng.random((prompts, acfg.n_max)) < p[:, None]
-    n, c, fitted = simulate(outcomes, acfg)
-    reported = decide(n, c, fitted, acfg.target).band
-    return float(n.mean()), expected_misclassification(n, c, reported, prior, acfg.target)
-
-
-def expected_misclassification(n, c, reported: np.ndarray, prior: Prior, target: Target) -> float:
-    """The mean chance under ``prior`` that each prompt's ``reported`` band (an index into ``BANDS``)
-    is wrong given its counts: what a run misclassifies, in expectation over the coin flips."""
-    probs = band_posteriors(n, c, prior, target)
-    return float(1.0 - np.take_along_axis(probs, np.asarray(reported)[None], axis=0)[0].mean())
-
-
-def fixed_n_mis_at(curve: list[tuple[int, float, float]], rollouts: float) -> float:
-    """A fixed n's expected misclassification at a fractional n (``equivalent_fixed_n``'s curve,
-    linear in log n)."""
-    ns = np.log([n for n, _, _ in curve])
-    return float(np.interp(math.log(max(rollouts, 1.0)), ns, [m for _, m, _ in curve]))

@@ -214,8 +214,6 @@ def value_table(
     Returns an array of shape ``(rows, len(n_grid))``; for ``variance`` it holds ``-w^2 p q / n``
     (so larger is better for every objective).
     """
-    from scipy.special import betaln, gammaln
-
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r}; allowed: {', '.join(OBJECTIVES)}")
     posterior = p is None
@@ -248,12 +246,13 @@ def value_table(
     for j, n in enumerate(n_grid):
         d = _loo_differences(e, int(n))
         if posterior:
-            # E[p q Binom(s; n-1, p) z^t] over the posterior, term by term (``_resample_terms``)
+            # E[p q Binom(s; n-1, p) z^t] over the posterior, term by term (``_resample_terms``): E[p q]
+            # times the predictive of s of n - 1 under Beta(a + 1, b + 1)
             s = np.arange(n)
-            logc = gammaln(n) - gammaln(s + 1) - gammaln(n - s)
             col = np.zeros(rows)
             for w, a, b in _resample_terms(alpha, beta, int(n), T):
-                terms = np.exp(logc + betaln(a[:, None] + s + 1, b[:, None] + n - s) - betaln(a, b)[:, None])
+                pq = stats.beta_moment(a, b, 1, 1)[:, None]
+                terms = pq * stats.betabinom_pmf(n - 1, s, a[:, None] + 1, b[:, None] + 1)
                 col += w * (terms @ d)
             out[:, j] = col
         else:

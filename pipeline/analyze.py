@@ -92,12 +92,14 @@ class Band:
 
 # The gradient share's bands: five that cover [0, 1] without overlap, so their shares sum to 1. Named
 # in the one vocabulary (``schema.BANDS``): the informative band split where GRPO's weight peaks.
+_LO, _HI = schema.BAND_EDGES
+_MID_LO, _MID_HI = schema.MID_EDGES
 DEFAULT_BANDS: tuple[Band, ...] = (
-    Band("hard", ((0.0, 0.1, True, False),)),
-    Band("informative_hard", ((0.1, 0.4, True, False),)),
-    Band("informative_mid", ((0.4, 0.6, True, True),)),
-    Band("informative_easy", ((0.6, 0.9, False, True),)),
-    Band("easy", ((0.9, 1.0, False, True),)),
+    Band("hard", ((0.0, _LO, True, False),)),
+    Band("informative_hard", ((_LO, _MID_LO, True, False),)),
+    Band("informative_mid", ((_MID_LO, _MID_HI, True, True),)),
+    Band("informative_easy", ((_MID_HI, _HI, False, True),)),
+    Band("easy", ((_HI, 1.0, False, True),)),
 )
 
 
@@ -889,7 +891,7 @@ def with_decisions(counts: pa.Table, prior: Prior, target: adaptive.Target, plan
     last = rounds.group_by("prompt_id", use_threads=False).aggregate([("round", "max")])
     stop = dict(zip(last.column("prompt_id").to_pylist(), last.column("round_max").to_pylist(), strict=True))
     band = (
-        pa.array([adaptive.BANDS[b] for b in d.band.tolist()], pa.string())
+        pa.array([schema.BANDS[b] for b in d.band.tolist()], pa.string())
         if target.kind == "band"
         else pa.nulls(len(ids), pa.string())
     )

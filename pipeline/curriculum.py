@@ -44,6 +44,7 @@ from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.observe.current import FORGETTING
 from pipeline.prior import Prior, fit_grid_prior, posterior_nodes
+from pipeline.schema import DEFAULT_G
 from pipeline.stats import beta_moment
 
 __all__ = [
@@ -211,7 +212,7 @@ class SignalConfig:
             of them (docs/curriculum.md §9).
     """
 
-    G: int = 8
+    G: int = DEFAULT_G
     objective: str = "nonsilent"
     estimator: str = "grpo"
     explore: str = "mean"
@@ -518,7 +519,7 @@ class BonusPolicy(_Base):
 
     name = "bonus"
 
-    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, G: int = 8, beta: float = 1.0,
+    def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, G: int = DEFAULT_G, beta: float = 1.0,
                  forgetting: float = FORGETTING):  # fmt: skip
         check_int("G", G, 1, MAX_GROUP_SIZE)
         check_number("beta", beta, 0)
@@ -909,7 +910,7 @@ def forecast(
     c: Sequence[float],
     batch_size: int,
     *,
-    G: int = 8,
+    G: int = DEFAULT_G,
     config: SignalConfig | None = None,
     draws: int = 32,
     seed: int = 0,

@@ -49,7 +49,7 @@ is more likely than not to mix them (each chance under the prompt's posterior, a
 ``zero_signal``), ``hard`` when it has no right answer or a group of G is more likely than not all
 wrong, ``easy`` likewise. At n = G with a fixed-n run this is exactly "at least one right and one
 wrong answer"; 1 right of 40 is ``hard`` for groups of 8. With ``band`` edges ``lo < hi`` it is
-the measured pass rate ``p = c / n`` instead: ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``,
+the measured pass rate ``p = c / n`` instead (``schema.band_of``): ``hard`` is ``p <= lo``, ``easy`` is ``p >= hi``,
 ``informative`` the rest.
 
 A prompt that would be ``hard`` but whose wrong answers were mostly cut by the token limit
@@ -87,6 +87,7 @@ from pipeline import estimators as est
 from pipeline.checks import check_bool, check_choice, check_int
 from pipeline.errors import ConfigError, DatasetError, StoreError
 from pipeline.sample.templates import CHAT_MESSAGES, render_prompt
+from pipeline.schema import UNMEASURED, band_of
 from pipeline.store import Store, disk_full, fs, no_space, writable_output
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,6 @@ __all__ = [
     "PROMPT_ID",
     "ExportConfig",
     "ExportResult",
-    "band_of",
     "export_run",
     "read_metadata",
 ]
@@ -113,7 +113,6 @@ LABEL_FIELD = "difficulty_label"  # a rebuilt row's difficulty label (its ``diff
 TRL_COLUMNS = ("prompt", "answer")  # what GRPOTrainer reads: the prompt, and the gold answer for the reward
 KEEP = ("all", "informative", "easy", "hard", "truncated")
 BANDS = schema.BANDS
-UNMEASURED = "unmeasured"  # the band of a row the run has no samples for
 TRUNCATED = "truncated"  # the band of a would-be hard prompt whose wrong answers were mostly cut off
 FLAT_PRIOR = (1.0, 1.0)  # a fixed-n run's prior for zero_signal and the bands at G
 METADATA_KEY = "difficulty"  # Parquet footer key of the export's metadata (JSON)
@@ -161,7 +160,7 @@ class ExportConfig:
     format: str | None = None
     keep: str | None = None
     band: tuple[float, float] | None = None
-    G: int = 8
+    G: int = schema.DEFAULT_G
     field: str = FIELD
     drop_truncated: bool = False
 
@@ -224,17 +223,6 @@ class ExportResult:
     missing: int  # prompts of the run that have no stored problem row (nothing to write back)
     exclude_list: Path | None
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def band_of(p: float | None, lo: float, hi: float) -> str:
-    """The band of a pass rate: ``hard`` (``p <= lo``), ``easy`` (``p >= hi``) or ``informative``."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return UNMEASURED
-    if p <= lo:
-        return "hard"
-    if p >= hi:
-        return "easy"
-    return "informative"
 
 
 # --- what the run measured ----------------------------------------------------------------------

@@ -50,6 +50,7 @@ __all__ = [
     "grid_cells",
     "grid_likelihood",
     "grid_posterior",
+    "predictive_pmf",
     "posterior_nodes",
     "plausible_priors",
     "estimation_prior",
@@ -296,6 +297,34 @@ def grid_posterior(points: np.ndarray, weights: np.ndarray, n, c) -> np.ndarray:
         logw -= logw.max(axis=1, keepdims=True)
     W = np.exp(logw)
     return W / W.sum(axis=1, keepdims=True)
+
+
+def predictive_pmf(prior: Prior, k, x, n=0, c=0, log: bool = False) -> np.ndarray:
+    """``P(x of k more samples | n, c)`` under the prior's posterior, one row per pair ``(n, c)``
+    (1-D, or scalars: one row) and the shape of ``k`` and ``x`` broadcast together after it (0 where
+    ``x > k``); with ``log``, its logarithm. A Beta prior's is the beta-binomial law of
+    ``Beta(a + c, b + n - c)`` (``stats.betabinom_pmf``, the one predictive pmf); a grid prior's the
+    same sum taken over its grid, the posterior masses times ``Bin(x; k, p)`` (NaN for a pair the
+    prior makes impossible, as ``grid_posterior``)."""
+    from scipy.special import gammaln, logsumexp
+
+    n, c = np.atleast_1d(np.asarray(n, np.int64)), np.atleast_1d(np.asarray(c, np.int64))
+    k, x = np.broadcast_arrays(np.asarray(k, np.int64), np.asarray(x, np.int64))
+    if not prior.is_grid:
+        shape = (-1,) + (1,) * k.ndim
+        return stats.betabinom_pmf(k, x, (prior.a + c).reshape(shape), (prior.b + n - c).reshape(shape), log)
+    inside = x <= k
+    kk, xx = k.ravel(), np.where(inside, x, 0).ravel()
+    pts, w = prior.grid()
+    W = grid_posterior(pts, w, n, c)
+    logb = gammaln(kk + 1) - gammaln(xx + 1) - gammaln(kk - xx + 1)
+    logb = logb[:, None] + grid_likelihood(pts, kk, xx)  # log Bin(x; k, p) per (k, x) and point
+    if log:
+        with np.errstate(divide="ignore"):
+            pred = logsumexp(np.log(W)[:, None, :] + logb[None], axis=2)
+    else:
+        pred = np.einsum("ug,xg->ux", W, np.exp(logb))  # numpy's loops: the same bits on every rerun
+    return np.where(inside, pred.reshape(len(n), *k.shape), -np.inf if log else 0.0)
 
 
 def grid_cells(points: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ and so are the DuckDB types of an empty table's view (``duckdb_type``): the quic
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
 from pipeline.errors import ConfigError
@@ -52,12 +53,48 @@ RUN_INTERRUPTED = "interrupted"
 # right). Where a band is finer, its name starts with one of these (``informative_mid``).
 BandName = Literal["hard", "informative", "easy"]
 BANDS: tuple[BandName, ...] = get_args(BandName)
-# Names earlier versions printed or took, read as today's where a user types a band.
+# The bands' default edges: a pass rate up to the first is hard, from the second on easy (a group of
+# G = 8 answers is then all wrong, or all right, at least 43% of the time); which side an edge itself
+# falls on is each band rule's own. The adaptive target decides these bands, the gradient share and
+# the pass-rate spread split at them, and ``current --moved`` compares them.
+BAND_EDGES: tuple[float, float] = (0.1, 0.9)
+# Where the informative band is split in three (its middle, where GRPO's weight peaks): the gradient
+# share's finer bands, the pass-rate spread and the report's comparison of runs.
+MID_EDGES: tuple[float, float] = (0.4, 0.6)
+# The edges of what a run measured silent: no right answer, or no wrong one (``export``'s and the
+# verdict's default: informative means at least one right and one wrong answer).
+SILENT_EDGES: tuple[float, float] = (0.0, 1.0)
+
+
+def edge_params() -> dict[str, float]:
+    """The default band edges as a query's bound parameters (``$lo``, ``$mid_lo``, ``$mid_hi``,
+    ``$hi``: ``sql/pass_rate_spread.sql``)."""
+    return {"lo": BAND_EDGES[0], "mid_lo": MID_EDGES[0], "mid_hi": MID_EDGES[1], "hi": BAND_EDGES[1]}
+
+
+# The trainer's group size G where none is given: the verdict, the exports, the curricula, the report.
+DEFAULT_G = 8
+# The band of a prompt the run has no samples for.
+UNMEASURED = "unmeasured"
+# Names earlier versions printed, stored (``prompt_stats.decided_band``) or took, read as today's.
 OLD_BAND_NAMES: dict[str, BandName] = {"silent_hard": "hard", "silent_easy": "easy", "medium": "informative"}
 
 
+def band_of(p: float | None, lo: float, hi: float) -> str:
+    """The band of a measured pass rate: ``hard`` (``p <= lo``), ``easy`` (``p >= hi``) or
+    ``informative``; ``UNMEASURED`` without one (None or NaN)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return UNMEASURED
+    if p <= lo:
+        return "hard"
+    if p >= hi:
+        return "easy"
+    return "informative"
+
+
 def band_name(name: str) -> BandName:
-    """The band a user typed, in today's vocabulary (``silent_hard`` is ``hard``)."""
+    """A band a user typed or an earlier version stored, in today's vocabulary (``silent_hard`` is
+    ``hard``): the one reader of the old names."""
     key = name.strip().lower()
     key = OLD_BAND_NAMES.get(key, key)
     if key not in BANDS:
@@ -246,7 +283,7 @@ _PROMPT_STATS = (
     # Adaptive runs only (null otherwise; docs/adaptive.md §8). The posterior is
     # Beta(prior_a + c, prior_b + n - c) with the run's prior (runs.prior_a, runs.prior_b).
     col("stop_round", INT32),  # the round of the prompt's last samples
-    col("decided_band", STRING),  # silent_hard, informative, silent_easy (band target)
+    col("decided_band", STRING),  # BANDS: hard, informative, easy (band target; read with band_name)
     col("band_prob", FLOAT64),  # posterior probability of decided_band
     col("post_mean", FLOAT64),  # posterior mean of p
     col("post_lo", FLOAT64),  # central 1 - delta credible interval of p

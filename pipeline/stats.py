@@ -21,6 +21,7 @@ __all__ = [
     "answer_stats_from_histogram",
     "beta_interval",
     "beta_moment",
+    "betabinom_pmf",
     "binom_pmf",
     "jeffreys_interval",
     "pass_at_k",
@@ -260,6 +261,25 @@ def beta_moment(alpha, beta, i, j) -> np.ndarray:
     alpha = np.asarray(alpha, float)
     beta = np.asarray(beta, float)
     return np.exp(betaln(alpha + i, beta + j) - betaln(alpha, beta))
+
+
+def betabinom_pmf(k, x, alpha, beta, log: bool = False) -> np.ndarray:
+    """``P(x of k)`` when ``p ~ Beta(alpha, beta)`` and ``x ~ Bin(k, p)``: the beta-binomial law
+    ``C(k, x) B(alpha + x, beta + k - x) / B(alpha, beta)``, broadcast over every argument (0 where
+    ``x > k``); with ``log``, its logarithm. The one predictive pmf: a prompt's next ``k`` samples
+    under its Beta posterior (the adaptive rounds and plan), a fixed ``n``'s counts under a Beta
+    prior (the frontier), the allocation's posterior values; ``prior.predictive_pmf`` takes it over
+    a grid prior."""
+    from scipy.special import betaln, gammaln  # scipy costs seconds to import: only when used
+
+    k, x = np.asarray(k, np.int64), np.asarray(x, np.int64)
+    alpha, beta = np.asarray(alpha, float), np.asarray(beta, float)
+    inside = x <= k
+    if not inside.all():
+        k, x = np.broadcast_arrays(k, np.where(inside, x, 0))
+    logp = gammaln(k + 1) - gammaln(x + 1) - gammaln(k - x + 1) + betaln(alpha + x, beta + k - x) - betaln(alpha, beta)
+    logp = np.where(inside, logp, -np.inf)
+    return logp if log else np.exp(logp)
 
 
 def zero_signal_plugin(n: np.ndarray, c: np.ndarray, G: int) -> np.ndarray:

@@ -14,7 +14,7 @@ counts); nothing is computed here that a section of the report computes another 
 - whether reallocating rollouts pays (the default allocation against the uniform one), saying so
   when it does not;
 - what adaptive sampling saved against the fixed n expected to classify as well
-  (``adaptive.equivalent_fixed_n``; the report's rounds section shows the same numbers);
+  (``frontier.equivalent_fixed_n``; the report's rounds section shows the same numbers);
 - warnings: answers cut at the token limit (when most silent prompts were cut off, that the token
   budget decides, and what doubling it costs), a model that never or always answers right, values at
   G > n that are estimates.
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, allocate, export, identify, stats, suggest
+from pipeline import adaptive, allocate, export, frontier, identify, schema, stats, suggest
 from pipeline.checks import check_int
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class Silence:
 @dataclass(frozen=True)
 class Savings:
     """An adaptive run's rollouts against the fixed n expected to classify as well (``where``:
-    ``inside``, ``below`` or ``above``, as ``adaptive.log_n_crossing``)."""
+    ``inside``, ``below`` or ``above``, as ``frontier.log_n_crossing``)."""
 
     per_prompt: float
     fixed_n: float | None
@@ -118,9 +118,9 @@ class Savings:
     n_top: int
     curve: list[tuple[int, float, float]]
     # Against the frontier (band target; None otherwise), every number an expectation under the
-    # fitted prior: the run's settings simulated on pass rates drawn from it (``adaptive.rule_under_prior``:
+    # fitted prior: the run's settings simulated on pass rates drawn from it (``frontier.rule_under_prior``:
     # rollouts per prompt and misclassification), the fixed n with that misclassification, and the best
-    # stopping rule's rollouts for it (``adaptive.frontier``); at the settings' rollouts, the
+    # stopping rule's rollouts for it (``frontier.frontier``); at the settings' rollouts, the
     # frontier's and the fixed n's misclassification.
     rule_cost: float | None = None
     rule_mis: float | None = None
@@ -249,10 +249,11 @@ def halving_group_size(
     if not len(n) or not silent > 0:
         return None
     # distinct (n, c) pairs: a few dozen, however many prompts
-    pairs, mult = np.unique(np.stack([n, c], axis=1), axis=0, return_counts=True)
+    n_u, c_u, inverse = stats.unique_pairs(n, c)
+    mult = np.bincount(inverse, minlength=len(n_u))
 
     def halved(g: int) -> bool:
-        plus, minus = stats.silent_rates(pairs[:, 0], pairs[:, 1], g, *prior, posterior=posterior)
+        plus, minus = stats.silent_rates(n_u, c_u, g, *prior, posterior=posterior)
         return float(((plus + minus) * mult).sum() / mult.sum()) <= silent / 2
 
     # the silent share falls with G: a geometric search, then every G between the last two tried
@@ -292,13 +293,13 @@ def adaptive_savings(
     target = acfg.target
     decided = float((~np.asarray(undecided, bool)).mean())
     mis = float((1.0 - np.asarray(band_prob, float)).mean()) if target.kind == "band" else math.nan
-    curve = tuple(adaptive.fixed_n_curve(prior, target, _n_top(acfg)))  # once: the frontier's side reads it too
-    fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, mis, decided, _n_top(acfg), curve)
+    curve = tuple(frontier.fixed_n_curve(prior, target, _n_top(acfg)))  # once: the frontier's side reads it too
+    fixed_n, where, _ = frontier.equivalent_fixed_n(prior, target, mis, decided, _n_top(acfg), curve)
     per_prompt = float(np.mean(n))
     if target.kind != "band":
         return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve)
-    frontier = _against_frontier(acfg, prior, curve)
-    return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve, *frontier)
+    against = _against_frontier(acfg, prior, curve)
+    return Savings(per_prompt, fixed_n, where, mis, decided, _n_top(acfg), curve, *against)
 
 
 def _n_top(acfg: adaptive.AdaptiveConfig) -> int:
@@ -309,17 +310,17 @@ def _n_top(acfg: adaptive.AdaptiveConfig) -> int:
 def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior, curve: tuple) -> tuple:
     """``Savings``' frontier fields, given the fixed-n ``curve`` of the same prior."""
     target = acfg.target
-    rule_cost, rule_mis = adaptive.rule_under_prior(prior, acfg, FRONTIER_PROMPTS)
-    rule_fixed_n, where, _ = adaptive.equivalent_fixed_n(prior, target, rule_mis, math.nan, _n_top(acfg), curve)
-    cost, err = adaptive.frontier(prior, target, acfg.n_min, acfg.n_max)
-    frontier_cost, _ = adaptive.frontier_cost_at(cost, err, rule_mis)
+    rule_cost, rule_mis = frontier.rule_under_prior(prior, acfg, FRONTIER_PROMPTS)
+    rule_fixed_n, where, _ = frontier.equivalent_fixed_n(prior, target, rule_mis, math.nan, _n_top(acfg), curve)
+    cost, err = frontier.frontier(prior, target, acfg.n_min, acfg.n_max)
+    frontier_cost, _ = frontier.frontier_cost_at(cost, err, rule_mis)
     return (
         rule_cost,
         rule_mis,
         rule_fixed_n if where == "inside" else None,
         frontier_cost,
-        adaptive.frontier_mis_at(cost, err, rule_cost),
-        adaptive.fixed_n_mis_at(curve, rule_cost),
+        frontier.frontier_mis_at(cost, err, rule_cost),
+        frontier.fixed_n_mis_at(curve, rule_cost),
     )
 
 
@@ -431,7 +432,7 @@ def verdict(
     prompt_stats: pa.Table,
     summary: pa.Table,
     *,
-    G: int = 8,
+    G: int = schema.DEFAULT_G,
     allocation: pa.Table | None = None,
     sample_info: dict | None = None,
     run: RunRecord | None = None,

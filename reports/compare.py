@@ -9,6 +9,7 @@ from pipeline.reports.charts import Charts, Section, TableView, band_text, figur
 from pipeline.reports.load import ReportConfig, RunData, metric, summary_rows
 
 from pipeline import estimators as est
+from pipeline import schema
 
 __all__ = ["compare_sections", "paired"]
 
@@ -231,29 +232,35 @@ def _pass_at_k(runs: list[RunData], charts: Charts) -> Section:
     return sec
 
 
-_TRANSITION_BANDS = ("all wrong", "(0, 0.4)", "[0.4, 0.6]", "(0.6, 1)", "all correct")
+def transition_bands(edges: tuple[float, float]) -> tuple[str, ...]:
+    """The comparison's pass-rate bands, split at the informative band's middle ``edges``."""
+    lo, hi = edges
+    return ("all wrong", f"(0, {lo:g})", f"[{lo:g}, {hi:g}]", f"({hi:g}, 1)", "all correct")
 
 
-def _band_of(p: pl.Expr) -> pl.Expr:
+def _band_of(p: pl.Expr, edges: tuple[float, float]) -> pl.Expr:
+    names = transition_bands(edges)
     return (
         pl.when(p <= 0)
-        .then(pl.lit("all wrong"))
-        .when(p < 0.4)
-        .then(pl.lit("(0, 0.4)"))
-        .when(p <= 0.6)
-        .then(pl.lit("[0.4, 0.6]"))
+        .then(pl.lit(names[0]))
+        .when(p < edges[0])
+        .then(pl.lit(names[1]))
+        .when(p <= edges[1])
+        .then(pl.lit(names[2]))
         .when(p < 1)
-        .then(pl.lit("(0.6, 1)"))
-        .otherwise(pl.lit("all correct"))
+        .then(pl.lit(names[3]))
+        .otherwise(pl.lit(names[4]))
     )
 
 
-def paired(runs: list[RunData]) -> dict | None:
+def paired(runs: list[RunData], edges: tuple[float, float] = schema.MID_EDGES) -> dict | None:
     """The prompts every run measured, each later run against the first.
 
     Returns None when no prompt is shared, else ``n`` (shared prompts), ``pairs`` (label of the
-    other run, counts per (p0, p1)) and ``tables`` (transitions between pass-rate bands).
+    other run, counts per (p0, p1)) and ``tables`` (transitions between the pass-rate bands split at
+    ``edges``, ``transition_bands``).
     """
+    bands = transition_bands(edges)
     base = runs[0].stats.filter(pl.col("n") > 0).select("prompt_id", pl.col("pass_rate").alias("p0"))
     common = base
     for d in runs[1:]:
@@ -265,13 +272,13 @@ def paired(runs: list[RunData]) -> dict | None:
         joined = common.join(d.stats.select("prompt_id", pl.col("pass_rate").alias("p1")), on="prompt_id")
         agg = joined.group_by(["p0", "p1"]).len().sort(["p0", "p1"])
         pairs.append((d.label, agg))
-        t = joined.with_columns(_band_of(pl.col("p0")).alias("b0"), _band_of(pl.col("p1")).alias("b1"))
+        t = joined.with_columns(_band_of(pl.col("p0"), edges).alias("b0"), _band_of(pl.col("p1"), edges).alias("b1"))
         counts = {(r["b0"], r["b1"]): r["len"] for r in t.group_by(["b0", "b1"]).len().iter_rows(named=True)}
-        rows = [[b0] + [fmt(counts.get((b0, b1), 0)) for b1 in _TRANSITION_BANDS] for b0 in _TRANSITION_BANDS]
+        rows = [[b0] + [fmt(counts.get((b0, b1), 0)) for b1 in bands] for b0 in bands]
         tables.append(
             TableView(
                 f"Prompts moving between pass-rate bands: {runs[0].run_id} (rows) → {d.run_id} (columns)",
-                [f"{runs[0].run_id} \\ {d.run_id}", *_TRANSITION_BANDS],
+                [f"{runs[0].run_id} \\ {d.run_id}", *bands],
                 rows,
             )
         )

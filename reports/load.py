@@ -48,7 +48,7 @@ class ReportConfig:
     """
 
     plotly_js: str = "inline"
-    G: int = 8
+    G: int = schema.DEFAULT_G
     estimator: str = "grpo"
     top: int = 15
     max_points: int = 3000

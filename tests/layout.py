@@ -43,6 +43,8 @@ LAYERS = (
     # what the counts identify of a dataset mean, over every population that fits them
     "identify",
     "adaptive",
+    # what the rounds save against a fixed n and the frontier (the verdict, the report, the benches)
+    "frontier",
     "store",
     "sql",
     "api",

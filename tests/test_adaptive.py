@@ -29,7 +29,7 @@ from pipeline.flows import executors, prefect_flows
 from scipy import stats as sst
 from typer.testing import CliRunner
 
-from pipeline import adaptive, analyze, finish, run, schema
+from pipeline import adaptive, analyze, finish, frontier, run, schema
 from pipeline import estimators as est
 from pipeline import prior as priors
 from pipeline.cli import app
@@ -252,7 +252,7 @@ def test_double_round_gives_each_open_prompt_its_best_jump_at_least_doubling():
 
     try:
         adaptive.next_round = counting
-        adaptive.simulate(rng.random((3000, 64)) < p[:, None], acfg)
+        frontier.simulate(rng.random((3000, 64)) < p[:, None], acfg)
     finally:
         adaptive.next_round = orig
     assert 2 <= rounds <= 4
@@ -260,7 +260,7 @@ def test_double_round_gives_each_open_prompt_its_best_jump_at_least_doubling():
 
 def test_fixed_n_expectations_and_log_n_interpolation():
     prior, t = adaptive.Prior(0.3, 0.4), adaptive.Target()
-    mis, share = adaptive.fixed_n_expected(16, prior, t)
+    mis, share = frontier.fixed_n_expected(16, prior, t)
     rng = np.random.default_rng(5)
     p = rng.beta(prior.a, prior.b, 400_000)
     c = rng.binomial(16, p)
@@ -269,9 +269,9 @@ def test_fixed_n_expectations_and_log_n_interpolation():
     mc = (band != truth).mean()
     assert abs(mis - mc) < 5 * np.sqrt(mc * (1 - mc) / len(p))
     assert 0 < share < 1
-    assert adaptive.log_n_crossing([4, 8, 16], [0.3, 0.2, 0.1], 0.15) == (pytest.approx(8 * 2**0.5), "inside")
-    assert adaptive.log_n_crossing([4, 8], [0.3, 0.2], 0.1) == (None, "above")
-    assert adaptive.log_n_crossing([4, 8], [0.3, 0.2], 0.5) == (4.0, "below")
+    assert frontier.log_n_crossing([4, 8, 16], [0.3, 0.2, 0.1], 0.15) == (pytest.approx(8 * 2**0.5), "inside")
+    assert frontier.log_n_crossing([4, 8], [0.3, 0.2], 0.1) == (None, "above")
+    assert frontier.log_n_crossing([4, 8], [0.3, 0.2], 0.5) == (4.0, "below")
 
 
 # --- posterior estimates ------------------------------------------------------------------------
@@ -516,7 +516,7 @@ def test_adaptive_run_end_to_end(store, close_engines):
         alpha, beta = prior.a + c, prior.b + n - c
         probs = scipy_band_probs(alpha, beta, 0.1, 0.9)
         assert r["band_prob"] == pytest.approx(max(probs), abs=1e-9)
-        assert r["decided_band"] == adaptive.BANDS[int(np.argmax(probs))]
+        assert r["decided_band"] == schema.BANDS[int(np.argmax(probs))]
         assert r["undecided"] == (max(probs) < 0.95)
         assert acfg.n_min <= n <= acfg.n_max and stop[n, c]
         assert r["stop_round"] == last_round[r["prompt_id"]]
@@ -886,7 +886,7 @@ def test_grid_prior_run_end_to_end(store, close_engines):
         hard, easy = priors.cell_share(p, 0.0, 0.1), priors.cell_share(p, 0.9, 1.0)  # each point its cell
         probs = [post @ hard, post @ (1 - hard - easy), post @ easy]
         assert r["band_prob"] == pytest.approx(max(probs), abs=1e-9)
-        assert r["decided_band"] == adaptive.BANDS[int(np.argmax(probs))]
+        assert r["decided_band"] == schema.BANDS[int(np.argmax(probs))]
         assert r["undecided"] == (max(probs) < 0.95)
         assert stop[n, c]
         post = w_est * p**c * (1 - p) ** (n - c)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats as sst
 
-from pipeline import adaptive
+from pipeline import adaptive, frontier
 from pipeline import prior as priors
 from pipeline.errors import ConfigError
 
@@ -26,7 +26,7 @@ def _mixture_prior() -> adaptive.Prior:
 
 
 def _predictive(prior: adaptive.Prior, n: int, c: int, j: int) -> np.ndarray:
-    """P(x of j more | n, c), from the posterior masses and scipy's binomial (not ``log_marginal``)."""
+    """P(x of j more | n, c), from the posterior masses and scipy's binomial (not ``prior.predictive_pmf``)."""
     if prior.is_grid:
         pts, w = prior.grid()
         post = w * sst.binom.pmf(c, n, pts)
@@ -165,7 +165,7 @@ def test_a_default_run_spends_near_the_frontier_in_few_rounds():
 
     try:
         adaptive.next_round = counting
-        n, c, prior = adaptive.simulate(outcomes, acfg)
+        n, c, prior = frontier.simulate(outcomes, acfg)
     finally:
         adaptive.next_round = orig
     assert rounds + 1 <= acfg.rule.rounds + 3
@@ -216,7 +216,7 @@ def test_a_free_round_looks_at_a_hard_datasets_zero_cell_twice():
 def _one_sample(prior, target, stop, acfg) -> tuple[float, float]:
     """Expected rollouts and misclassification of the stop grid with one sample per round."""
     reach = np.zeros(acfg.n_max + 2)
-    reach[: acfg.n_min + 1] = adaptive.marginal_pmf(acfg.n_min, prior)
+    reach[: acfg.n_min + 1] = frontier.marginal_pmf(acfg.n_min, prior)
     cost = err = 0.0
     for n in range(acfg.n_min, acfg.n_max + 1):
         cs = np.arange(n + 1)
@@ -255,11 +255,11 @@ def test_a_plan_run_takes_at_most_its_rounds(monkeypatch):
         return real(*a, round_index=round_index, **k)
 
     monkeypatch.setattr(adaptive, "next_round", counted)
-    adaptive.simulate(outcomes, acfg)
+    frontier.simulate(outcomes, acfg)
     capped = list(seen)
     seen.clear()
     monkeypatch.setattr(adaptive, "next_round", lambda *a, round_index=None, **k: counted(*a, **k))
-    adaptive.simulate(outcomes, acfg)
+    frontier.simulate(outcomes, acfg)
     assert capped == [1, 2, 3, 4, 5]  # rounds 1..4 planned and sampled, round 5 refused
     assert len(seen) > len(capped), "the uncapped rule took no more rounds: the cap was never tested"
 

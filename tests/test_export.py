@@ -28,7 +28,8 @@ from typer.testing import CliRunner
 from pipeline import analyze, datasets, finish
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.export import FIELD, MEASUREMENT, ExportConfig, band_of, export_run, read_metadata
+from pipeline.export import FIELD, MEASUREMENT, ExportConfig, export_run, read_metadata
+from pipeline.schema import band_of
 from pipeline.store import Store
 
 runner = CliRunner()

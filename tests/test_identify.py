@@ -8,7 +8,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.special import xlog1py, xlogy
 
-from pipeline import adaptive, identify
+from pipeline import adaptive, frontier, identify
 from pipeline import prior as priors
 from pipeline.errors import ConfigError
 
@@ -117,7 +117,7 @@ def test_coverage_on_adaptive_runs():
     for r in range(12):
         rng = np.random.default_rng(900 + r)
         p = np.where(rng.random(1000) < 0.5, 0.05, 0.95)
-        n, c, _ = adaptive.simulate(rng.random((1000, 64)) < p[:, None], acfg)
+        n, c, _ = frontier.simulate(rng.random((1000, 64)) < p[:, None], acfg)
         lo, hi = identify.likelihood_bounds(n, c, f)
         truth = np.array([np.mean(p**G + (1 - p) ** G) for G in Gs])
         covered += (lo <= truth) & (truth <= hi)

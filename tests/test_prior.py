@@ -17,7 +17,7 @@ import pytest
 from scipy import stats as sst
 from scipy.special import betainc, betaincinv, betaln
 
-from pipeline import adaptive, analyze
+from pipeline import adaptive, analyze, frontier
 from pipeline import estimators as est
 from pipeline import prior as priors
 from pipeline.errors import ConfigError
@@ -124,7 +124,7 @@ def test_grid_predictive_matches_brute_force_sums():
                 want += px * grid[n[i] + k, c[i] + x]
             assert got[i, j] == pytest.approx(want, abs=1e-12)
     # the fixed-n expectation: the grid marginal of c
-    mis, share = adaptive.fixed_n_expected(6, prior, t)
+    mis, share = frontier.fixed_n_expected(6, prior, t)
     pmf = [
         math.fsum(
             w * math.comb(6, x) * p**x * (1 - p) ** (6 - x) for p, w in zip(prior.points, prior.weights, strict=True)
@@ -134,6 +134,47 @@ def test_grid_predictive_matches_brute_force_sums():
     d = adaptive.decide(np.full(7, 6), np.arange(7), prior, t)
     assert mis == pytest.approx(math.fsum(q * (1 - pr) for q, pr in zip(pmf, d.prob, strict=True)), abs=1e-12)
     assert share == pytest.approx(math.fsum(q for q, dd in zip(pmf, d.decided, strict=True) if dd), abs=1e-12)
+
+
+def test_predictive_pmf_over_any_prior_matches_brute_force_sums_and_a_monte_carlo_draw():
+    """``prior.predictive_pmf``: a grid prior's against sums over its points in Python floats, a Beta
+    prior's the one beta-binomial (``stats.betabinom_pmf``) of the posterior; both against draws of
+    p from the posterior and x from the binomial; the log form; 0 past k."""
+    from pipeline import stats
+
+    grid_prior, beta_prior = _toy_grid(), adaptive.Prior(0.4, 1.3)
+    n, c = np.array([0, 4, 9, 17]), np.array([0, 0, 8, 16])
+    for k in (1, 5, 12):
+        x = np.arange(k + 1)
+        got = priors.predictive_pmf(grid_prior, k, x, n, c)
+        for i in range(len(n)):
+            post = _brute_posterior(grid_prior, int(n[i]), int(c[i]))
+            for xx in range(k + 1):
+                want = math.fsum(
+                    w * math.comb(k, xx) * p**xx * (1 - p) ** (k - xx)
+                    for p, w in zip(grid_prior.points, post, strict=True)
+                )
+                assert got[i, xx] == pytest.approx(want, abs=1e-13)
+        np.testing.assert_allclose(np.exp(priors.predictive_pmf(grid_prior, k, x, n, c, log=True)), got, rtol=1e-12)
+        want = stats.betabinom_pmf(k, x, (0.4 + c)[:, None], (1.3 + n - c)[:, None])
+        np.testing.assert_array_equal(priors.predictive_pmf(beta_prior, k, x, n, c), want)
+    # one pair, k and x broadcast: the shape after the pair's row; 0 where x > k
+    both = priors.predictive_pmf(grid_prior, np.array([[2], [3]]), np.arange(4)[None, :], 9, 8)
+    assert both.shape == (1, 2, 4) and both[0, 0, 3] == 0.0
+    np.testing.assert_array_equal(both[0, 1], priors.predictive_pmf(grid_prior, 3, np.arange(4), 9, 8)[0])
+    # Monte Carlo: 300,000 draws of p from the posterior of 3 of 7, then x of 6 from the binomial
+    rng, draws = np.random.default_rng(4), 300_000
+    for prior in (grid_prior, beta_prior):
+        if prior.is_grid:
+            p = rng.choice(np.asarray(prior.points), size=draws, p=_brute_posterior(prior, 7, 3))
+        else:
+            p = rng.beta(prior.a + 3, prior.b + 4, draws)
+        freq = np.bincount(rng.binomial(6, p), minlength=7) / draws
+        pmf = priors.predictive_pmf(prior, 6, np.arange(7), 7, 3)[0]
+        assert np.all(np.abs(freq - pmf) <= 4.5 * np.sqrt(pmf * (1 - pmf) / draws) + 1e-9), prior.method
+    # a pair the prior makes impossible (masses at 0 and 1 only, 2 of 4 right) has no predictive
+    ends = adaptive.Prior(0.5, 0.5, method="grid", points=(0.0, 0.5, 1.0), weights=(0.5, 0.0, 0.5))
+    assert np.isnan(priors.predictive_pmf(ends, 2, np.arange(3), 4, 2)).all()
 
 
 def test_cell_share_splits_the_cells_a_band_edge_crosses():
@@ -468,7 +509,7 @@ def _adaptive_counts(p: np.ndarray, acfg: adaptive.AdaptiveConfig, rng, prior=No
     """The rounds on Bernoulli outcomes: a fixed ``prior``, or refitted each round as a run does."""
     outcomes = rng.random((len(p), acfg.n_max)) < p[:, None]
     if prior is None:
-        return adaptive.simulate(outcomes, acfg)
+        return frontier.simulate(outcomes, acfg)
     csum = np.concatenate([np.zeros((len(p), 1), np.int64), np.cumsum(outcomes, axis=1)], axis=1)
     n = np.full(len(p), acfg.n_min)
     while True:

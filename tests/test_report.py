@@ -328,6 +328,18 @@ def test_config_errors_name_the_bad_value():
         reports.ReportConfig(estimator="nope")
 
 
+def test_comparison_bands_split_at_the_given_edges():
+    """The comparison's transition bands are cut at its edges (default ``schema.MID_EDGES``) and named
+    by them."""
+    from pipeline.reports import compare
+
+    default = ("all wrong", "(0, 0.4)", "[0.4, 0.6]", "(0.6, 1)", "all correct")
+    assert compare.transition_bands(schema.MID_EDGES) == default
+    p = pl.DataFrame({"p": [0.0, 0.2, 0.25, 0.5, 0.75, 0.9, 1.0]})
+    got = p.select(compare._band_of(pl.col("p"), (0.25, 0.75)).alias("b"))["b"].to_list()
+    assert got == ["all wrong", "(0, 0.25)", "[0.25, 0.75]", "[0.25, 0.75]", "[0.25, 0.75]", "(0.75, 1)", "all correct"]
+
+
 def test_comparison_needs_two_distinct_runs(runs, tmp_path):
     with pytest.raises(reports.ReportError, match="at least two"):
         reports.render_comparison(runs, ["run-a"], tmp_path / "c.html")

@@ -315,3 +315,98 @@ def test_allocations_are_unchanged_by_the_pmf_merge(monkeypatch):
             m.setattr(allocate.stats, "binom_pmf", lambda G, p: _old_allocate_pmf(G, np.asarray(p, float)))
             old = allocate.allocate(n, c, config)
         np.testing.assert_array_equal(new.n, old.n)
+
+
+# --- the one predictive pmf (stats.betabinom_pmf) ---------------------------------------------------
+
+PREDICTIVE_CASES = [(1, 0.5, 0.5), (4, 0.3, 0.4), (9, 2.0, 5.0), (30, 0.05, 1.7), (64, 12.5, 3.25)]
+
+
+def test_betabinom_pmf_is_the_beta_quadrature_of_the_binomial():
+    """``P(x of k)`` against ``int Bin(x; k, p) Beta(p; a, b) dp`` by quadrature, for every x."""
+    for k, a, b in PREDICTIVE_CASES:
+        got = stats.betabinom_pmf(k, np.arange(k + 1), a, b)
+        for x in range(k + 1):
+            want, _ = integrate.quad(lambda p, x=x, k=k, a=a, b=b: binom.pmf(x, k, p) * beta_dist.pdf(p, a, b), 0, 1)
+            assert got[x] == pytest.approx(want, rel=1e-7, abs=1e-12)
+        assert got.sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(stats.betabinom_pmf(k, np.arange(k + 1), a, b, log=True), np.log(got), rtol=1e-13)
+
+
+def test_betabinom_pmf_matches_a_monte_carlo_draw():
+    """p drawn from the Beta, x from the binomial: each count's frequency within 4.5 standard errors."""
+    rng = np.random.default_rng(11)
+    draws = 400_000
+    for k, a, b in PREDICTIVE_CASES[1:4]:
+        x = rng.binomial(k, rng.beta(a, b, draws))
+        freq = np.bincount(x, minlength=k + 1) / draws
+        pmf = stats.betabinom_pmf(k, np.arange(k + 1), a, b)
+        assert np.all(np.abs(freq - pmf) <= 4.5 * np.sqrt(pmf * (1 - pmf) / draws) + 1e-9), (k, a, b)
+
+
+def test_betabinom_pmf_broadcasts_and_is_zero_past_k():
+    alpha, beta = np.array([[0.5], [2.0]]), np.array([[1.5], [3.0]])
+    got = stats.betabinom_pmf(np.array([3, 3, 3, 3, 3, 3]), np.arange(6), alpha, beta)
+    assert got.shape == (2, 6)
+    np.testing.assert_array_equal(got[:, 4:], 0.0)
+    assert np.all(np.isneginf(stats.betabinom_pmf(3, np.arange(4, 6), 0.5, 0.5, log=True)))
+    for row, (a, b) in enumerate(((0.5, 1.5), (2.0, 3.0))):
+        np.testing.assert_array_equal(got[row, :4], stats.betabinom_pmf(3, np.arange(4), a, b))
+
+
+def _old_predictive(k: int, alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """``adaptive.predictive_stopped``'s copy before the merge (``adaptive.betabinom_pmf``'s was the same
+    expression for one prompt)."""
+    from scipy.special import betaln, gammaln
+
+    x = np.arange(k + 1)
+    logc = gammaln(k + 1) - gammaln(x + 1) - gammaln(k - x + 1)
+    return np.exp(logc + betaln(alpha[:, None] + x, beta[:, None] + k - x) - betaln(alpha, beta)[:, None])
+
+
+def _old_allocate_terms(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``allocate.value_table``'s posterior copy before the merge: ``E[p q Bin(s; n-1, p)]``."""
+    from scipy.special import betaln, gammaln
+
+    s = np.arange(n)
+    logc = gammaln(n) - gammaln(s + 1) - gammaln(n - s)
+    return np.exp(logc + betaln(a[:, None] + s + 1, b[:, None] + n - s) - betaln(a, b)[:, None])
+
+
+def test_betabinom_pmf_is_bit_for_bit_the_rounds_old_copies_and_within_rounding_of_allocate_s():
+    rng = np.random.default_rng(5)
+    n = rng.integers(1, 64, 200)
+    c = rng.binomial(n, 0.4)
+    alpha, beta = 0.3 + c, 0.7 + n - c
+    for k in (1, 2, 7, 30, 64):
+        got = stats.betabinom_pmf(k, np.arange(k + 1), alpha[:, None], beta[:, None])
+        np.testing.assert_array_equal(got, _old_predictive(k, alpha, beta))
+        for a, b in ((0.3, 0.7), (0.05, 1e4)):
+            single = stats.betabinom_pmf(k, np.arange(k + 1), a, b)
+            np.testing.assert_array_equal(single, _old_predictive(k, np.array([a]), np.array([b]))[0])
+        # allocate's term, now E[p q] times the predictive under Beta(a + 1, b + 1): a few 1e-15, relative
+        terms = stats.beta_moment(alpha, beta, 1, 1)[:, None] * stats.betabinom_pmf(
+            k - 1, np.arange(k), alpha[:, None] + 1, beta[:, None] + 1
+        )
+        np.testing.assert_allclose(terms, _old_allocate_terms(k, alpha, beta), rtol=1e-12, atol=1e-300)
+
+
+def test_posterior_allocations_are_unchanged_by_the_predictive_merge(monkeypatch):
+    """The posterior allocation on a grid of counts, with allocate's old term and with the one
+    predictive, gives the same rollouts per prompt (the integers the table stores)."""
+    from pipeline import allocate
+
+    def old_pmf(k, x, alpha, beta, log=False):  # the old term, divided back by E[p q]
+        a, b = alpha[:, 0] - 1, beta[:, 0] - 1
+        return _old_allocate_terms(int(k) + 1, a, b) / stats.beta_moment(a, b, 1, 1)[:, None]
+
+    rng = np.random.default_rng(3)
+    n = rng.integers(1, 40, size=300)
+    c = rng.binomial(n, rng.beta(0.5, 0.5, size=300))
+    for estimator in ("grpo", "rloo", "dapo:mode=resample,T=3"):
+        config = allocate.AllocationConfig(budget=8 * 300, estimator=estimator, n_max=64, posterior=True)
+        new = allocate.allocate(n, c, config)
+        with monkeypatch.context() as m:
+            m.setattr(allocate.stats, "betabinom_pmf", old_pmf)
+            old = allocate.allocate(n, c, config)
+        np.testing.assert_array_equal(new.n, old.n)

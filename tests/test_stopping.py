@@ -20,7 +20,7 @@ import pytest
 import scipy.stats as sst
 from scipy.special import betaln
 
-from pipeline import adaptive
+from pipeline import adaptive, frontier
 from pipeline import prior as priors
 from pipeline.errors import ConfigError
 
@@ -124,7 +124,7 @@ def test_one_sample_rounds_misclassify_and_spend_what_the_stop_region_implies(pr
     wrong = adaptive.decide(n, c, prior, t).band != truth
     # expected error at the stop and samples: the one-sample rule's forward pass (itself checked
     # against every outcome path below)
-    exp_n, exp_err = adaptive.one_sample_rule(prior, t, acfg.n_min, acfg.n_max)
+    exp_n, exp_err = frontier.one_sample_rule(prior, t, acfg.n_min, acfg.n_max)
     se = np.sqrt(exp_err * (1 - exp_err) / N)
     assert abs(wrong.mean() - exp_err) < 4 * se
     assert abs(n.mean() - exp_n) < 4 * n.std() / np.sqrt(N)
@@ -147,14 +147,14 @@ def _saving(name: str, target: str, seed: int, N: int = 5000) -> float:
     p = _truth(name, N, rng)
     acfg = adaptive.AdaptiveConfig.from_specs(target)
     outcomes = rng.random((N, acfg.n_max)) < p[:, None]
-    n, c, prior = adaptive.simulate(outcomes, acfg)
+    n, c, prior = frontier.simulate(outcomes, acfg)
     t = acfg.target
     truth = np.where(p <= t.lo, 0, np.where(p >= t.hi, 2, 1))
     mis = float((adaptive.decide(n, c, prior, t).band != truth).mean())
     csum = np.cumsum(outcomes, axis=1)
     grid = (4, 8, 16, 32, 64)
     curve = [float((adaptive.decide(np.full(N, k), csum[:, k - 1], prior, t).band != truth).mean()) for k in grid]
-    n_star, where = adaptive.log_n_crossing(grid, curve, mis)
+    n_star, where = frontier.log_n_crossing(grid, curve, mis)
     assert where == "inside", (name, mis, curve)
     return 1.0 - n.mean() / n_star
 
@@ -203,11 +203,11 @@ def test_a_prior_with_only_masses_at_0_and_1_stops_every_prompt_in_round_0():
     acfg = adaptive.AdaptiveConfig.from_specs("band", 4, 16, prior="grid")
     outcomes = np.repeat(np.array([[False], [True]]), 50, axis=0) & np.ones((100, 16), bool)
     outcomes[:50] = False
-    n, c, _ = adaptive.simulate(outcomes, acfg)
+    n, c, _ = frontier.simulate(outcomes, acfg)
     assert (n == 4).all() and (c[:50] == 0).all() and (c[50:] == 4).all()
 
 
-# --- the frontier (adaptive.one_sample_rule, adaptive.frontier) ---------------------------------------
+# --- the frontier (frontier.one_sample_rule, frontier.frontier) ---------------------------------------
 
 
 def _paths_rule(prior: adaptive.Prior, t, n_min: int, n_max: int) -> tuple[float, float]:
@@ -237,7 +237,7 @@ def _paths_rule(prior: adaptive.Prior, t, n_min: int, n_max: int) -> tuple[float
 @pytest.mark.parametrize("price", [0.002, 0.02])
 def test_the_one_sample_rule_equals_its_sum_over_every_outcome_path(prior, price):
     t = adaptive.Target(cost=price)
-    got = adaptive.one_sample_rule(prior, t, 2, 10)
+    got = frontier.one_sample_rule(prior, t, 2, 10)
     want = _paths_rule(prior, t, 2, 10)
     assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
     assert 2 <= got[0] <= 10 and 0 <= got[1] < 0.5
@@ -248,18 +248,18 @@ def test_the_frontier_buys_accuracy_with_rollouts_and_beats_every_fixed_n():
     as many rollouts misclassifies less (the priced rule is Bayes-optimal, a fixed n is one rule)."""
     prior = _mixture_prior()
     t = adaptive.Target()
-    cost, err = adaptive.frontier(prior, t, 4, 64)
-    assert len(cost) == len(adaptive.FRONTIER_PRICES) + 1 and cost[0] == 4  # and the cheap end, all at n_min
+    cost, err = frontier.frontier(prior, t, 4, 64)
+    assert len(cost) == len(frontier.FRONTIER_PRICES) + 1 and cost[0] == 4  # and the cheap end, all at n_min
     assert np.all(np.diff(cost) > 0) and np.all(np.diff(err) < 0)
-    curve = [(n, *adaptive.fixed_n_expected(n, prior, t)) for n in range(1, 257)]
+    curve = [(n, *frontier.fixed_n_expected(n, prior, t)) for n in range(1, 257)]
     for c_, e_ in zip(cost, err, strict=True):
-        assert e_ <= adaptive.fixed_n_mis_at(curve, c_) + 1e-12
+        assert e_ <= frontier.fixed_n_mis_at(curve, c_) + 1e-12
     # the interpolations invert each other at the points, and refuse outside the range
     for i in (0, 4, len(cost) - 1):
-        assert adaptive.frontier_cost_at(cost, err, err[i])[0] == pytest.approx(cost[i])
-        assert adaptive.frontier_mis_at(cost, err, cost[i]) == pytest.approx(err[i])
-    assert adaptive.frontier_cost_at(cost, err, err[-1] / 2) == (None, "below")
-    assert adaptive.frontier_cost_at(cost, err, 0.9) == (None, "above")
-    assert adaptive.frontier_mis_at(cost, err, 1.0) is None
+        assert frontier.frontier_cost_at(cost, err, err[i])[0] == pytest.approx(cost[i])
+        assert frontier.frontier_mis_at(cost, err, cost[i]) == pytest.approx(err[i])
+    assert frontier.frontier_cost_at(cost, err, err[-1] / 2) == (None, "below")
+    assert frontier.frontier_cost_at(cost, err, 0.9) == (None, "above")
+    assert frontier.frontier_mis_at(cost, err, 1.0) is None
     with pytest.raises(ConfigError, match="band"):
-        adaptive.frontier(prior, adaptive.Target(kind="width"), 4, 64)
+        frontier.frontier(prior, adaptive.Target(kind="width"), 4, 64)

@@ -187,6 +187,31 @@ def test_load_sql_by_name(data_dir):
         load_sql("does_not_exist")
 
 
+def test_pass_rate_spread_splits_at_the_bound_edges():
+    """``sql/pass_rate_spread.sql`` takes the band edges as parameters (``schema.edge_params``, the
+    default ones) and names each band by them."""
+    prompt_stats = pa.table({"run_id": ["r"] * 6, "n": [10] * 6, "c": [0, 1, 3, 5, 8, 10]})
+
+    def spread(edges: dict) -> dict:
+        got = Store.tables_query("pass_rate_spread", {"prompt_stats": prompt_stats}, {"run_id": "r", **edges})
+        return dict(zip(got.column("pass_rate").to_pylist(), got.column("prompts").to_pylist(), strict=True))
+
+    assert spread(schema.edge_params()) == {
+        "0 (all wrong)": 1,
+        "[0.1, 0.4)": 2,
+        "[0.4, 0.6]": 1,
+        "(0.6, 0.9]": 1,
+        "1 (all right)": 1,
+    }
+    assert spread({"lo": 0.2, "mid_lo": 0.3, "mid_hi": 0.7, "hi": 0.75}) == {
+        "0 (all wrong)": 1,
+        "(0, 0.2)": 1,
+        "[0.3, 0.7]": 2,
+        "(0.75, 1)": 1,
+        "1 (all right)": 1,
+    }
+
+
 def test_schemas_cover_tables():
     for name in ("problems", "runs", "samples"):
         assert name in schema.SCHEMAS

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline.cli.output import print_table, say
+from pipeline.schema import DEFAULT_G, edge_params
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 
 # The trainer's group size the summary and the verdict are read at.
-SUMMARY_G = 8
+SUMMARY_G = DEFAULT_G
 
 ZERO_SIGNAL_TITLE = (
     "zero-signal (silent group) rate by group size G; estimated: some prompt has fewer than G answers, "
@@ -56,7 +57,8 @@ def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = 
 
     simulated = finished is not None and finished.run.backend == "simulate"
     made_up = " (simulated pass rates: --backend simulate)" if simulated else ""
-    print_table(rows("pass_rate_spread", {"run_id": run_id}), title=f"pass-rate spread, run {run_id}{made_up}")
+    spread = rows("pass_rate_spread", {"run_id": run_id, **edge_params()})
+    print_table(spread, title=f"pass-rate spread, run {run_id}{made_up}")
     print_table(rows("zero_signal_summary", {"run_id": run_id}), title=ZERO_SIGNAL_TITLE)
     shares = rows("gradient_shares", {"run_id": run_id, "G": SUMMARY_G})
     print_table(shares, title=f"gradient share by difficulty band at G = {SUMMARY_G} (the bands cover every pass rate)")

@@ -74,7 +74,7 @@ class CurrentConfig:
     forgetting: float = FORGETTING
     prior_a: float = 0.5
     prior_b: float = 0.5
-    group_size: int = 8
+    group_size: int = schema.DEFAULT_G
     level: float = 0.95
     kinds: tuple[str, ...] = ("profile", "training")
     sources: tuple[str, ...] = ()
@@ -267,7 +267,10 @@ def _band(p: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 def moved_prompts(
-    observations: pa.Table, config: CurrentConfig | None = None, lo: float = 0.1, hi: float = 0.9
+    observations: pa.Table,
+    config: CurrentConfig | None = None,
+    lo: float = schema.BAND_EDGES[0],
+    hi: float = schema.BAND_EDGES[1],
 ) -> pa.Table:
     """Prompts whose band (hard below ``lo``, easy above ``hi``, informative between; by posterior
     mean) at their first observed step differs from their current band, among prompts observed

@@ -8,6 +8,7 @@ from pipeline.reports.load import ReportConfig, RunData, summary_rows
 
 from pipeline import estimators as est
 from pipeline import identify
+from pipeline.schema import BAND_EDGES
 
 __all__ = ["gradient_share_section"]
 
@@ -60,9 +61,10 @@ def gradient_share_section(data: RunData, charts: Charts, cfg: ReportConfig) -> 
         # with n <= 10 answers the smallest nonzero c/n is 1/n >= 0.1: a point estimate inside the hard
         # band is 0 and its mass w p q is 0, so the band's share is 0 whatever the prompts' true rates
         sec.notes.append(
-            f"With at most {n_max} answers per prompt, a pass rate below 0.1 or above 0.9 is exactly 0 or 1 here, "
-            "whose update mass is 0: the hard and easy shares are 0 by construction, not a finding. An adaptive "
-            "run's shares are posterior expectations and can be above 0 on the same data."
+            f"With at most {n_max} answers per prompt, a pass rate below {BAND_EDGES[0]:g} or above "
+            f"{BAND_EDGES[1]:g} is exactly 0 or 1 here, whose update mass is 0: the hard and easy shares are 0 by "
+            "construction, not a finding. An adaptive run's shares are posterior expectations and can be above 0 "
+            "on the same data."
         )
     total = measured.height or 1
     columns = ["estimator"] + [f"{b} ({pct(n_in.get(b, 0) / total)} of prompts)" for b in bands]

@@ -13,6 +13,7 @@ from pipeline.reports.charts import Section, TableView, floats, fmt, pct, short
 from pipeline.reports.load import ReportConfig, RunData
 
 from pipeline import estimators as est
+from pipeline.schema import BAND_EDGES
 
 __all__ = ["prompts_section"]
 
@@ -84,10 +85,11 @@ def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
         )
     )
     shown = set(top.head(cfg.top)["prompt_id"].to_list())
-    # 0 < c < n, but the interval reaches p < 0.1 or p > 0.9: nearest the silent edge first
+    # 0 < c < n, but the interval reaches the hard or the easy band: nearest the silent edge first
+    lo, hi = BAND_EDGES
     near = (
         s.filter((pl.col("c") > 0) & (pl.col("c") < pl.col("n")) & ~pl.col("prompt_id").is_in(list(shown)))
-        .filter((pl.col("wilson_lo") < 0.1) | (pl.col("wilson_hi") > 0.9))
+        .filter((pl.col("wilson_lo") < lo) | (pl.col("wilson_hi") > hi))
         .with_columns(pl.min_horizontal(pl.col("pass_rate"), 1 - pl.col("pass_rate")).alias("edge"))
         .sort(["edge", "n", "prompt_id"])
     )
@@ -96,8 +98,8 @@ def prompts_section(data: RunData, cfg: ReportConfig) -> Section:
             f"Nearly silent: {near.height:,} prompts ({pct(near.height / s.height)}), nearest the edge first",
             base + ["distance to the silent edge"],
             _prompt_rows(near.head(cfg.top), [("edge", "edge", pct)]),
-            "Right and wrong answers so far, but the Wilson interval reaches p < 0.1 or p > 0.9: rarely right or "
-            "rarely wrong. More samples here decide whether export --keep informative should keep them.",
+            f"Right and wrong answers so far, but the Wilson interval reaches p < {lo:g} or p > {hi:g}: rarely "
+            "right or rarely wrong. More samples here decide whether export --keep informative should keep them.",
         )
     )
     return sec

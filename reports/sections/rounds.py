@@ -3,7 +3,7 @@
 Shown only for a run registered with adaptive settings: per round, the prompts still open and the
 rollouts spent; the fitted prior over the pass-rate histogram; where the prompts stopped; and the
 rollouts saved against the fixed n that the same prior expects to give the same misclassification
-(``adaptive.equivalent_fixed_n``: exact beta-binomial expectations, no simulation).
+(``frontier.equivalent_fixed_n``: exact beta-binomial expectations, no simulation).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from pipeline.reports.load import RunData
 
 from pipeline import curriculum
 from pipeline.observe import current
+from pipeline.schema import BAND_EDGES
 
 __all__ = ["training_section"]
 
@@ -98,6 +99,7 @@ def training_section(data: RunData, charts: Charts) -> Section:
         if obs.filter(pc.equal(obs.column("source"), profile)).num_rows:
             sec.tables.append(_prediction_table(obs, profile, source))
     moved = current.moved_prompts(obs, current.CurrentConfig(forgetting=current.FORGETTING))
+    lo, hi = BAND_EDGES  # moved_prompts' edges
     if moved.num_rows:
         kinds = Counter(zip(moved.column("before").to_pylist(), moved.column("now").to_pylist(), strict=True))
         sec.tables.append(
@@ -105,8 +107,8 @@ def training_section(data: RunData, charts: Charts) -> Section:
                 f"Prompts that moved between bands (forgetting {current.FORGETTING:g})",
                 ["from", "to", "prompts"],
                 [[a, b, fmt(k)] for (a, b), k in kinds.most_common()],
-                "Band by posterior mean (hard < 0.1 < informative < 0.9 < easy) at a prompt's first observation and "
-                "now; `difficulty current --moved` lists them.",
+                f"Band by posterior mean (hard < {lo:g} < informative < {hi:g} < easy) at a prompt's first "
+                "observation and now; `difficulty current --moved` lists them.",
             )
         )
     return sec

@@ -12,6 +12,7 @@ from pipeline.cli.counts import counts_of
 from pipeline.cli.options import DataDir, DatasetName, Format, RunId, ints, open_store
 from pipeline.cli.output import check_format, emit_sections, say
 from pipeline.cli.run_summary import print_verdict, run_tables, stored_verdict
+from pipeline.schema import DEFAULT_G
 from pipeline.specs import split_specs
 
 # The options' defaults are the configs' own.
@@ -62,7 +63,7 @@ def analyze_cmd(
         f"({result.weights.num_rows} rows) and summary under {store.root}",
         fmt,
     )
-    G = 8 if 8 in config.group_sizes else config.group_sizes[0]
+    G = DEFAULT_G if DEFAULT_G in config.group_sizes else config.group_sizes[0]
     emit_sections(run_tables(result, run_id, G), fmt)
     if fmt == "table":
         print_verdict(stored_verdict(store, run_id, result, G))

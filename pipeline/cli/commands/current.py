@@ -12,6 +12,7 @@ from pipeline.cli.options import DataDir, open_store, output_file
 from pipeline.cli.output import check_format, emit, plural, say
 from pipeline.cli.run_summary import print_verdict, stored_verdict
 from pipeline.errors import ConfigError
+from pipeline.schema import DEFAULT_G
 
 # The default itself is ``observe.current.FORGETTING``, read when the command runs (importing it here
 # would load numpy and Arrow for every command); tests/test_track_cli.py checks this text names it.
@@ -55,7 +56,7 @@ def current_cmd(
         typer.Option("--model", help="Only outcomes drawn by this model (repeatable; default all)."),
     ] = None,
     forgetting: Annotated[float | None, typer.Option("--forgetting", help=FORGETTING_HELP, show_default=False)] = None,
-    group_size: Annotated[int, typer.Option("--group-size", help="G of the silent probability.")] = 8,
+    group_size: Annotated[int, typer.Option("--group-size", help="G of the silent probability.")] = DEFAULT_G,
     with_labels: Annotated[
         bool, typer.Option("--with-labels", help="Pool other models' labels too (not by default).")
     ] = False,

@@ -10,6 +10,7 @@ import typer
 from pipeline.cli.options import DataDir, Run, floats, open_store
 from pipeline.cli.output import say
 from pipeline.errors import ConfigError
+from pipeline.schema import DEFAULT_G
 
 ExportFormat = Annotated[
     str | None,
@@ -96,7 +97,7 @@ def export_cmd(
     fmt: ExportFormat = None,
     keep: Keep = None,
     band: Band = None,
-    G: GroupSize = 8,
+    G: GroupSize = DEFAULT_G,
     field: Field = None,
     exclude_list: ExcludeList = None,
     drop_truncated: DropTruncated = False,

@@ -11,11 +11,12 @@ from pipeline.cli.analysis_options import DEFAULT_ESTIMATORS, Estimators
 from pipeline.cli.calculator_options import DEFAULT_P, PassRateList, in_range
 from pipeline.cli.options import Format, floats
 from pipeline.cli.output import check_format, emit
+from pipeline.schema import DEFAULT_G
 from pipeline.specs import split_specs
 
 
 def weights_cmd(
-    G: Annotated[int, typer.Option("--G", help="Group size.")] = 8,
+    G: Annotated[int, typer.Option("--G", help="Group size.")] = DEFAULT_G,
     p: PassRateList = DEFAULT_P,
     estimators: Estimators = DEFAULT_ESTIMATORS,
     fmt: Format = "table",
