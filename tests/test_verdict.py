@@ -302,7 +302,7 @@ def test_one_profile_computes_its_verdict_once(tmp_path, monkeypatch):
     import html
     from collections import Counter
 
-    from pipeline import adaptive
+    from pipeline import frontier
 
     calls = Counter()
 
@@ -316,7 +316,7 @@ def test_one_profile_computes_its_verdict_once(tmp_path, monkeypatch):
         monkeypatch.setattr(module, name, counted)
 
     count(verdict, "verdict")
-    count(adaptive, "rule_under_prior")
+    count(frontier, "rule_under_prior")
     read = Store.read_table
     monkeypatch.setattr(
         Store, "read_table", lambda self, name, *a, **k: calls.update([name]) or read(self, name, *a, **k)
