@@ -32,9 +32,9 @@ import pyarrow.compute as pc
 
 from pipeline import adaptive, allocate, export, frontier, identify, schema, stats, suggest
 from pipeline.checks import check_int
+from pipeline.prior import Prior, choose_prior, grid_posterior
 
 if TYPE_CHECKING:
-    from pipeline.prior import Prior
     from pipeline.store import RunRecord
 
 __all__ = [
@@ -236,15 +236,34 @@ def _cut_off(prompt_stats: pa.Table) -> np.ndarray:
     return np.asarray(prompt_stats.column("truncated").fill_null(False).to_numpy(zero_copy_only=False), bool)
 
 
+def silent_under(prior: Prior | tuple[float, float], n, c, G: int, posterior: bool) -> np.ndarray:
+    """Each ``(n, c)`` pair's chance that a group of G is silent: the unbiased count where ``n >= G``
+    (not ``posterior``), else the expectation under the pair's posterior from ``prior``: a Beta's
+    closed form (``stats.silent_rates``), or on a grid prior's points, whose atoms at 0 and 1 stay
+    silent at every G (a prompt that never solves it is not made to look solvable)."""
+    if not (isinstance(prior, Prior) and prior.is_grid):
+        a, b = (prior.a, prior.b) if isinstance(prior, Prior) else prior
+        plus, minus = stats.silent_rates(n, c, G, a, b, posterior=posterior)
+        return plus + minus
+    points, weights = prior.grid()
+    W = grid_posterior(points, weights, n, c)
+    under = np.nan_to_num(W @ (points**G + (1.0 - points) ** G), nan=1.0)
+    if posterior:
+        return under
+    plus, minus = stats.silent_rates(n, c, G, posterior=False)
+    return np.where(np.asarray(n) >= G, plus + minus, under)
+
+
 def halving_group_size(
     prompt_stats: pa.Table,
     G: int,
     silent: float,
-    prior: tuple[float, float] = (0.5, 0.5),
+    prior: Prior | tuple[float, float] = (0.5, 0.5),
     posterior: bool = False,
 ) -> int | None:
-    """The smallest G' > G whose silent share is at most half of ``silent`` (the rates of the
-    analysis, ``stats.silent_rates``), or None when none up to ``MAX_GROUP_SIZE`` does."""
+    """The smallest G' > G whose silent share (``silent_under`` the prior) is at most half of
+    ``silent``, or None when none up to ``MAX_GROUP_SIZE`` does (as where atoms at 0 and 1 hold
+    more than half of it)."""
     n, c = _counts(prompt_stats)
     if not len(n) or not silent > 0:
         return None
@@ -253,8 +272,7 @@ def halving_group_size(
     mult = np.bincount(inverse, minlength=len(n_u))
 
     def halved(g: int) -> bool:
-        plus, minus = stats.silent_rates(n_u, c_u, g, *prior, posterior=posterior)
-        return float(((plus + minus) * mult).sum() / mult.sum()) <= silent / 2
+        return float((silent_under(prior, n_u, c_u, g, posterior) * mult).sum() / mult.sum()) <= silent / 2
 
     # the silent share falls with G: a geometric search, then every G between the last two tried
     last = G
@@ -442,6 +460,8 @@ def verdict(
     check_int("G", G, 1)
     posterior = run is not None and run.adaptive is not None
     prior = (run.prior.a, run.prior.b) if posterior and run.prior is not None and not run.prior.is_grid else (0.5, 0.5)
+    # what G > n extrapolates from: the run's own prior (an adaptive run's), else one fitted to the counts
+    population = run.prior if posterior and run is not None and run.prior is not None else None
     silence = silence_at(prompt_stats, summary, G, prior)
     n, c = _counts(prompt_stats)
     kept, measured, cut_kept = informative_kept(prompt_stats, G)
@@ -495,22 +515,25 @@ def verdict(
     # "halving" would be the prior speaking, so the warning below says what to do instead.
     one_sided = not len(nb) or int(cb.sum()) == 0 or bool((cb == nb).all())
     if silence.silent > 0 and not one_sided:
+        if population is None:
+            population = choose_prior(nb, cb)
         base = silence.silent
         if cut.any():
-            plus, minus = stats.silent_rates(nb, cb, G, *prior, posterior=posterior)
-            base = float((plus + minus).mean())
-        half = halving_group_size(basis, G, base, prior, posterior) if base > 0 else None
+            base = float(silent_under(population, nb, cb, G, posterior).mean())
+        half = halving_group_size(basis, G, base, population, posterior) if base > 0 else None
         aside = f" (of the {len(nb):,} prompts the token limit did not cut off)" if cut.any() else ""
+        under = f"under {'the run' if posterior else 'a prior fitted to the counts'}: {population.label}"
         if half is None:
             lines.append(
                 Line(
-                    f"no G up to {MAX_GROUP_SIZE} halves the silence{aside}: the silent prompts stay silent; "
-                    "filter them",
+                    f"no G halves the silence{aside}: the prompts that never (or always) answer right stay silent at "
+                    f"any G ({under}); filter them",
                     suggest.export(run_id, keep="informative", G=export_g),
                 )
             )
         else:
-            guess = " (an estimate: more than the answers sampled)" if half > nb.min() else ""
+            beyond = half > nb.min()
+            guess = f" (an estimate past the answers sampled, {under})" if beyond else ""
             lines.append(
                 Line(
                     f"G = {half} halves the silence{aside}{guess}",

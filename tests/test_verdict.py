@@ -456,3 +456,55 @@ def test_an_adaptive_runs_bands_are_at_its_own_posterior_in_the_report_too():
     bands = export.bands(table, export.ExportConfig())
     assert bands == export.bands(frame, export.ExportConfig())
     assert bands == ["hard", "informative", "hard", "easy", "unmeasured"]  # 1 of 30: groups of 8 mostly all wrong
+
+
+def _mixture_counts(seed: int, atoms: bool, prompts: int = 2000, n: int = 8):
+    """Counts of a dataset with 30% of prompts at p = 0, 25% at 1 and 45% Beta(2, 2) (``atoms``), or all
+    Beta(2, 2); ``n`` answers each."""
+    rng = np.random.default_rng(seed)
+    p = rng.beta(2, 2, prompts)
+    if atoms:
+        kind = rng.random(prompts)
+        p = np.where(kind < 0.30, 0.0, np.where(kind < 0.55, 1.0, p))
+    return np.full(prompts, n), rng.binomial(n, p)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_no_g_halves_the_silence_of_a_mixture_with_atoms(seed):
+    """55% of prompts at exactly 0 or 1: their groups are silent at every G, so no G halves the
+    silence, under a prior fitted to the counts (fixed n) or the run's own (posterior); a population
+    without atoms does get a G, the same way."""
+    from pipeline.prior import choose_prior
+
+    n, c = _mixture_counts(seed, atoms=True)
+    a = _tables(n, c, G=(8,))
+    v = verdict.verdict("r", a.prompt_stats, a.summary, G=8)
+    text = " ".join(line.text for line in v.lines)
+    assert "no G halves the silence" in text and "G = " not in text.split("halves")[0][-12:]
+    assert "a prior fitted to the counts" in text
+    fitted = choose_prior(n, c)
+    assert verdict.halving_group_size(a.prompt_stats, 8, v.silence.silent, fitted, posterior=True) is None
+    # the same counts read under Jeffreys' prior per prompt (what the verdict used to do) "halve" it
+    assert verdict.halving_group_size(a.prompt_stats, 8, v.silence.silent, (0.5, 0.5), posterior=True) is not None
+    n, c = _mixture_counts(seed, atoms=False)
+    b = _tables(n, c, G=(8,))
+    plain = verdict.verdict("r", b.prompt_stats, b.summary, G=8)
+    assert any(line.text.startswith("G = ") and "halves the silence" in line.text for line in plain.lines)
+
+
+def test_silent_under_a_grid_prior_is_the_posterior_expectation():
+    """Exact values: on a grid prior the silent chance is the posterior-weighted p^G + q^G, checked
+    against a direct sum; atoms at 0 and 1 keep a 0-of-n prompt silent at any G."""
+    from pipeline.prior import Prior
+
+    points = np.array([0.0, 0.3, 0.7, 1.0])
+    weights = np.array([0.4, 0.1, 0.1, 0.4])
+    prior = Prior(1.0, 1.0, "grid", points=tuple(points), weights=tuple(weights))
+    n, c = np.array([4, 4, 4]), np.array([0, 2, 4])
+    got = verdict.silent_under(prior, n, c, 16, posterior=True)
+    for k in range(3):
+        like = weights * points ** c[k] * (1 - points) ** (n[k] - c[k])
+        w = like / like.sum()
+        assert got[k] == pytest.approx(float((w * (points**16 + (1 - points) ** 16)).sum()), rel=1e-12)
+    atom = 0.4 / (0.4 + 0.1 * 0.7**8 + 0.1 * 0.3**8)  # the posterior share of the atom at 0
+    assert verdict.silent_under(prior, np.array([8]), np.array([0]), 4096, posterior=True)[0] == pytest.approx(atom)
