@@ -60,7 +60,7 @@ def after_run(config: run.ProfileConfig, store: Store, finished: FinishedRun) ->
     recorded as the observations source ``profile:<run id>``, then its verdict computed and its
     report rendered with it (``result.conclude``)."""
     track.track_run(store, finished.run_id, finished)
-    return result.conclude(store, finished, report=config.execution.report)
+    return result.conclude(store, finished, report=config.execution.report, G=config.execution.G)
 
 
 def profile_direct(config: run.ProfileConfig, store: Store) -> ProfileResult:

@@ -1116,8 +1116,10 @@ def allocate_prompts(
 
 
 # The one default allocation policy (profile runs, the report, ``difficulty allocate`` without
-# --budget): GRPO's expected signal on each prompt's Beta posterior, 16 rollouts per prompt.
-DEFAULT_BUDGET_PER_PROMPT = 16
+# --budget): GRPO's expected signal on each prompt's Beta posterior, G rollouts per prompt (the
+# trainer's group size, ``schema.DEFAULT_G`` unless given), so the advice is about the batch the user
+# already pays for.
+DEFAULT_BUDGET_PER_PROMPT = schema.DEFAULT_G
 
 
 def default_config(n_prompts: int, budget_per_prompt: int = DEFAULT_BUDGET_PER_PROMPT) -> AllocationConfig:

@@ -17,6 +17,7 @@ from pipeline import reports
 from pipeline import verdict as verdicts
 from pipeline.errors import ReportError, StoreError
 from pipeline.finish import FinishedRun
+from pipeline.schema import DEFAULT_G
 from pipeline.store import RunRecord, Store
 
 __all__ = ["ProfileResult", "conclude", "finished_verdict"]
@@ -42,15 +43,16 @@ class ProfileResult:
         return self.finished.run
 
 
-def finished_verdict(store: Store, finished: FinishedRun) -> verdicts.Verdict:
-    """The verdict of a finished run at the trainer's default G, from what its finish computed
-    (its record, analysis and default allocation) and its sample counts (``sql/sample_info.sql``)."""
+def finished_verdict(store: Store, finished: FinishedRun, G: int = DEFAULT_G) -> verdicts.Verdict:
+    """The verdict of a finished run at the trainer's ``G``, from what its finish computed (its
+    record, analysis and default allocation) and its sample counts (``sql/sample_info.sql``)."""
     sample_info = store.named_query("sample_info", {"run_id": finished.run_id}).to_pylist()[0]
     analysis = finished.analysis
     return verdicts.verdict(
         finished.run_id,
         analysis.prompt_stats,
         analysis.summary,
+        G=G,
         allocation=finished.allocation,
         sample_info=sample_info,
         run=finished.run,
@@ -58,14 +60,15 @@ def finished_verdict(store: Store, finished: FinishedRun) -> verdicts.Verdict:
 
 
 def conclude(
-    store: Store, finished: FinishedRun, *, report: bool, details: Mapping[str, Any] | None = None
+    store: Store, finished: FinishedRun, *, report: bool, details: Mapping[str, Any] | None = None, G: int = DEFAULT_G
 ) -> ProfileResult:
-    """A finished run's verdict, computed once, and (``report``) its report rendered with it.
+    """A finished run's verdict at the trainer's ``G``, computed once, and (``report``) its report
+    rendered with it, at the same G.
 
     Raises:
         ReportError: the report could not be written (a full disk); the run itself is stored and done.
     """
-    verdict = finished_verdict(store, finished)
+    verdict = finished_verdict(store, finished, G)
     path = None
     if report:
         try:

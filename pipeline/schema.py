@@ -72,8 +72,11 @@ def edge_params() -> dict[str, float]:
     return {"lo": BAND_EDGES[0], "mid_lo": MID_EDGES[0], "mid_hi": MID_EDGES[1], "hi": BAND_EDGES[1]}
 
 
-# The trainer's group size G where none is given: the verdict, the exports, the curricula, the report.
+# The trainer's group size G where none is given: the verdict, the exports, the curricula, the report,
+# and the default allocation's rollouts per prompt (``profile --G``, ``allocate --G``).
 DEFAULT_G = 8
+# The largest G a profile reads its verdict at (the verdict searches larger G for the halving itself).
+MAX_G = 4096
 # The band of a prompt the run has no samples for.
 UNMEASURED = "unmeasured"
 # Names earlier versions printed, stored (``prompt_stats.decided_band``) or took, read as today's.

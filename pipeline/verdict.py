@@ -254,6 +254,15 @@ def silent_under(prior: Prior | tuple[float, float], n, c, G: int, posterior: bo
     return np.where(np.asarray(n) >= G, plus + minus, under)
 
 
+def _brief(prior: Prior) -> str:
+    """A prior in a few words for a verdict line: a Beta's parameters, or a grid prior's atoms."""
+    if not prior.is_grid:
+        return f"Beta({prior.a:.3g}, {prior.b:.3g})"
+    points, weights = prior.grid()
+    share = weights / weights.sum()
+    return f"{_pct(float(share[points == 0.0].sum()))} at p = 0, {_pct(float(share[points == 1.0].sum()))} at p = 1"
+
+
 def halving_group_size(
     prompt_stats: pa.Table,
     G: int,
@@ -299,6 +308,31 @@ def reallocation_gain(allocation: pa.Table | None) -> float | None:
     if first["objective"] == "variance":  # minimised: better is smaller
         return uniform / total if total else None
     return total / uniform if uniform else None
+
+
+def gain_at_G(run_id: str, prompt_stats: pa.Table, allocation: pa.Table | None, G: int) -> float | None:
+    """The default allocation's signal over the uniform one's at a budget of G rollouts per measured
+    prompt: the stored default allocation's where it has that budget (a run finished at this G), else
+    the same policy computed now (``allocate.default_config``), as ``difficulty allocate --G G`` does."""
+    measured = prompt_stats.filter(pc.greater(prompt_stats.column("n"), 0))
+    if measured.num_rows == 0:
+        return None
+    config = allocate.default_config(measured.num_rows, max(G, 2))
+    if allocation is not None and allocation.num_rows:
+        same = pc.and_(
+            pc.and_(
+                pc.equal(allocation.column("objective"), config.objective),
+                pc.equal(allocation.column("budget"), config.budget),
+            ),
+            pc.equal(allocation.column("posterior"), config.posterior),
+        )
+        stored = allocation.filter(pc.fill_null(same, False))
+        if stored.num_rows == measured.num_rows:
+            return reallocation_gain(stored)
+    n = measured.column("n").to_numpy(zero_copy_only=False)
+    c = measured.column("c").to_numpy(zero_copy_only=False)
+    _, result = allocate.allocate_prompts(run_id, measured.column("prompt_id"), n, c, config)
+    return float(result.improvement)
 
 
 def adaptive_savings(
@@ -522,7 +556,7 @@ def verdict(
             base = float(silent_under(population, nb, cb, G, posterior).mean())
         half = halving_group_size(basis, G, base, population, posterior) if base > 0 else None
         aside = f" (of the {len(nb):,} prompts the token limit did not cut off)" if cut.any() else ""
-        under = f"under {'the run' if posterior else 'a prior fitted to the counts'}: {population.label}"
+        under = f"under {'the run' if posterior else 'a prior fitted to the counts'}: {_brief(population)}"
         if half is None:
             lines.append(
                 Line(
@@ -541,17 +575,15 @@ def verdict(
                     suggest.profile_again(run, n=half) if guess and not posterior else suggest.report(run_id, half),
                 )
             )
-    gain = reallocation_gain(allocation)
+    gain = gain_at_G(run_id, prompt_stats, allocation, G)
     if gain is not None and not math.isnan(gain):
+        # the ratio ``difficulty allocate --G G`` prints: the default policy at G rollouts per prompt
+        at = f"x{gain:.4g} the uniform allocation's signal at {G} rollouts per prompt"
         if gain >= REALLOCATION_PAYS:
-            text = f"reallocating rollouts across prompts pays: {gain:.2f}x the uniform allocation's signal"
+            text = f"reallocating rollouts across prompts pays: {at}"
         else:
-            text = (
-                f"reallocating rollouts across prompts does not pay ({gain:.2f}x the uniform allocation's signal): "
-                "keep the same G for every prompt"
-            )
-        budget = allocate.DEFAULT_BUDGET_PER_PROMPT * measured  # the default allocation's own budget
-        lines.append(Line(text, suggest.allocate(run_id, budget=budget)))
+            text = f"reallocating rollouts across prompts does not pay ({at}): keep the same G for every prompt"
+        lines.append(Line(text, suggest.allocate(run_id, G=None if G == schema.DEFAULT_G else G)))
     savings = None
     if posterior and "undecided" in prompt_stats.column_names and run.prior is not None:
         if pc.any(pc.greater(prompt_stats.column("n"), 0)).as_py():

@@ -33,7 +33,8 @@ def write_run_report(
     """Render a finished run's report to its place in the data directory; returns where.
     ``finished`` and ``verdict``: what its finish computed and its verdict, when the caller has
     them (not read back, not computed again)."""
-    return str(render_report(store, run_id, store.report_path(run_id), finished=finished, verdict=verdict))
+    G = verdict.G if verdict is not None else ReportConfig.G  # read at the verdict's G, the trainer's
+    return str(render_report(store, run_id, store.report_path(run_id), G=G, finished=finished, verdict=verdict))
 
 
 __all__ = [

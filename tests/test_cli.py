@@ -645,3 +645,22 @@ def test_schedule_serves_the_profile_or_checkpoints_flow(monkeypatch, tmp_path):
     out = runner.invoke(app, [*base, "--cron", "every day"])
     assert out.exit_code == 1 and "error:" in out.output and "every day" in out.output
     assert not served
+
+
+def test_the_group_size_is_spelled_G_everywhere_and_the_old_name_still_works(data_dir):
+    """One option name for the trainer's G: ``--G`` in every command that takes one (``profile`` too);
+    ``--group-size`` stays a hidden alias where it was an option."""
+    from pipeline.cli import COMMANDS
+
+    taking = set()
+    for name, _, _ in COMMANDS:
+        for param in _params(name).values():
+            if "--group-size" in param.opts:
+                assert param.hidden, f"{name}: --group-size is shown"
+            elif "--G" in param.opts:
+                taking.add(name)
+    assert {"profile", "current", "replay", "export", "report", "allocate", "weights", "analyze"} <= taking
+    old = runner.invoke(app, ["weights", "--G", "4", "--p", "0.5", "--format", "csv"])
+    assert old.exit_code == 0
+    got = runner.invoke(app, ["current", "--group-size", "4"])
+    assert "no such option" not in got.output.lower()

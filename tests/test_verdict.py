@@ -508,3 +508,25 @@ def test_silent_under_a_grid_prior_is_the_posterior_expectation():
         assert got[k] == pytest.approx(float((w * (points**16 + (1 - points) ** 16)).sum()), rel=1e-12)
     atom = 0.4 / (0.4 + 0.1 * 0.7**8 + 0.1 * 0.3**8)  # the posterior share of the atom at 0
     assert verdict.silent_under(prior, np.array([8]), np.array([0]), 4096, posterior=True)[0] == pytest.approx(atom)
+
+
+@pytest.mark.parametrize("G", [8, 12])
+def test_the_verdicts_allocation_ratio_is_allocates_at_prompts_times_G(tmp_path, G):
+    """``profile --G G``: the verdict is read at G, and its reallocation ratio is the one ``allocate
+    --G G`` prints (the default policy at G rollouts per prompt), whatever budget the stored default
+    allocation has."""
+    import re
+
+    data_dir = tmp_path / "data"
+    args = ["profile", "--backend", "simulate", "--no-prefect", "--no-report", "--limit", "80", "--G", str(G)]
+    out = runner.invoke(app, [*args, "--grade-workers", "1", "--data-dir", str(data_dir)])
+    assert out.exit_code == 0, out.output
+    assert f"verdict for training at G = {G} " in out.stdout
+    said = re.search(rf"x(\S+) the uniform allocation's signal at {G} rollouts per prompt", out.stdout)
+    assert said, out.stdout
+    run_id = re.search(r"^run (\S+) done", out.stdout, re.M).group(1)
+    alloc = runner.invoke(app, ["allocate", "--run", run_id, "--G", str(G), "--data-dir", str(data_dir)])
+    assert alloc.exit_code == 0, alloc.output
+    assert re.search(r"; x(\S+)\)", alloc.stdout).group(1) == said.group(1)
+    # the stored analysis holds G, so the summary's gradient shares are at G too
+    assert f"gradient share by difficulty band at G = {G}" in out.stdout

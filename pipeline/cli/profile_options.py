@@ -211,6 +211,15 @@ Replicas = Annotated[
 Report = Annotated[
     bool, typer.Option("--report/--no-report", help="Write the HTML report of each run.", rich_help_panel=_EXECUTION)
 ]
+TrainG = Annotated[
+    int,
+    typer.Option(
+        "--G",
+        help="The group size G you train with: the summary, the verdict and the report are read at it, and "
+        "the default allocation spends G rollouts per prompt (not part of the run's id).",
+        rich_help_panel=_EXECUTION,
+    ),
+]
 
 
 def check_grade_options(workers: int, timeout_s: float) -> None:
@@ -250,6 +259,7 @@ _PROFILE_OPTIONS: dict[str, Any] = {
     "ray_address": RayAddress,
     "replicas": Replicas,
     "report": Report,
+    "G": TrainG,
 }
 # Backend options: option -> (its type, the backends it belongs to, its key in backend_options).
 _BACKEND_OPTIONS: dict[str, tuple[Any, tuple[str, ...], str]] = {

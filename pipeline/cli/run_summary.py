@@ -45,7 +45,7 @@ def run_tables(analysis: Analysis, run_id: str, G: int) -> list[tuple[str, str, 
     ]
 
 
-def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = None) -> None:
+def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = None, G: int = SUMMARY_G) -> None:
     """The end-of-run summary: pass-rate spread, zero-signal rates, gradient shares at G = 8; from
     what the run's finish computed when given (not read back), else from the stored tables."""
 
@@ -60,10 +60,10 @@ def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = 
     spread = rows("pass_rate_spread", {"run_id": run_id, **edge_params()})
     print_table(spread, title=f"pass-rate spread, run {run_id}{made_up}")
     print_table(rows("zero_signal_summary", {"run_id": run_id}), title=ZERO_SIGNAL_TITLE)
-    shares = rows("gradient_shares", {"run_id": run_id, "G": SUMMARY_G})
-    print_table(shares, title=f"gradient share by difficulty band at G = {SUMMARY_G} (the bands cover every pass rate)")
+    shares = rows("gradient_shares", {"run_id": run_id, "G": G})
+    print_table(shares, title=f"gradient share by difficulty band at G = {G} (the bands cover every pass rate)")
     if shares.num_rows and not any(shares.column("mean_mass").to_pylist()):
-        say(f"no estimator has any update mass at G = {SUMMARY_G}: every group is silent, so there are no shares")
+        say(f"no estimator has any update mass at G = {G}: every group is silent, so there are no shares")
 
 
 def stored_verdict(store: Store, run_id: str, analysis: Analysis | None = None, G: int = SUMMARY_G) -> Verdict:

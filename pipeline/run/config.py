@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline import adaptive, datasets, grade
+from pipeline import adaptive, datasets, grade, schema
 from pipeline.adaptive import AdaptiveConfig
 from pipeline.checks import check_bool, check_choice, check_int
 from pipeline.errors import ConfigError
@@ -124,7 +124,9 @@ class ExecutionConfig:
         replicas: Ray actors, one engine each.
         report: write the HTML report at the end (the caller renders it after the run is done).
         allocation_budget_factor: the default allocation spends this many rollouts per prompt
-            (None: the allocation's own default, ``allocate.DEFAULT_BUDGET_PER_PROMPT``).
+            (None: ``G``, the trainer's group size).
+        G: the group size the user trains with: the summary, the verdict and the report are read at
+            it, and the default allocation spends G rollouts per prompt (not in the run's id).
     """
 
     shard_size: int = 256
@@ -133,9 +135,11 @@ class ExecutionConfig:
     replicas: int = 1
     report: bool = True
     allocation_budget_factor: int | None = None
+    G: int = schema.DEFAULT_G
 
     def __post_init__(self) -> None:
         check_int("shard_size", self.shard_size, 1)
+        check_int("G", self.G, 2, schema.MAX_G)
         if self.allocation_budget_factor is not None:
             check_int("allocation_budget_factor", self.allocation_budget_factor, 2)
         check_choice("executor", self.executor, EXECUTORS)

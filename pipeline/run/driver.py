@@ -194,6 +194,7 @@ def finish_run(
     plan: RunPlan,
     budget_per_prompt: int = allocate.DEFAULT_BUDGET_PER_PROMPT,
     state: AdaptiveState | None = None,
+    G: int = schema.DEFAULT_G,
 ) -> FinishedRun:
     """Analyze the stored samples, write the analysis and the default allocation, mark the run
     done (``finish.finish_from_counts``). An adaptive plan's analysis adds each prompt's decision
@@ -204,12 +205,15 @@ def finish_run(
     with failed_on_error(store, plan.run_id):
         counts = finish.run_counts(store, plan.run_id)  # with the answers cut by the token limit
         check_counts(plan, counts)
-        settings = None
+        # the analysed group sizes hold the trainer's G, so the summary and the verdict read it directly
+        default = analyze.AnalyzeConfig()
+        sizes = tuple(sorted({*default.group_sizes, G}))
+        settings = None if G in default.group_sizes else replace(default, group_sizes=sizes)
         acfg = plan.adaptive
         if acfg is not None:
             state = state or adaptive_state(store, plan, acfg)
             record_rounds(store, plan, state.prior, set())
-            counts, settings = analyze.posterior_inputs(counts, None, acfg, state.prior, plan.table())
+            counts, settings = analyze.posterior_inputs(counts, settings, acfg, state.prior, plan.table())
         return finish_from_counts(store, plan.run_id, counts, settings, budget_per_prompt)
 
 
@@ -234,8 +238,8 @@ def next_round_step(config: ProfileConfig, store: Store, plan: RunPlan) -> Round
 
 
 def finish_step(config: ProfileConfig, store: Store, plan: RunPlan, state: AdaptiveState | None) -> FinishedRun:
-    budget = config.execution.allocation_budget_factor or allocate.DEFAULT_BUDGET_PER_PROMPT
-    return finish_run(store, plan, budget, state)
+    budget = config.execution.allocation_budget_factor or config.execution.G  # the batch the trainer pays for
+    return finish_run(store, plan, budget, state, config.execution.G)
 
 
 def _started(plan: RunPlan) -> None:

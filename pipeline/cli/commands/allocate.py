@@ -10,10 +10,12 @@ from typing import Annotated
 import typer
 
 from pipeline.allocate import AllocationConfig
+from pipeline.checks import check_int
 from pipeline.cli.counts import counts_of
 from pipeline.cli.options import DataDir, DatasetName, RunId, open_store
 from pipeline.cli.output import emit, say
 from pipeline.errors import ConfigError
+from pipeline.schema import DEFAULT_G, MAX_G
 
 _EXPORT_SUFFIXES = (".parquet", ".jsonl", ".json")
 
@@ -50,10 +52,14 @@ def allocate_cmd(
         int | None,
         typer.Option(
             "--budget",
-            help="Total rollouts to hand out (default: the budget of the default allocation policy).",
+            help="Total rollouts to hand out (default: prompts x G, the default allocation policy's budget).",
             show_default=False,
         ),
     ] = None,
+    G: Annotated[
+        int,
+        typer.Option("--G", help="The group size you train with: the default budget is G rollouts per prompt."),
+    ] = DEFAULT_G,
     objective: Annotated[
         str, typer.Option("--objective", help="signal, knapsack or variance.")
     ] = AllocationConfig.objective,
@@ -109,7 +115,8 @@ def allocate_cmd(
     store = open_store(data_dir)
     run_id, counts = counts_of(store, run, dataset, answers=False)
     ids, n, c = analyze.validate_counts(counts)
-    policy = allocate.default_config(len(n))
+    check_int("--G", G, 2, MAX_G)
+    policy = allocate.default_config(len(n), G)
     if budget is None and not given:
         config = policy
     else:

@@ -56,7 +56,10 @@ def current_cmd(
         typer.Option("--model", help="Only outcomes drawn by this model (repeatable; default all)."),
     ] = None,
     forgetting: Annotated[float | None, typer.Option("--forgetting", help=FORGETTING_HELP, show_default=False)] = None,
-    group_size: Annotated[int, typer.Option("--group-size", help="G of the silent probability.")] = DEFAULT_G,
+    G: Annotated[
+        int, typer.Option("--G", help="The group size you train with: G of the silent probability.")
+    ] = DEFAULT_G,
+    group_size: Annotated[int | None, typer.Option("--group-size", hidden=True)] = None,  # the old name of --G
     with_labels: Annotated[
         bool, typer.Option("--with-labels", help="Pool other models' labels too (not by default).")
     ] = False,
@@ -103,7 +106,7 @@ def current_cmd(
     kinds = ("profile", "training", "label") if with_labels else ("profile", "training")
     config = current.CurrentConfig(
         forgetting=current.FORGETTING if forgetting is None else forgetting,
-        group_size=group_size,
+        group_size=G if group_size is None else group_size,
         kinds=kinds,
         sources=tuple(source or ()),
         models=tuple(model or ()),
@@ -132,7 +135,7 @@ def current_cmd(
             say(line)
         say(f"next: {suggest.export(run_id, output=f'{dataset}-current.parquet')}")  # export's format: the dataset's
         say(f"  or: {suggest.allocate(run_id)}")
-        print_verdict(stored_verdict(store, run_id, G=group_size))
+        print_verdict(stored_verdict(store, run_id, G=config.group_size))
         return
     if compare is None and agree is None:  # the two comparisons name their own sources
         for line in pooled:

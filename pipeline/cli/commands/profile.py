@@ -46,7 +46,7 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
             from pipeline.flows.executors import profile_direct
 
             result = profile_direct(profile, store)
-    print_run_summary(store, result.run_id, result.finished)
+    print_run_summary(store, result.run_id, result.finished, result.verdict.G)
     print_adaptive_summary(result.finished)
     say(f"run {result.run_id} done; tables under {store.root}")
     if result.report:

@@ -28,9 +28,8 @@ def replay_cmd(
             "default: all.",
         ),
     ] = None,
-    group_size: Annotated[
-        int | None, typer.Option("--G", "--group-size", help="G of the signal score (default: the policy's, 8).")
-    ] = None,
+    G: Annotated[int | None, typer.Option("--G", help="G of the signal score (default: the policy's, 8).")] = None,
+    group_size: Annotated[int | None, typer.Option("--group-size", hidden=True)] = None,  # the old name of --G
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random picks and Thompson draws.")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
@@ -48,7 +47,8 @@ def replay_cmd(
     fmt = check_format(fmt, ("table", "json"))
     table = curriculum.check_log(datasets.read_local(log), where=repr(str(log)))
     names = specs.split_specs(policies) if policies else list(curriculum.ALL_POLICIES)
-    rows = [curriculum.replay(table, name, batch_size, seed=seed, G=group_size) for name in names]
+    G = G if group_size is None else group_size
+    rows = [curriculum.replay(table, name, batch_size, seed=seed, G=G) for name in names]
     if fmt == "json":
         emit(_table(rows), "json")
         return
