@@ -63,6 +63,9 @@ REALLOCATION_PAYS = 1.05
 # per run and process): the misclassification's Monte Carlo error is about 3% of itself, which moves the
 # share of the frontier's saving by up to about 0.05 where the fixed-n curve is flat.
 FRONTIER_PROMPTS = 4000
+# An adaptive run's expected misclassification below which it and a fixed n both classify every
+# prompt: no saving is claimed against the fixed n that would match it.
+NOTHING_TO_CLASSIFY = 0.0005
 # The backend whose pass rates are made up: its verdict says so first.
 SIMULATED = "simulate"
 # The largest G searched for the one that halves the silence.
@@ -128,6 +131,9 @@ class Savings:
     frontier_cost: float | None = None
     frontier_mis: float | None = None
     fixed_mis: float | None = None
+    # ``realised`` at the simulated misclassification's ends (plus or minus two standard errors of
+    # its Monte Carlo mean over ``FRONTIER_PROMPTS`` prompts): the share's simulation error
+    realised_range: tuple[float, float] | None = None
 
     @property
     def saved(self) -> float | None:
@@ -366,6 +372,17 @@ def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior, curve: tuple)
     rule_fixed_n, where, _ = frontier.equivalent_fixed_n(prior, target, rule_mis, math.nan, _n_top(acfg), curve)
     cost, err = frontier.frontier(prior, target, acfg.n_min, acfg.n_max)
     frontier_cost, _ = frontier.frontier_cost_at(cost, err, rule_mis)
+    # where an end falls outside the frontier's range (a misclassification no rule within n_max reaches),
+    # the share at the simulated value stands for it
+    ends = []
+    se = math.sqrt(max(rule_mis * (1.0 - rule_mis), 0.0) / FRONTIER_PROMPTS)
+    for mis in (max(rule_mis - 2 * se, 1e-12), rule_mis + 2 * se):
+        fixed, at, _ = frontier.equivalent_fixed_n(prior, target, mis, math.nan, _n_top(acfg), curve)
+        best, _ = frontier.frontier_cost_at(cost, err, mis)
+        if at == "inside" and best is not None and fixed and 1.0 - best / fixed > 0:
+            ends.append((1.0 - rule_cost / fixed) / (1.0 - best / fixed))
+    if where == "inside" and frontier_cost is not None and rule_fixed_n and 1.0 - frontier_cost / rule_fixed_n > 0:
+        ends.append((1.0 - rule_cost / rule_fixed_n) / (1.0 - frontier_cost / rule_fixed_n))
     return (
         rule_cost,
         rule_mis,
@@ -373,6 +390,7 @@ def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior, curve: tuple)
         frontier_cost,
         frontier.frontier_mis_at(cost, err, rule_cost),
         frontier.fixed_n_mis_at(curve, rule_cost),
+        (min(ends), max(ends)) if ends else None,
     )
 
 
@@ -380,6 +398,8 @@ def _against_frontier(acfg: adaptive.AdaptiveConfig, prior: Prior, curve: tuple)
 
 
 def _pct(x: float) -> str:
+    if abs(x) < 0.0005:  # never "-0.0%"
+        x = 0.0
     if 0 < x < 0.001:
         return "<0.1%"
     return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1f}%"
@@ -587,6 +607,8 @@ def verdict(
     savings = None
     if posterior and "undecided" in prompt_stats.column_names and run.prior is not None:
         if pc.any(pc.greater(prompt_stats.column("n"), 0)).as_py():
+            undecided = _undecided_line(run_id, prompt_stats, run)
+            lines.extend([undecided] if undecided else [])
             savings = run_savings(prompt_stats, run)
             lines.append(_adaptive_line(run_id, savings))
     lines.extend(_warnings(run_id, n, c, silence, sample_info, run, prompt_stats))
@@ -606,7 +628,29 @@ def run_savings(prompt_stats: pa.Table, run: RunRecord) -> Savings:
     return adaptive_savings(s.column("n").to_numpy(zero_copy_only=False), band_prob, undecided, run.adaptive, run.prior)
 
 
+def _undecided_line(run_id: str, prompt_stats: pa.Table, run: RunRecord) -> Line | None:
+    """How many prompts an adaptive run stopped undecided (at its largest n): their band is the
+    posterior's best guess, not a decision."""
+    measured = prompt_stats.filter(pc.greater(prompt_stats.column("n"), 0))
+    undecided = int(pc.sum(measured.column("undecided").fill_null(False).cast(pa.int64())).as_py() or 0)
+    if not undecided:
+        return None
+    return Line(
+        f"{undecided:,} of {measured.num_rows:,} prompts ({_pct(undecided / measured.num_rows)}) stopped undecided at "
+        f"n = {run.adaptive.n_max}: their band is the posterior's best guess, not a decision",
+        suggest.sql(f"select prompt_id, n, c from prompt_stats where run_id = '{run_id}' and undecided order by n, c"),
+    )
+
+
 def _adaptive_line(run_id: str, sv: Savings) -> Line:
+    if sv.misclassification < NOTHING_TO_CLASSIFY:
+        # both sides classify every prompt: a "saving" against the n that matches nothing is noise
+        return Line(
+            f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt and is expected to misclassify "
+            f"{_pct(sv.misclassification)} of the prompts, as a fixed n would: with nothing left to misclassify "
+            "there is no saving to compare",
+            suggest.report(run_id),
+        )
     if sv.where == "inside":
         text = (
             f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt where a fixed n of {sv.fixed_n:.1f} is "
@@ -635,6 +679,11 @@ def _frontier_text(sv: Savings) -> str:
             f"{sv.rule_cost:.1f} per prompt for {100 * sv.rule_mis:.1f}% misclassified, a fixed n "
             f"{sv.rule_fixed_n:.1f} and the best stopping rule {sv.frontier_cost:.1f}: they realise about "
             f"{_pct(sv.realised)} of the best rule's saving"
+            + (
+                f" ({_pct(sv.realised_range[0])} to {_pct(sv.realised_range[1])} over the simulation's error)"
+                if sv.realised_range is not None and _pct(sv.realised_range[0]) != _pct(sv.realised_range[1])
+                else ""
+            )
         )
     if sv.frontier_mis is not None and sv.rule_mis is not None:
         return (

@@ -281,6 +281,13 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     assert sv.frontier_cost <= sv.rule_cost + 1e-9
     assert f"a fixed n {sv.rule_fixed_n:.1f} and the best stopping rule {sv.frontier_cost:.1f}" in line
     assert "of the best rule's saving" in line
+    # with the simulation's error: the share at the misclassification's ends brackets it
+    lo, hi = sv.realised_range
+    assert lo <= sv.realised <= hi
+    assert ("over the simulation's error" in line) == (verdict._pct(lo) != verdict._pct(hi))
+    # the undecided prompts are counted on the first screen, as many as the table holds
+    undecided = int(sum(bool(u) for u in ps.column("undecided").to_pylist() if u is not None))
+    assert (f"{undecided:,} of {ps.num_rows:,} prompts" in text) == (undecided > 0)
     # where some prompt has fewer than G answers, the summary holds what the counts allow (issue 32.4),
     # the printed table shows it, and the verdict line says the value is an extrapolation
     rows = analysis.summary.filter(pa.compute.equal(analysis.summary.column("section"), "zero_signal")).to_pylist()
@@ -530,3 +537,14 @@ def test_the_verdicts_allocation_ratio_is_allocates_at_prompts_times_G(tmp_path,
     assert re.search(r"; x(\S+)\)", alloc.stdout).group(1) == said.group(1)
     # the stored analysis holds G, so the summary's gradient shares are at G too
     assert f"gradient share by difficulty band at G = {G}" in out.stdout
+
+
+def test_no_saving_is_claimed_where_both_sides_misclassify_nothing():
+    """An adaptive run expected to misclassify nothing (and a fixed n likewise) gets no "saved" line,
+    and no share prints as -0.0%."""
+    sv = verdict.Savings(
+        per_prompt=4.0, fixed_n=122.0, where="inside", misclassification=0.0, decided=1.0, n_top=256, curve=[]
+    )
+    line = verdict._adaptive_line("r1", sv)
+    assert "saved" not in line.text and "no saving to compare" in line.text
+    assert verdict._pct(-0.00001) == "0%" and verdict._pct(-0.0) == "0%"
