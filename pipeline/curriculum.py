@@ -30,6 +30,7 @@ of uniform and of the default policy from a profile alone.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -373,6 +374,21 @@ class SignalPolicy(_Base):
     def set_counts(self, n, c, step: int | None) -> None:
         super().set_counts(n, c, step)
         self._fitted_at = None  # new counts: refit the population prior at the next choice
+
+    def _unused_copy(self, seed: int, config: SignalConfig) -> SignalPolicy:
+        """What ``SignalPolicy(ids, n, c, seed=seed, config=config)`` builds, from this policy before its first
+        choice or update: the ids and the fitted population prior shared (a fit depends on the counts alone), so
+        ``forecast``'s draws neither rebuild the id index nor refit the prior."""
+        assert self.t == 0 and self.now is None, "only a policy that has chosen nothing and seen no outcome"
+        if self.config.prior == "population" and config.prior == "population":
+            self._population()
+        other = copy.copy(self)
+        other.config = config
+        other.forgetting = config.forgetting
+        other.estimator = estimators.get(config.estimator) if config.objective == "mass" else None
+        other.n, other.c, other.last = self.n.copy(), self.c.copy(), self.last.copy()
+        other.rng = np.random.default_rng(seed)
+        return other
 
     def scores(self, cand: np.ndarray) -> np.ndarray:
         """The exploration score of each candidate (random for Thompson: one posterior draw each)."""
@@ -948,7 +964,7 @@ def forecast(
     ns = judge.scores(np.arange(len(n)))
     total = 0.0
     for r in range(draws):
-        policy = SignalPolicy(ids, n, c, seed=seed + r, config=config)
+        policy = judge._unused_copy(seed + r, config)  # as if built afresh with this seed: the same draws
         total += float(ns[policy.choose_index(k, np.arange(len(n)))].mean())
     uniform = float(ns.mean())
     default = total / draws

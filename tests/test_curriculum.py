@@ -453,16 +453,35 @@ def _u_profile(seed: int, prompts: int, n: int = 8) -> tuple[np.ndarray, np.ndar
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_forecast_by_distinct_pairs_equals_the_per_prompt_posteriors(seed, monkeypatch):
+def test_forecast_by_distinct_pairs_equals_the_per_prompt_posteriors(seed):
     """The forecast (and the report's training table) computes each posterior once per distinct (n, c) pair:
     the same numbers as one posterior per prompt."""
     n, c = _u_profile(seed, 6000)
     got = curriculum.forecast(n, c, 256, G=8, seed=seed, draws=6)
-    monkeypatch.setattr(curriculum, "SignalPolicy", _PerPromptPolicy)
-    before = curriculum.forecast(n, c, 256, G=8, seed=seed, draws=6)
     # To the rounding of a BLAS product (ULP_REL): the rest of the sums and every pick are the same.
-    assert got == pytest.approx(before, rel=ULP_REL, abs=0)
+    assert got == pytest.approx(_forecast_before(n, c, 256, seed=seed, draws=6), rel=ULP_REL, abs=0)
     assert got["default"] > got["uniform"]
+    config = curriculum.SignalConfig(explore="thompson", objective="mass", coverage=0.5)
+    got = curriculum.forecast(n, c, 256, config=config, seed=seed, draws=4)
+    assert got == pytest.approx(_forecast_before(n, c, 256, config=config, seed=seed, draws=4), rel=ULP_REL, abs=0)
+
+
+def _forecast_before(n, c, batch_size, *, config=None, seed=0, draws=32):
+    """``curriculum.forecast``'s loop before it reused one policy: a policy built afresh per draw, one posterior
+    per prompt."""
+    from dataclasses import replace
+
+    config = config or curriculum.SignalConfig()
+    ids = [str(i) for i in range(len(n))]
+    judge = _PerPromptPolicy(ids, n, c, config=replace(config, explore="mean", objective="nonsilent"))
+    ns = judge.scores(np.arange(len(n)))
+    total = 0.0
+    for r in range(draws):
+        policy = _PerPromptPolicy(ids, n, c, seed=seed + r, config=config)
+        total += float(ns[policy.choose_index(batch_size, np.arange(len(n)))].mean())
+    default, uniform = total / draws, float(ns.mean())
+    return {"uniform": uniform, "default": default, "ratio": default / uniform, "batch_size": batch_size,
+            "G": config.G, "prompts": len(n)}  # fmt: skip
 
 
 @pytest.mark.parametrize(
