@@ -58,6 +58,7 @@ __all__ = [
     "SignalPolicy",
     "UniformPolicy",
     "check_log",
+    "distinct_pairs",
     "expected_mass",
     "forecast",
     "make_policy",
