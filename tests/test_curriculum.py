@@ -517,3 +517,17 @@ def test_distinct_pairs_of_whole_and_fractional_counts():
     assert len(n_u) == 4
     n_u, c_u, inv = curriculum.distinct_pairs(n[:3], c[:3])  # whole counts: stats.unique_pairs' order
     assert (n_u.tolist(), c_u.tolist(), inv.tolist()) == ([4.0, 8.0], [4.0, 3.0], [1, 1, 0])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_by_is_lexsorts_head(seed):
+    """The coverage picks' order (due first, then by score) without a full sort: lexsort's, ties included."""
+    rng = np.random.default_rng(seed)
+    for size in (1, 7, 300, 5000):
+        key = rng.integers(0, 5, size).astype(float) / 4  # many ties
+        key[rng.random(size) < 0.3] = 0.0  # more ties
+        group = rng.random(size) < rng.random()
+        for m in (0, 1, 3, size // 2, size - 1, size, size + 2):
+            np.testing.assert_array_equal(curriculum.first_by(key, group, m), np.lexsort((key, group))[:m])
+    key = np.array([0.5, np.nan, 0.1, 0.1])
+    np.testing.assert_array_equal(curriculum.first_by(key, np.zeros(4, bool), 2), [2, 3])
