@@ -133,11 +133,28 @@ def binom_pmf(G: int, p: np.ndarray | float, size: int | None = None) -> np.ndar
     kernel: the estimators' expectations over k (``estimators.expect_k``, ``loo_weight``) and the
     allocation's value tables use it.
     """
-    from scipy.stats import binom  # scipy costs seconds to import: only when used
-
     p = np.asarray(p, dtype=float)
     k = np.arange(G + 1 if size is None else size)
-    return binom.pmf(k, G, p[..., None])
+    kernel = _binom_kernel()
+    if kernel is None:  # a SciPy without the kernel: its distribution, seconds more to import
+        from scipy.stats import binom
+
+        return binom.pmf(k, G, p[..., None])
+    q = p[..., None]
+    with np.errstate(invalid="ignore"):
+        out = np.where(k <= G, np.clip(kernel(k.astype(float), float(G), q), 0.0, 1.0), 0.0)
+    return np.where((q >= 0) & (q <= 1), out, np.nan)
+
+
+def _binom_kernel():
+    """The ufunc ``scipy.stats.binom.pmf`` evaluates (``scipy.special``'s, the same numbers: tests/test_stats.py)
+    without importing ``scipy.stats`` (1.5 to 2.3 s on a busy machine, most of a report's weights section).
+    None where this SciPy has none."""
+    try:
+        from scipy.special._ufuncs import _binom_pmf
+    except ImportError:
+        return None
+    return _binom_pmf
 
 
 def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:

@@ -417,3 +417,117 @@ def test_baselines():
         curriculum.make_policy("bonus:beta=-1", ids)
     with pytest.raises(ConfigError, match="greso"):
         curriculum.make_policy("greso:floor=1", ids)
+
+
+# A posterior mean is a BLAS product of its row with the nodes' values; BLAS sums a row in an order that
+# depends on where the row sits in the matrix (its blocks), so the per-prompt computation itself gave two
+# prompts of one (n, c) pair means an ulp apart. The pairs' means agree with it to that rounding.
+ULP_REL = 1e-15
+
+
+class _PerPromptPolicy(curriculum.SignalPolicy):
+    """The population scores as computed before they went by distinct (n, c) pair: one posterior row per prompt."""
+
+    def _population_scores(self, cand, fitted):
+        from pipeline.prior import posterior_nodes
+
+        cfg = self.config
+        with np.errstate(all="ignore"):
+            nodes, W = posterior_nodes(fitted, self.n[cand], self.c[cand], degree=2 * cfg.G)
+        f = curriculum.nonsilent(nodes, cfg.G) if self.estimator is None else self.estimator.mass(nodes, cfg.G)
+        if cfg.explore == "thompson":
+            u = self.rng.random(len(cand))[:, None]
+            return f[np.minimum((np.cumsum(W, axis=1) < u).sum(axis=1), len(nodes) - 1)]
+        mean = W @ f
+        if cfg.explore == "mean":
+            return mean
+        return mean + cfg.kappa * np.sqrt(np.maximum(W @ f**2 - mean**2, 0.0))
+
+
+def _u_profile(seed: int, prompts: int, n: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = np.where(rng.random(prompts) < 0.4, 0.0, rng.beta(0.5, 0.5, prompts))
+    counts = np.full(prompts, float(n))
+    counts[: prompts // 20] = 0  # never observed
+    return counts, rng.binomial(n, p) * (counts > 0).astype(float)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_forecast_by_distinct_pairs_equals_the_per_prompt_posteriors(seed):
+    """The forecast (and the report's training table) computes each posterior once per distinct (n, c) pair:
+    the same numbers as one posterior per prompt."""
+    n, c = _u_profile(seed, 6000)
+    got = curriculum.forecast(n, c, 256, G=8, seed=seed, draws=6)
+    # To the rounding of a BLAS product (ULP_REL): the rest of the sums and every pick are the same.
+    assert got == pytest.approx(_forecast_before(n, c, 256, seed=seed, draws=6), rel=ULP_REL, abs=0)
+    assert got["default"] > got["uniform"]
+    config = curriculum.SignalConfig(explore="thompson", objective="mass", coverage=0.5)
+    got = curriculum.forecast(n, c, 256, config=config, seed=seed, draws=4)
+    assert got == pytest.approx(_forecast_before(n, c, 256, config=config, seed=seed, draws=4), rel=ULP_REL, abs=0)
+
+
+def _forecast_before(n, c, batch_size, *, config=None, seed=0, draws=32):
+    """``curriculum.forecast``'s loop before it reused one policy: a policy built afresh per draw, one posterior
+    per prompt."""
+    from dataclasses import replace
+
+    config = config or curriculum.SignalConfig()
+    ids = [str(i) for i in range(len(n))]
+    judge = _PerPromptPolicy(ids, n, c, config=replace(config, explore="mean", objective="nonsilent"))
+    ns = judge.scores(np.arange(len(n)))
+    total = 0.0
+    for r in range(draws):
+        policy = _PerPromptPolicy(ids, n, c, seed=seed + r, config=config)
+        total += float(ns[policy.choose_index(batch_size, np.arange(len(n)))].mean())
+    default, uniform = total / draws, float(ns.mean())
+    return {"uniform": uniform, "default": default, "ratio": default / uniform, "batch_size": batch_size,
+            "G": config.G, "prompts": len(n)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "spec", ["signal", "signal:explore=thompson", "signal:explore=optimism,kappa=0.5", "signal:objective=mass"]
+)
+@pytest.mark.parametrize("seed", [3, 4])
+def test_population_scores_by_distinct_pairs_keep_every_pick_and_draw(spec, seed):
+    """Whole and discounted (fractional) counts, every exploration: the same scores and picks, step after step,
+    as one posterior per prompt (Thompson's draws included: one uniform per prompt, as before)."""
+    n, c = _u_profile(seed, 3000, n=4)
+    ids = [f"p{i}" for i in range(len(n))]
+    new = curriculum.make_policy(spec, ids, n, c, seed=seed)
+    old = _PerPromptPolicy(ids, n, c, seed=seed, config=new.config)
+    rng = np.random.default_rng(seed)
+    truth = rng.beta(0.5, 0.5, len(ids))
+    for step in range(6):
+        cand = np.sort(rng.choice(len(ids), 2000, replace=False))
+        picked = new.choose_index(128, cand)
+        np.testing.assert_array_equal(picked, old.choose_index(128, cand))
+        outcome = rng.binomial(8, truth[picked]).astype(float)
+        for policy in (new, old):
+            policy.update_index(picked, np.full(len(picked), 8.0), outcome, step)
+    assert not np.array_equal(new.n, np.rint(new.n))  # the counts were discounted: fractional pairs
+    np.testing.assert_allclose(new.scores(np.arange(len(ids))), old.scores(np.arange(len(ids))), rtol=ULP_REL, atol=0)
+
+
+def test_distinct_pairs_of_whole_and_fractional_counts():
+    n = np.array([8.0, 8.0, 4.0, 0.5, 0.5, 8.0])
+    c = np.array([3.0, 3.0, 4.0, 0.25, 0.25, 0.0])
+    n_u, c_u, inv = curriculum.distinct_pairs(n, c)
+    np.testing.assert_array_equal(n_u[inv], n)
+    np.testing.assert_array_equal(c_u[inv], c)
+    assert len(n_u) == 4
+    n_u, c_u, inv = curriculum.distinct_pairs(n[:3], c[:3])  # whole counts: stats.unique_pairs' order
+    assert (n_u.tolist(), c_u.tolist(), inv.tolist()) == ([4.0, 8.0], [4.0, 3.0], [1, 1, 0])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_by_is_lexsorts_head(seed):
+    """The coverage picks' order (due first, then by score) without a full sort: lexsort's, ties included."""
+    rng = np.random.default_rng(seed)
+    for size in (1, 7, 300, 5000):
+        key = rng.integers(0, 5, size).astype(float) / 4  # many ties
+        key[rng.random(size) < 0.3] = 0.0  # more ties
+        group = rng.random(size) < rng.random()
+        for m in (0, 1, 3, size // 2, size - 1, size, size + 2):
+            np.testing.assert_array_equal(curriculum.first_by(key, group, m), np.lexsort((key, group))[:m])
+    key = np.array([0.5, np.nan, 0.1, 0.1])
+    np.testing.assert_array_equal(curriculum.first_by(key, np.zeros(4, bool), 2), [2, 3])

@@ -300,6 +300,24 @@ def test_binom_pmf_is_the_estimators_old_kernel_and_within_rounding_of_allocate_
     assert stats.binom_pmf(4, np.full((2, 3), 0.5)).shape == (2, 3, 5)
 
 
+@pytest.mark.parametrize("kernel", ["special", "stats"])
+def test_binom_pmf_is_scipy_stats_binom_bit_for_bit(kernel, monkeypatch):
+    """The pmf is scipy.special's kernel (no scipy.stats import) with scipy.stats' handling around it: zero past
+    G, NaN for a rate outside [0, 1], the same bits; where SciPy has no such kernel, scipy.stats itself."""
+    if kernel == "stats":
+        monkeypatch.setattr(stats, "_binom_kernel", lambda: None)
+    else:
+        assert stats._binom_kernel() is not None  # this SciPy has it: the fast path is the one tested
+    odd = np.concatenate([P_GRID, [np.nan, -0.1, 1.1, 1 - 1e-16]])
+    for G in (0, 1, 8, 64):
+        for size in (None, 1, G + 1, G + 5):
+            k = np.arange(G + 1 if size is None else size)
+            got = stats.binom_pmf(G, odd, size=size)
+            np.testing.assert_array_equal(got, binom.pmf(k, G, odd[:, None]))
+    p = np.random.default_rng(0).random((7, 9))
+    np.testing.assert_array_equal(stats.binom_pmf(8, p), binom.pmf(np.arange(9), 8, p[..., None]))
+
+
 def test_allocations_are_unchanged_by_the_pmf_merge(monkeypatch):
     """The point-estimate allocation on a grid of counts, with allocate's old pmf and with the one
     kernel, gives the same rollouts per prompt (the integers the table stores)."""

@@ -154,7 +154,7 @@ def arrow(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
 
 
 def query(s: Facade, sql: str, params: list | dict | None = None) -> pa.Table:
-    con = s.connect()
+    con = s.connect(views=views_named(sql))  # the query's own tables: the others' files are not listed
     try:
         return arrow(con.sql(sql, params=params or None))
     except duckdb.Error as exc:
