@@ -68,7 +68,7 @@ def sql_cmd(
     fmt = check_format(fmt, SQL_FORMATS)
     if query is not None:
         output = output_file(output)
-        store = open_store(data_dir)
+        store = open_store(data_dir, create=write)  # a read makes no data directory
         if fmt == "parquet":  # an Arrow table to write
             result = store.user_query(query, write=write)
         else:  # DuckDB's rows, read while its connection is open
