@@ -149,8 +149,10 @@ def test_a_retried_prefect_shard_is_counted_once(prefect_api, store, counter, cl
     with executors.open_executor(run.ProfileConfig.build(**SIM)) as ex:
         ids = run.prepare_run(run.ProfileConfig.build(**SIM), store, ex.model_name).problems.column("prompt_id")
     cfg = run.ProfileConfig.build(**SIM, backend_options={"fail_once": [ids[3].as_py()]})  # shard 1 fails once
-    prefect_flows.profile_flow(cfg, store)
+    result = prefect_flows.profile_flow(cfg, store)
     _check_run_counts(counter, 7 * 4, shards=4)
+    # the flow hands back what its start found, as a run without Prefect does
+    assert result.details["load"]["prompts"] == 7 and result.details["reuse"]["shards"] == 4
 
 
 def test_plain_lines_when_not_a_terminal(store, close_engines):
