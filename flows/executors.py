@@ -55,19 +55,22 @@ def warm_up(config: run.ProfileConfig) -> None:
             importlib.import_module(name)
 
 
-def after_run(config: run.ProfileConfig, store: Store, finished: FinishedRun) -> ProfileResult:
+def after_run(
+    config: run.ProfileConfig, store: Store, finished: FinishedRun, details: dict[str, Any] | None = None
+) -> ProfileResult:
     """What follows a finished run, from what its finish computed (nothing read back): its outcomes
     recorded as the observations source ``profile:<run id>``, then its verdict computed and its
-    report rendered with it (``result.conclude``)."""
+    report rendered with it (``result.conclude``); ``details``: what the run's start found
+    (``run.Profiled.details``)."""
     track.track_run(store, finished.run_id, finished)
-    return result.conclude(store, finished, report=config.execution.report, G=config.execution.G)
+    return result.conclude(store, finished, report=config.execution.report, details=details, G=config.execution.G)
 
 
 def profile_direct(config: run.ProfileConfig, store: Store) -> ProfileResult:
     """The whole profile without Prefect (same driver, same store, same executor choice)."""
     with open_executor(config) as executor:
-        finished = run.profile(config, store, executor)
-    return after_run(config, store, finished)
+        profiled = run.profile(config, store, executor)
+    return after_run(config, store, profiled.finished, profiled.details())
 
 
 def checkpoints_direct(config: history.CheckpointConfig, store: Store) -> list[dict[str, Any]]:

@@ -165,8 +165,9 @@ def profile(config: run.ProfileConfig, store: Store) -> ProfileResult:
     cfg = run.ProfileConfig.from_dict(config)
     data = _store(store)
     with open_executor(cfg) as executor:  # Ray: the actors load the model, the driver never does
-        finished = run.profile(cfg, data, executor, _flow_steps(cfg))
-    return after_task(cfg, data, quote(finished))  # quoted: Prefect would walk its tables for futures
+        profiled = run.profile(cfg, data, executor, _flow_steps(cfg))
+    # quoted: Prefect would walk its tables for futures
+    return after_task(cfg, data, quote(profiled.finished), profiled.details())
 
 
 @flow(name="profile-checkpoints", persist_result=False, log_prints=False, validate_parameters=False)

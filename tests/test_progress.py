@@ -1,5 +1,5 @@
 """The run's one progress display: counts of the run (not of a shard) across shards, rounds,
-threads and a retried Prefect task; quiet when standard error is not a terminal."""
+threads and a retried Prefect task; plain lines when standard error is not a terminal."""
 
 from __future__ import annotations
 
@@ -149,21 +149,50 @@ def test_a_retried_prefect_shard_is_counted_once(prefect_api, store, counter, cl
     with executors.open_executor(run.ProfileConfig.build(**SIM)) as ex:
         ids = run.prepare_run(run.ProfileConfig.build(**SIM), store, ex.model_name).problems.column("prompt_id")
     cfg = run.ProfileConfig.build(**SIM, backend_options={"fail_once": [ids[3].as_py()]})  # shard 1 fails once
-    prefect_flows.profile_flow(cfg, store)
+    result = prefect_flows.profile_flow(cfg, store)
     _check_run_counts(counter, 7 * 4, shards=4)
+    # the flow hands back what its start found, as a run without Prefect does
+    assert result.details["load"]["prompts"] == 7 and result.details["reuse"]["shards"] == 4
 
 
-def test_quiet_when_not_a_terminal(store, close_engines):
-    out = io.StringIO()
+def test_plain_lines_when_not_a_terminal(store, close_engines):
+    """Piped or redirected: the same line as plain text every few seconds, no terminal codes."""
     r, w = os.pipe()
     with os.fdopen(r) as piped_r, os.fdopen(w, "w") as piped:
-        for stream in (out, piped):
-            with progress.display(stream) as shown:
-                assert shown is None and progress.current() is None
-                executors.profile_direct(run.ProfileConfig.build(**SIM), store)
+        with progress.plain_lines(piped, every_s=0.05) as counter:
+            assert progress.current() is counter
+            counter.begin("r", [10, 10, 10], finished=set())
+            counter.update(0, SAMPLE, 10)
+            counter.update(0, GRADE, 10)
+            counter.shard_done(0)
+            time.sleep(0.3)
+            counter.update(1, SAMPLE, 5)
+            time.sleep(0.3)
+        assert progress.current() is None
         piped.close()
-        assert piped_r.read() == ""
+        lines = piped_r.read().splitlines()
+    assert lines and "\x1b" not in "".join(lines)
+    assert lines[0].startswith("samples 10/30 (33%)") and "shards 1/3" in lines[0]
+    assert any("sampled 15" in line for line in lines)
+    assert len(lines) == len(set(lines)), "a line that says nothing new was written again"
+    # display() on a stream that is no terminal counts the run; one shorter than the interval
+    # (PLAIN_EVERY_S) writes nothing: a quick command stays quiet in a pipe.
+    out = io.StringIO()
+    with progress.display(out) as counter:
+        assert counter is not None and progress.current() is counter
+        executors.profile_direct(run.ProfileConfig.build(**SIM), store)
+    assert counter.snapshot().graded == 7 * 4
     assert out.getvalue() == ""
+
+
+def test_plain_lines_end_on_the_runs_total(store, close_engines):
+    out = io.StringIO()
+    with progress.plain_lines(out, every_s=0.001) as counter:
+        executors.profile_direct(run.ProfileConfig.build(**SIM), store)
+        time.sleep(0.05)
+    lines = out.getvalue().splitlines()
+    assert lines and lines[-1].startswith(f"samples {7 * 4}/{7 * 4} (100%)") and "shards 4/4" in lines[-1]
+    assert counter.snapshot().graded == 7 * 4 and "\x1b" not in out.getvalue()
 
 
 def test_a_terminal_shows_the_line():

@@ -9,13 +9,15 @@ profile set) are in ``profile_options``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from pipeline.cli.errors import on_failure
 from pipeline.errors import ConfigError, StoreError
-from pipeline.store import DATA_DIR_ENV, Store, writable_output
+from pipeline.store import DATA_DIR_ENV, Store, is_remote, resolve_data_dir, writable_output
 
 # --- data directory and output ----------------------------------------------------------------
 
@@ -46,9 +48,57 @@ DatasetName = Annotated[
 ]
 
 
-def open_store(data_dir: str | None) -> Store:
-    """The ``Store`` of ``--data-dir`` (created and checked writable; ``StoreError`` says why not)."""
-    return Store.open(data_dir)
+def open_store(data_dir: str | None, *, create: bool = True) -> Store:
+    """The ``Store`` of ``--data-dir``.
+
+    ``create``, for a command that stores something: made and checked writable (``StoreError`` says
+    why not); a folder made here is removed again if the command then fails while it is still empty,
+    so a mistyped ``--data-dir`` or a command run from the wrong folder leaves nothing behind.
+    Without it, for a command that only reads (``runs``, ``sql``, ``export``, ``drift``), nothing is
+    made: a data directory that does not exist reads as one without runs.
+    """
+    root = resolve_data_dir(data_dir)
+    if not create:
+        if not is_remote(str(root)):
+            _check_readable(Path(root))
+        return Store.open(data_dir, create=False)
+    made = None if is_remote(str(root)) else _first_missing(Path(root))
+    store = Store.open(data_dir)
+    if made is not None:
+        on_failure(lambda: _remove_empty(made))
+    return store
+
+
+def _first_missing(root: Path) -> Path | None:
+    """The outermost folder of ``root``'s path that does not exist yet (None: ``root`` exists)."""
+    missing = None
+    for folder in (root, *root.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _remove_empty(top: Path) -> None:
+    """Remove ``top`` and the folders under it, if they hold no file (a file written meanwhile keeps them)."""
+    for folder, _, _ in sorted(os.walk(top), key=lambda walked: -len(walked[0])):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+def _check_readable(root: Path) -> None:
+    """A local data directory a reading command is given: a folder, or missing under a folder
+    (``StoreError`` when a file stands in its place or in its path)."""
+    folder = root
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise StoreError(
+            f"data directory {str(root)!r} is not writable ({str(folder)!r} is a file, not a folder); "
+            f"pass --data-dir or set {DATA_DIR_ENV} to a folder"
+        )
 
 
 def output_file(path: Path | None) -> Path | None:

@@ -177,8 +177,13 @@ AdaptivePrior = Annotated[
     ),
 ]
 ShardSize = Annotated[
-    int,
-    typer.Option("--shard-size", help="Prompts per shard (unit of retry and resume).", rich_help_panel=_EXECUTION),
+    int | None,
+    typer.Option(
+        "--shard-size",
+        help="Prompts per shard (unit of retry and resume; default: as many as fit the backend's tokens per "
+        "shard at --n x --max-tokens, e.g. 4 MATH prompts on xllamacpp, at most 256).",
+        rich_help_panel=_EXECUTION,
+    ),
 ]
 GradeWorkers = Annotated[
     int, typer.Option("--grade-workers", help="math-verify worker processes.", rich_help_panel=_EXECUTION)

@@ -26,6 +26,7 @@ from pipeline.run.config import (
     flat_fields,
 )
 from pipeline.run.driver import (
+    Profiled,
     Steps,
     finish_run,
     finish_step,
@@ -38,6 +39,7 @@ from pipeline.run.driver import (
 )
 from pipeline.run.plan import (
     RunPlan,
+    RunStart,
     ShardEntries,
     compute_run_id,
     entries_from_plan_table,
@@ -71,7 +73,9 @@ __all__ = [
     "GENERIC_DEFAULTS",
     "InlineExecutor",
     "ProfileConfig",
+    "Profiled",
     "RunPlan",
+    "RunStart",
     "SamplingConfig",
     "ShardEntries",
     "ShardJob",

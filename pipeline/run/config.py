@@ -30,6 +30,25 @@ BUNDLED_DEFAULTS: dict[str, Any] = {"temperature": 0.7, "max_tokens": 24, "limit
 # Real datasets: the usual RL rollout temperature and room for a worked solution.
 GENERIC_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "max_tokens": 1024, "limit": None}
 
+# The most tokens a shard may ask its backend for (prompts x samples x max_tokens), by backend: a
+# shard is the unit of resume, so a killed run keeps the shards written, and a shard is sized to a
+# few minutes of its backend's work. The bundled model on 2 CPU cores writes about 130 tokens a second
+# (10 MATH-500 prompts x 8 answers of up to 1,024 tokens took over 10 minutes): 32,768 tokens is 4
+# such prompts, some 4 minutes; a GPU engine or a server writes thousands a second. simulate has no
+# work per token: its shards stay at the most.
+SHARD_TOKENS: dict[str, int | None] = {"xllamacpp": 2**15, "vllm": 2**20, "openai": 2**20, "simulate": None}
+MAX_SHARD_SIZE = 256
+
+
+def default_shard_size(backend: str, samples: int, max_tokens: int) -> int:
+    """Prompts per shard when ``--shard-size`` is not given: as many as fit the backend's
+    ``SHARD_TOKENS`` at ``samples`` answers of up to ``max_tokens`` each, 1 to ``MAX_SHARD_SIZE``."""
+    budget = SHARD_TOKENS.get(backend)
+    if budget is None:
+        return MAX_SHARD_SIZE
+    return max(1, min(MAX_SHARD_SIZE, budget // (samples * max_tokens)))
+
+
 ExecutorName = Literal["local", "ray"]
 EXECUTORS: tuple[ExecutorName, ...] = ("local", "ray")
 
@@ -117,7 +136,8 @@ class ExecutionConfig:
     """How the work is carried out and what is written at the end.
 
     Attributes:
-        shard_size: prompts per shard (the unit of work, retry and resume).
+        shard_size: prompts per shard (the unit of work, retry and resume; None: by the expected work,
+            ``default_shard_size``, resolved by ``ProfileConfig``).
         executor: ``local`` (shards in this process) or ``ray`` (shards on Ray actors).
         ray_address: the Ray cluster to join (default: this process's Ray, else ``RAY_ADDRESS``,
             else a new local one).
@@ -129,7 +149,7 @@ class ExecutionConfig:
             it, and the default allocation spends G rollouts per prompt (not in the run's id).
     """
 
-    shard_size: int = 256
+    shard_size: int | None = None
     executor: ExecutorName = "local"
     ray_address: str | None = None
     replicas: int = 1
@@ -138,7 +158,8 @@ class ExecutionConfig:
     G: int = schema.DEFAULT_G
 
     def __post_init__(self) -> None:
-        check_int("shard_size", self.shard_size, 1)
+        if self.shard_size is not None:
+            check_int("shard_size", self.shard_size, 1)
         check_int("G", self.G, 2, schema.MAX_G)
         if self.allocation_budget_factor is not None:
             check_int("allocation_budget_factor", self.allocation_budget_factor, 2)
@@ -172,6 +193,10 @@ class ProfileConfig:
         if missing:
             object.__setattr__(self, "sampling", replace(self.sampling, **missing))
         self.sampling.params()  # checks n, temperature, top_p, max_tokens, seed
+        if self.execution.shard_size is None:  # an adaptive run's shards start at n_min answers a prompt
+            samples = self.adaptive.n_min if self.adaptive is not None else self.sampling.n
+            size = default_shard_size(self.engine.backend.lower(), samples, self.sampling.max_tokens)
+            object.__setattr__(self, "execution", replace(self.execution, shard_size=size))
 
     def display_name(self) -> str:
         """The dataset's name before its problems are loaded: ``--dataset``, or a data file's

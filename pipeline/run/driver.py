@@ -25,6 +25,7 @@ from pipeline.run import progress
 from pipeline.run.config import ProfileConfig
 from pipeline.run.plan import (
     RunPlan,
+    RunStart,
     check_adaptive_plan,
     check_counts,
     compute_run_id,
@@ -54,6 +55,7 @@ def stored_dataset(store: Store, dataset: str, limit: int | None) -> datasets.Lo
         DatasetError: no adapter of that name and no problems stored under it.
     """
     problems = store.read_table("problems", {"dataset": dataset})
+    rows = problems.num_rows
     if problems.num_rows == 0:
         raise DatasetError(
             f"unknown dataset {dataset!r}: no adapter of that name and no problems stored under it in "
@@ -63,7 +65,7 @@ def stored_dataset(store: Store, dataset: str, limit: int | None) -> datasets.Lo
         problems = problems.slice(0, limit)
     statuses = problems.column("status").to_pylist()
     counts = {status: statuses.count(status) for status in dict.fromkeys(statuses)}
-    return datasets.LoadResult(problems, rows_read=problems.num_rows, duplicates=0, status_counts=counts)
+    return datasets.LoadResult(problems, rows_read=rows, duplicates=0, status_counts=counts)
 
 
 def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan:
@@ -102,6 +104,14 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
         params = {k: v for k, v in params.items() if k != "n"} | {"adaptive": acfg.to_dict()}
     prompt_ids = gradable.column("prompt_id").to_pylist()
     run_id = compute_run_id(dataset, model_name, config.engine.backend, params, template, prompt_ids)
+    before = store.get_run(run_id, missing_ok=True)
+    start = RunStart(
+        rows_read=result.rows_read,
+        duplicates=result.duplicates,
+        past_limit=result.rows_read - result.duplicates - problems.num_rows,
+        stored=stored,
+        status_before=before.status if before is not None else None,
+    )
     shard_size = config.execution.shard_size
     store.register_run(
         RunRecord(
@@ -125,14 +135,14 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
         for start in range(0, len(prompt_ids), shard_size)
     ]
     rounds = [0] * len(fresh) if acfg is not None else []
-    stored = stored_plan(store, run_id)
-    if stored.num_rows:
+    planned_before = stored_plan(store, run_id)
+    if planned_before.num_rows:
         # The run was started before: its stored plan wins, so the finished shards are reused
         # exactly whatever --shard-size this rerun was given.
-        entries = entries_from_plan_table(stored)
+        entries = entries_from_plan_table(planned_before)
         planned = {pid for shard in entries for pid, _, _ in shard}
         if acfg is not None:
-            rounds = rounds_from_plan_table(stored)
+            rounds = rounds_from_plan_table(planned_before)
             check_adaptive_plan(run_id, entries, rounds, prompt_ids, acfg)
         elif planned != set(prompt_ids) or any(c != n0 or f != 0 for e in entries for _, f, c in e):
             raise PipelineError(
@@ -141,7 +151,7 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
             )
         if entries[: len(fresh)] != fresh:
             log.warning(
-                "run %s was planned with %d prompts per shard; resuming with that plan (--shard-size %d ignored)",
+                "run %s was planned with %d prompts per shard; resuming with that plan, not shards of %d",
                 run_id,
                 len(entries[0]),
                 shard_size,
@@ -158,8 +168,9 @@ def prepare_run(config: ProfileConfig, store: Store, model_name: str) -> RunPlan
         skipped=skipped,
         rounds=rounds,
         adaptive=acfg,
+        start=start,
     )
-    if not stored.num_rows:
+    if not planned_before.num_rows:
         save_plan(store, plan)
     return plan
 
@@ -257,9 +268,10 @@ class Steps:
     finish: Callable[[ProfileConfig, Store, RunPlan, AdaptiveState | None], FinishedRun] = finish_step
 
 
-def begin_progress(store: Store, plan: RunPlan) -> None:
+def begin_progress(store: Store, plan: RunPlan, finished: set[int]) -> None:
     """Tell the run's progress display (if one is drawn) the plan whose shards run next: every
-    shard's samples and those already written, so it counts the run's total, not a shard's."""
+    shard's samples and those already written (``finished``), so it counts the run's total, not a
+    shard's."""
     counter = progress.current()
     if counter is None:
         return
@@ -267,20 +279,61 @@ def begin_progress(store: Store, plan: RunPlan) -> None:
     counter.begin(
         plan.run_id,
         [sum(count for _, _, count in entries) for entries in plan.entries],
-        finished_shards(store, plan),
+        finished,
         round_=(plan.rounds[-1] if plan.rounds else 0) if acfg is not None else None,
         bound=plan.problems.num_rows * acfg.n_max if acfg is not None else None,
     )
 
 
-def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Steps = Steps()) -> FinishedRun:
+@dataclass(frozen=True)
+class Profiled:
+    """What ``profile`` did: the finished run, and what this start found on the way, for the command
+    to say (``details``): the load behind it and the shards an earlier start had written already."""
+
+    finished: FinishedRun
+    plan: RunPlan
+    shards_reused: int
+
+    def details(self) -> dict[str, Any]:
+        """``ProfileResult.details`` of the run: ``load`` (rows read, duplicates collapsed, rows past
+        ``--limit``, problems skipped by status, prompts profiled; None for a plan no load made) and
+        ``reuse`` (the run's status before this start, its shards and those reused)."""
+        start, plan = self.plan.start, self.plan
+        load = None
+        if start is not None:
+            load = {
+                "rows_read": start.rows_read,
+                "duplicates": start.duplicates,
+                "past_limit": start.past_limit,
+                "stored": start.stored,
+                "skipped": dict(plan.skipped),
+                "prompts": plan.problems.num_rows,
+            }
+        reuse = {
+            "status_before": start.status_before if start is not None else None,
+            "shards": len(plan.digests),
+            "shards_reused": self.shards_reused,
+        }
+        return {"load": load, "reuse": reuse}
+
+
+def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Steps = Steps()) -> Profiled:
     """The whole profile: prepare, every pending shard (round after round for an adaptive run),
-    finish. Returns what the finish computed."""
+    finish. Returns what the finish computed, with what this start reused."""
     plan = steps.prepare(config, store, executor)
     steps.started(plan)
-    with working_on(store, plan.run_id):
-        begin_progress(store, plan)
+    reused = counted = 0  # shards an earlier start wrote; shards of the plan looked at so far
+
+    def run_round(plan: RunPlan) -> None:
+        nonlocal reused, counted
+        finished = finished_shards(store, plan)
+        reused += sum(1 for s in finished if s >= counted)
+        counted = len(plan.digests)
+        begin_progress(store, plan, finished)
         steps.run_shards(store, plan, executor)
+
+    with working_on(store, plan.run_id):
+        run_round(plan)
         state = None
         while plan.adaptive is not None:
             found = steps.next_round(config, store, plan)
@@ -288,9 +341,8 @@ def profile(config: ProfileConfig, store: Store, executor: Executor, steps: Step
             if found.plan is None:
                 break
             plan = found.plan
-            begin_progress(store, plan)
-            steps.run_shards(store, plan, executor)
-        return steps.finish(config, store, plan, state)
+            run_round(plan)
+        return Profiled(steps.finish(config, store, plan, state), plan, reused)
 
 
 def run_label(config: ProfileConfig, run_id: str | None = None, dataset: str | None = None) -> str:

@@ -61,6 +61,20 @@ def compute_run_id(dataset: str, model: str, backend: str, params: dict, templat
 
 
 @dataclass(frozen=True)
+class RunStart:
+    """What preparing this start of a run found, for the command to say: the load behind it (rows
+    read, duplicates collapsed into earlier rows, rows past ``--limit``; ``stored``: the problems were
+    the data directory's, loaded before) and the run's status before this start (None: a new run).
+    The problems left out by their status are the plan's ``skipped``."""
+
+    rows_read: int
+    duplicates: int
+    past_limit: int
+    stored: bool = False
+    status_before: str | None = None
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """A run, its problems and its shards.
 
@@ -80,6 +94,7 @@ class RunPlan:
     shards: list[list[int]] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)
     adaptive: AdaptiveConfig | None = None
+    start: RunStart | None = None  # None: a plan not made by ``prepare_run`` (a regrade's, an import's)
 
     @classmethod
     def build(cls, run_id: str, entries: list[ShardEntries], problems: pa.Table, **fields: Any) -> RunPlan:
@@ -108,6 +123,7 @@ class RunPlan:
             skipped=self.skipped,
             rounds=self.rounds + [round_] * len(new),
             adaptive=self.adaptive,
+            start=self.start,
         )
 
     def shard_round(self, shard: int) -> int | None:

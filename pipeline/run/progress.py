@@ -14,8 +14,9 @@ says so with the bound it cannot pass (every prompt at ``n_max``).
 A sample counts as done once graded. Rate and time left count a sample half done once sampled,
 so they move during a shard's sampling (llama.cpp, vLLM) as well as its grading (simulate).
 
-``display()`` draws the line on a terminal and does nothing when the stream is not one (a pipe,
-a file, CI): nothing is installed, so the run pays nothing.
+``display()`` draws the line on a terminal; when the stream is not one (a pipe, a file, CI) it
+writes the same line as plain text, without terminal codes, every ``PLAIN_EVERY_S`` seconds while
+the count moves, and the last count at the end if it wrote any: a run shorter than that writes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from dataclasses import dataclass
 from typing import TextIO
 
 SAMPLE, GRADE = "sample", "grade"
+
+# Seconds between two plain lines (a stream that is not a terminal: a log keeps every line).
+PLAIN_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -163,13 +167,57 @@ def current() -> RunProgress | None:
 
 
 @contextmanager
-def display(stream: TextIO | None = None, refresh_s: float = 0.25) -> Iterator[RunProgress | None]:
-    """Draw the run's line on ``stream`` (default standard error) while the block runs, when it is
-    a terminal; otherwise install nothing and print nothing."""
+def _installed(counter: RunProgress) -> Iterator[None]:
     global _current
+    previous, _current = _current, counter
+    try:
+        yield
+    finally:
+        _current = previous
+
+
+@contextmanager
+def plain_lines(stream: TextIO, every_s: float = PLAIN_EVERY_S) -> Iterator[RunProgress]:
+    """Write the run's line to ``stream`` as plain text every ``every_s`` seconds while its count
+    moves, and the last count when the block ends if any line was written."""
+    counter = RunProgress()
+    stop = threading.Event()
+    written: list[str] = []
+
+    def write(final: bool = False) -> None:
+        line = describe(counter.snapshot())
+        if (written and line == written[-1]) or (final and not written):
+            return
+        try:
+            stream.write(line + "\n")
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe must not stop the run
+            return
+        written.append(line)
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            write()
+
+    thread = threading.Thread(target=loop, name="progress-lines", daemon=True)
+    with _installed(counter):
+        thread.start()
+        try:
+            yield counter
+        finally:
+            stop.set()
+            thread.join()
+            write(final=True)
+
+
+@contextmanager
+def display(stream: TextIO | None = None, refresh_s: float = 0.25) -> Iterator[RunProgress]:
+    """Show the run's line on ``stream`` (default standard error) while the block runs: drawn under a
+    bar on a terminal, refreshed every ``refresh_s``; else as plain lines (``plain_lines``)."""
     stream = stream if stream is not None else sys.stderr
     if not stream.isatty():
-        yield None
+        with plain_lines(stream) as counter:
+            yield counter
         return
     from rich.console import Console, Group
     from rich.live import Live
@@ -183,14 +231,13 @@ def display(stream: TextIO | None = None, refresh_s: float = 0.25) -> Iterator[R
         bar = ProgressBar(total=max(snap.total, 1), completed=snap.graded, width=40)
         return Group(bar, Text(describe(snap)))
 
-    previous, _current = _current, counter
     try:  # the stream's own width: standard output may be piped while standard error is not
         width = os.get_terminal_size(stream.fileno()).columns or None
     except (OSError, ValueError, io.UnsupportedOperation):
         width = None
     console = Console(file=stream, force_terminal=True, width=width)
-    try:
-        with Live(get_renderable=render, console=console, refresh_per_second=1 / refresh_s, transient=False):
-            yield counter
-    finally:
-        _current = previous
+    with (
+        _installed(counter),
+        Live(get_renderable=render, console=console, refresh_per_second=1 / refresh_s, transient=False),
+    ):
+        yield counter

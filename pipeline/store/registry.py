@@ -208,7 +208,8 @@ def get_run(s: Facade, run_id: str, *, missing_ok: bool = False) -> RunRecord | 
         if missing_ok:
             return None
         known = s.list_runs().column("run_id").to_pylist()
-        raise StoreError(f"unknown run {run_id!r}; known runs: {known or 'none'}")
+        where = "" if known or s.exists(s.root) else f" (there is no data directory at {str(s.root)!r})"
+        raise StoreError(f"unknown run {run_id!r}; known runs: {known or 'none'}{where}")
     return decode_run(rows[0])
 
 

@@ -19,7 +19,7 @@ def drift_cmd(
     """Checkpoint drift: per checkpoint summary, prompts that became silent, largest changes."""
     fmt = check_format(fmt)
     check_int("--limit", limit, 0)
-    store = open_store(data_dir)
+    store = open_store(data_dir, create=False)
     emit_sections(
         [
             ("checkpoints", "history by checkpoint", store.named_query("history_checkpoints")),

@@ -124,7 +124,7 @@ def export_cmd(
         field=field or FIELD,
         drop_truncated=drop_truncated,
     )
-    store = open_store(data_dir)
+    store = open_store(data_dir, create=False)
     result = export_run(store, run, output, config, exclude_list=exclude_list)
     meta = result.metadata
 
@@ -172,7 +172,7 @@ def _export_mopps(run: str, output: Path, data_dir, **unused) -> None:
     given = [f"--{k.replace('_', '-')}" for k, v in unused.items() if v is not None]
     if given:
         raise ConfigError(f"--format mopps writes every measured prompt's outcomes: {', '.join(given)} does not apply")
-    got = write_mopps(open_store(data_dir), run, output)
+    got = write_mopps(open_store(data_dir, create=False), run, output)
     say(
         f"wrote {got.rows} rows ({got.outcomes} outcomes) to {got.path} (MoPPS index_score.json, keyed by "
         f"extra_info.index; tasksampler.bandit_init_dir)"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import profile_options as opt
 from pipeline.cli.options import DataDir, open_store
@@ -17,11 +17,49 @@ if TYPE_CHECKING:
 
 @contextmanager
 def progress_bars() -> Iterator[None]:
-    """The run's progress line on standard error while the block runs (nothing when it is piped)."""
+    """The run's progress line on standard error while the block runs (plain lines when it is piped)."""
     from pipeline.run import progress
 
     with progress.display(err_console.file):
         yield
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def load_line(load: Mapping[str, Any] | None) -> str | None:
+    """What the load behind the run did (``run.Profiled.details``), e.g. ``read 1,209 rows: 2 duplicates
+    collapsed, 1 skipped (empty_answer: 1); profiled 1,206 prompts``."""
+    if load is None:
+        return None
+    changes = []
+    if load["duplicates"]:
+        changes.append(f"{_plural(load['duplicates'], 'duplicate')} collapsed")
+    if load["skipped"]:
+        reasons = ", ".join(f"{status}: {count:,}" for status, count in sorted(load["skipped"].items()))
+        changes.append(f"{sum(load['skipped'].values()):,} skipped ({reasons})")
+    if load["past_limit"]:
+        changes.append(f"{load['past_limit']:,} past --limit")
+    read = f"read {_plural(load['rows_read'], 'stored problem' if load['stored'] else 'row')}"
+    return f"{read}{': ' + ', '.join(changes) if changes else ''}; profiled {_plural(load['prompts'], 'prompt')}"
+
+
+def reuse_line(run_id: str, reuse: Mapping[str, Any] | None) -> str | None:
+    """What an earlier start of the run had stored already, when anything (``run.Profiled.details``)."""
+    if reuse is None or not reuse["shards_reused"]:
+        return None
+    shards, reused = reuse["shards"], reuse["shards_reused"]
+    if reused < shards:
+        earlier = f"{reused} of {_plural(shards, 'shard')} stored by an earlier start"
+        return f"run {run_id} resumed: {earlier}, {shards - reused:,} sampled now"
+    if reuse["status_before"] == "done":
+        return (
+            f"run {run_id} already done: nothing sampled, its {_plural(shards, 'stored shard')} reused "
+            "(the analysis and verdict computed again from them)"
+        )
+    earlier = f"all {_plural(shards, 'shard')} stored by an earlier start"
+    return f"run {run_id}: {earlier}; nothing sampled, the run finished from them"
 
 
 @opt.profile_options
@@ -46,6 +84,9 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
             from pipeline.flows.executors import profile_direct
 
             result = profile_direct(profile, store)
+    for line in (load_line(result.details.get("load")), reuse_line(result.run_id, result.details.get("reuse"))):
+        if line:
+            say(line)
     print_run_summary(store, result.run_id, result.finished, result.verdict.G)
     print_adaptive_summary(result.finished)
     say(f"run {result.run_id} done; tables under {store.root}")

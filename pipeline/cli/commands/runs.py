@@ -11,5 +11,5 @@ RUN_COLUMNS = ["run_id", "dataset", "model", "backend", "n_prompts", "status", "
 def runs_cmd(fmt: Format = "table", data_dir: DataDir = None) -> None:
     """List the runs in the registry, newest first."""
     fmt = check_format(fmt)
-    runs = open_store(data_dir).list_runs()
+    runs = open_store(data_dir, create=False).list_runs()
     emit(runs.select(RUN_COLUMNS), fmt, title="runs")

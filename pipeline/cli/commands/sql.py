@@ -76,7 +76,7 @@ def sql_cmd(
         output = output_file(output)
         if fmt == "parquet" and output is None:
             raise ConfigError("--format parquet needs --output PATH")
-        store = open_store(data_dir)
+        store = open_store(data_dir, create=write)  # a read makes no data directory
         if output is not None and fmt in WRITTEN_FORMATS:  # DuckDB writes the file, streamed
             written = store.user_result(
                 query, lambda rel: write_result(store, rel, fmt, output), write=write, timeout_s=timeout, unordered=True
