@@ -326,12 +326,11 @@ def gain_at_G(run_id: str, prompt_stats: pa.Table, allocation: pa.Table | None, 
     config = allocate.default_config(measured.num_rows, max(G, 2))
     if allocation is not None and allocation.num_rows:
         same = pc.and_(
-            pc.and_(
-                pc.equal(allocation.column("objective"), config.objective),
-                pc.equal(allocation.column("budget"), config.budget),
-            ),
-            pc.equal(allocation.column("posterior"), config.posterior),
+            pc.equal(allocation.column("objective"), config.objective),
+            pc.equal(allocation.column("budget"), config.budget),
         )
+        if "posterior" in allocation.column_names:  # a table made before the column was there: any prior
+            same = pc.and_(same, pc.equal(allocation.column("posterior"), config.posterior))
         stored = allocation.filter(pc.fill_null(same, False))
         if stored.num_rows == measured.num_rows:
             return reallocation_gain(stored)

@@ -75,7 +75,7 @@ def _flat_silence(n: int, c: int, G: int) -> tuple[float, float]:
     return right, wrong
 
 
-def _check_measure(m: dict, stats: dict, G: int) -> None:
+def _check_measure(m: dict, stats: dict, G: int, simulated: bool = True) -> None:
     assert set(m) == set(MEASUREMENT.names)
     s = stats[m["prompt_id"]]
     assert m["run_id"] == s["run_id"]
@@ -84,8 +84,11 @@ def _check_measure(m: dict, stats: dict, G: int) -> None:
     assert m["interval_lo"] <= m["pass_rate"] <= m["interval_hi"] and m["interval_level"] == 0.95
     right, wrong = _flat_silence(s["n"], s["c"], G)
     assert m["zero_signal"] == pytest.approx(right + wrong) and m["zero_signal"] > 0
-    assert m["band"] == ("hard" if wrong >= 0.5 else "easy" if right >= 0.5 else "informative")
-    assert m["truncated_share"] == s["truncated_share"] == 0.0  # the simulated answers fit the token limit
+    hard = "truncated" if s["truncated"] else "hard"  # a would-be hard prompt cut off by the token limit
+    assert m["band"] == (hard if wrong >= 0.5 else "easy" if right >= 0.5 else "informative")
+    assert m["truncated_share"] == s["truncated_share"]
+    if simulated:
+        assert s["truncated_share"] == 0.0  # the simulated answers fit the token limit
     assert m["undecided"] is None  # a fixed-n run decides nothing
     assert m["allocated_rollouts"] >= 2  # the profile's default allocation
 
@@ -370,7 +373,7 @@ def test_gsm8k_with_the_bundled_model_round_trips(shared, tmp_path, close_engine
         assert line.startswith(original.strip()[:-1])
         row = json.loads(line)
         measure = row.pop(key)
-        _check_measure(measure, stats, 8)
+        _check_measure(measure, stats, 8, simulated=False)
         assert row.pop("prompt_id") == measure["prompt_id"]
         assert row == json.loads(original)
     again = tmp_path / "again"

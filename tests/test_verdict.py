@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from pipeline import analyze, finish, schema, stats, verdict
 from pipeline.cli import app
 from pipeline.errors import ConfigError
+from pipeline.prior import choose_prior
 from pipeline.store import RunRecord, Store
 
 runner = CliRunner()
@@ -92,12 +93,13 @@ def test_silence_split_kept_and_halving_on_a_measured_run():
     mixed = (c > 0) & (c < n) & (right < 0.5) & (wrong < 0.5)
     assert v.kept == int(mixed.sum()) < int(((c > 0) & (c < n)).sum()) and v.prompts == 400
     assert ((c == 1) & ~mixed).any()  # 1 of 32 right: a group of 8 is all wrong 64% of the time
-    half = verdict.halving_group_size(a.prompt_stats, 8, s.silent)
+    # past the answers drawn, the rates are read under a prior fitted to the counts (no per-prompt Jeffreys)
+    fitted = choose_prior(n, c)
+    half = verdict.halving_group_size(a.prompt_stats, 8, s.silent, fitted)
     assert half is not None and half > 8
     # the halving G is the first one at or under half: one less is still above it
     for g, below in ((half, True), (half - 1, False)):
-        plus, minus = stats.silent_rates(n, c, g)
-        assert (float((plus + minus).mean()) <= s.silent / 2) is below
+        assert (float(verdict.silent_under(fitted, n, c, g, False).mean()) <= s.silent / 2) is below
     assert any(f"G = {half} halves the silence" in line.text for line in v.lines)
     assert not v.warnings  # 32 answers each, nothing truncated, both outcomes seen
 
@@ -108,7 +110,7 @@ def test_reallocation_says_when_it_does_not_pay():
         return pa.table(
             {
                 "objective": ["signal"] * k,
-                "budget": [16 * k] * k,
+                "budget": [8 * k] * k,  # the default policy's at G = 8
                 "expected_value": values,
                 "uniform_value": uniform,
             }
@@ -118,10 +120,14 @@ def test_reallocation_says_when_it_does_not_pay():
     assert verdict.reallocation_gain(alloc([3.0, 1.0], [1.0, 1.0])) == pytest.approx(2.0)
     assert verdict.reallocation_gain(None) is None
     a = _tables(np.full(50, 16), np.arange(50) % 17)
-    flat = verdict.verdict("r", a.prompt_stats, a.summary, allocation=alloc([1.0, 1.0], [1.0, 1.0]))
+    flat = verdict.verdict("r", a.prompt_stats, a.summary, allocation=alloc([1.0] * 50, [1.0] * 50))
     assert any("does not pay" in line.text for line in flat.lines)
-    pays = verdict.verdict("r", a.prompt_stats, a.summary, allocation=alloc([3.0, 1.0], [1.0, 1.0]))
-    assert any("reallocating rollouts across prompts pays: 2.00x" in line.text for line in pays.lines)
+    pays = verdict.verdict("r", a.prompt_stats, a.summary, allocation=alloc([4.0] + [1.0] * 49, [1.0] * 50))
+    assert any("pays: x1.06 the uniform allocation's signal at 8 rollouts per prompt" in x.text for x in pays.lines)
+    # a stored allocation at another budget is not the advice at G: the policy is computed at G
+    other = verdict.verdict("r", a.prompt_stats, a.summary, allocation=alloc([3.0, 1.0], [1.0, 1.0]))
+    computed = verdict.gain_at_G("r", a.prompt_stats, None, 8)
+    assert any(f"x{computed:.4g} the uniform" in line.text for line in other.lines)
 
 
 def test_always_right_warns_and_truncation_under_the_threshold_does_not():
@@ -408,7 +414,7 @@ def test_cut_off_prompts_carry_no_extrapolation_and_the_token_budget_is_named():
     v = verdict.verdict("r", a.prompt_stats, a.summary, G=8, sample_info=info, run=run)
     plain = _tables(n, c)
     half = verdict.halving_group_size(
-        plain.prompt_stats, 8, verdict.silence_at(plain.prompt_stats, plain.summary, 8).silent
+        plain.prompt_stats, 8, verdict.silence_at(plain.prompt_stats, plain.summary, 8).silent, choose_prior(n, c)
     )
     assert half is not None
     assert any(

@@ -45,7 +45,9 @@ def run_tables(analysis: Analysis, run_id: str, G: int) -> list[tuple[str, str, 
     ]
 
 
-def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = None, G: int = SUMMARY_G) -> None:
+def print_run_summary(
+    store: Store, run_id: str, finished: FinishedRun | None = None, G: int = SUMMARY_G, estimator: str | None = None
+) -> None:
     """The end-of-run summary: pass-rate spread, zero-signal rates, gradient shares at G = 8; from
     what the run's finish computed when given (not read back), else from the stored tables."""
 
@@ -61,7 +63,19 @@ def print_run_summary(store: Store, run_id: str, finished: FinishedRun | None = 
     print_table(spread, title=f"pass-rate spread, run {run_id}{made_up}")
     print_table(rows("zero_signal_summary", {"run_id": run_id}), title=ZERO_SIGNAL_TITLE)
     shares = rows("gradient_shares", {"run_id": run_id, "G": G})
-    print_table(shares, title=f"gradient share by difficulty band at G = {G} (the bands cover every pass rate)")
+    title = f"gradient share by difficulty band at G = {G} (the bands cover every pass rate)"
+    if estimator is not None:  # the one the user trains with; the others are in the report
+        import pyarrow.compute as pc
+
+        shown = shares.filter(pc.equal(shares.column("estimator"), estimator))
+        shares = shown if shown.num_rows else shares
+        title = f"{title}; the other estimators: the report, or --all-estimators"
+    posterior = finished is not None and finished.run.adaptive is not None
+    if not posterior:  # a band no measured rate reaches (hard at n <= 10) is 0 by construction: not shown
+        bands = ("hard", "informative_hard", "informative_mid", "informative_easy", "easy")
+        empty = [b for b in bands if b in shares.column_names and not any(shares.column(b).to_pylist())]
+        shares = shares.drop_columns(empty) if shares.num_rows else shares
+    print_table(shares, title=title)
     if shares.num_rows and not any(shares.column("mean_mass").to_pylist()):
         say(f"no estimator has any update mass at G = {G}: every group is silent, so there are no shares")
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import typer
+
+from pipeline import estimators as est
 from pipeline.cli import profile_options as opt
 from pipeline.cli.options import DataDir, open_store
 from pipeline.cli.output import err_console, say
@@ -63,11 +66,22 @@ def reuse_line(run_id: str, reuse: Mapping[str, Any] | None) -> str | None:
 
 
 @opt.profile_options
-def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: DataDir = None) -> None:
+def profile_cmd(
+    profile: ProfileConfig,
+    prefect: opt.Prefect = True,
+    estimator: Annotated[
+        str, typer.Option("--estimator", help="The estimator you train with: the summary's gradient shares.")
+    ] = "grpo",
+    all_estimators: Annotated[
+        bool, typer.Option("--all-estimators", help="Print every estimator's gradient shares (the report has them).")
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
     """Sample, grade, store and analyze a dataset (default: bundled arithmetic, bundled model).
 
     With --adaptive, sample in rounds and stop each prompt once its band (or pass rate to +-h) is decided.
     """
+    shown = None if all_estimators else est.get(estimator).spec  # an unknown name fails before any work
     store = open_store(data_dir)
     with progress_bars():
         if prefect:
@@ -84,12 +98,13 @@ def profile_cmd(profile: ProfileConfig, prefect: opt.Prefect = True, data_dir: D
             from pipeline.flows.executors import profile_direct
 
             result = profile_direct(profile, store)
+    # the first screen: what happened, where the tables and report are, the verdict; then the numbers
     for line in (load_line(result.details.get("load")), reuse_line(result.run_id, result.details.get("reuse"))):
         if line:
             say(line)
-    print_run_summary(store, result.run_id, result.finished, result.verdict.G)
     print_adaptive_summary(result.finished)
     say(f"run {result.run_id} done; tables under {store.root}")
     if result.report:
         say(f"report: {result.report}")
     print_verdict(result.verdict)
+    print_run_summary(store, result.run_id, result.finished, result.verdict.G, shown)
