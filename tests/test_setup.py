@@ -93,8 +93,14 @@ def test_the_top_level_folders_are_the_packages_the_wheel_lists():
 def test_a_profile_runs_from_the_built_wheel_outside_the_checkout(tmp_path):
     """The wheel carries flows/, reports/ and sql/ inside ``pipeline``: unpacked alone (a pure-Python
     wheel is a zip) and put first on the path, outside the checkout, it profiles and writes a report."""
+    import shutil
+
+    # built from a copy: setuptools writes build/ and *.egg-info beside the sources
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__", "difficulty-data", "site")
+    shutil.copytree(ROOT, source, ignore=skip)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path],
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path],
         check=True,
         capture_output=True,
     )
