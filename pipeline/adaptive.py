@@ -15,9 +15,13 @@ misclassification plus ``cost`` times the rollouts (backward induction over ``(n
 not, and one that no affordable amount of samples would settle stops undecided. With ``cost=0``,
 and for ``width``, as soon as it is decided. Either way at ``n_max``, decided or not. Round 0
 gives every prompt ``n_min`` samples; after each round every open prompt may get more, by one of
-three rules, all deterministic functions of the counts (so a rerun re-derives the same rounds):
+four rules, all deterministic functions of the counts (so a rerun re-derives the same rounds); the
+default (``default_rule``) is ``plan`` for the priced band target and ``double`` otherwise:
 
-- ``double:k=K`` (the default): the greedy rule below with one jump per prompt and round, no
+- ``plan:cost=C,rounds=R,hedge=H``: each open prompt's next jump planned over the rounds left by
+  backward induction under the run's prior, hedged over the priors the counts allow (``hedge`` nats
+  along the inflated Beta's concentration, ``prior.plausible_priors``);
+- ``double:k=K``: the greedy rule below with one jump per prompt and round, no
   budget, and only jumps that at least double a prompt's samples (or reach ``n_max``): a prompt
   gets samples in at most ``log2(n_max / n_min)`` rounds;
 - ``step:k=K``: every open prompt gets ``K`` more (fewer at ``n_max``);
