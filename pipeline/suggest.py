@@ -57,13 +57,20 @@ def sql(query: str) -> str:
 
 
 def profile_again(run: RunRecord | None, **options: Any) -> str | None:
-    """Profile the run's dataset again with its model and backend, and ``options`` (``n=32``), or
-    None where the run has no model to sample with (several models' observations, imported rollouts)."""
+    """Profile the run's dataset again with its model, backend and sampling (its prompts, n, token
+    limit, adaptive target), changed by ``options`` (``n=32``), or None where the run has no model to
+    sample with (several models' observations, imported rollouts)."""
     if run is None:
         return command("profile", **options)
     if run.backend in _NOT_SAMPLED or (run.model and ", " in run.model):
         return None
     named: dict[str, Any] = {"dataset": run.dataset}
+    params = run.params or {}
+    kept = {"limit": params.get("limit"), "max_tokens": params.get("max_tokens")}
+    if run.adaptive is not None:
+        kept |= {"adaptive": run.adaptive.target.spec, "n_max": run.adaptive.n_max}
+    else:
+        kept["n"] = params.get("n")
     if run.backend == "simulate":  # its model is a label, not something to load
         named["backend"] = "simulate"
     else:
@@ -71,4 +78,4 @@ def profile_again(run: RunRecord | None, **options: Any) -> str | None:
             named["backend"] = run.backend
         if run.model and run.model != BUNDLED_NAME:  # the bundled model is the default --model
             named["model"] = run.model
-    return command("profile", **named, **options)
+    return command("profile", **named, **(kept | options))
