@@ -8,6 +8,7 @@ unwritten step. The result says what was read, matched and left unmatched (and w
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -158,19 +159,10 @@ def track_verl(
     step whose content has changed since (grown, or written again at the same size) is read again
     and replaced when complete, never kept short; until then the stored step stays as it was.
     """
-    source = _source(source, "verl", Path(folder).resolve().name)
-
-    def read(path: Path, step: int, matcher: Matcher) -> sources.VerlFile | None:
-        return sources.read_verl_file(
-            path, step, matcher, source=source, model=model, correct_field=correct_field,
-            score_threshold=score_threshold,
-        )  # fmt: skip
-
-    files = _expect(folder, "verl", sources.verl_steps(folder))
-    result = _track_steps(store, source, files, read, problems, final=final, settle_s=settle_s, trainer="verl")
-    if score_threshold is not None:
-        result.notes.append(_THRESHOLD_NOTE.format(score_threshold))
-    return result
+    return track_trainer(
+        store, "verl", folder, problems, source=source, model=model, correct_field=correct_field,
+        score_threshold=score_threshold, final=final, settle_s=settle_s,
+    )  # fmt: skip
 
 
 _THRESHOLD_NOTE = (
@@ -192,14 +184,16 @@ def track_trainer(
     final: bool = False,
     settle_s: float = DEFAULT_SETTLE_S,
 ) -> TrackResult:
-    """A prime-rl or NeMo-RL rollout folder (``trainers``), by the rule of ``track_verl``; a prime-rl
-    step is also complete once its batch shipped (``trainers.prime_shipped``)."""
+    """A verl, prime-rl or NeMo-RL rollout folder (``sources``, ``trainers``), by the rule of
+    ``track_verl``; a prime-rl step is also complete once its batch shipped (``trainers.prime_shipped``)."""
     source = _source(source, fmt, Path(folder).resolve().name)
-    files = _expect(folder, fmt, trainers.prime_steps(folder) if fmt == "prime-rl" else trainers.nemo_steps(folder))
+    files = _expect(folder, fmt, trainers.steps_of(fmt, folder))
+    # verl's dumps have their own reader (score, acc, uid); the others' go through ``trainers``
+    reader = functools.partial(trainers.read_file, fmt) if fmt != "verl" else sources.read_verl_file
 
     def read(path: Path, step: int, matcher: Matcher) -> sources.VerlFile | None:
-        return trainers.read_file(
-            fmt, path, step, matcher, source=source, model=model, correct_field=correct_field,
+        return reader(
+            path, step, matcher, source=source, model=model, correct_field=correct_field,
             score_threshold=score_threshold,
         )  # fmt: skip
 
@@ -208,7 +202,8 @@ def track_trainer(
         store, source, files, read, problems, final=final, settle_s=settle_s, trainer=fmt, shipped=shipped
     )
     if score_threshold is not None:
-        result.notes.append(_THRESHOLD_NOTE.format(score_threshold).replace("score", "reward", 1))
+        note = _THRESHOLD_NOTE.format(score_threshold)
+        result.notes.append(note if fmt == "verl" else note.replace("score", "reward", 1))
     return result
 
 
