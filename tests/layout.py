@@ -38,6 +38,8 @@ LAYERS = (
     # The pure functions of counts sit left of the store: they know nothing of storage, and the run
     # registry decodes a run's adaptive settings and prior into their records.
     "stats",
+    # a prompt's price in tokens: its expected answer length under the population's
+    "tokens",
     "estimators",
     "prior",
     # what the counts identify of a dataset mean, over every population that fits them
