@@ -283,6 +283,18 @@ _PROMPT_STATS = (
     # export). Null for a run without stored answers (saved from observations).
     col("truncated_share", FLOAT64),
     col("truncated", BOOL),
+    # Answer lengths in tokens (samples.n_tokens; docs/tokens.md), null for a run without stored
+    # answers: the answers whose length is known, their total and mean (and sample sd), the mean by
+    # outcome (right; wrong and finished; cut off by the token limit and not right), and the
+    # prompt's price, its expected answer length under the run's population of lengths.
+    col("tokens_counted", INT32),
+    col("tokens_spent", INT64),
+    col("tokens_per_answer", FLOAT64),
+    col("tokens_sd", FLOAT64),
+    col("tokens_right", FLOAT64),
+    col("tokens_wrong", FLOAT64),
+    col("tokens_cut", FLOAT64),
+    col("tokens_expected", FLOAT64),
     # Adaptive runs only (null otherwise; docs/adaptive.md §8). The posterior is
     # Beta(prior_a + c, prior_b + n - c) with the run's prior (runs.prior_a, runs.prior_b).
     col("stop_round", INT32),  # the round of the prompt's last samples
