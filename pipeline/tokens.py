@@ -53,7 +53,7 @@ def _as_arrays(answers, mean, sd):
     measured = k > 0
     if np.any(~np.isfinite(x[measured])) or np.any(x[measured] < 0):
         bad = np.flatnonzero(measured & ~(np.isfinite(x) & (x >= 0)))[0]
-        raise ValueError(f"prompt {bad}: mean length {x[bad]!r} is not a length in tokens")
+        raise ValueError(f"prompt {bad}: mean length {float(x[bad]):g} is not a length in tokens")
     return k, np.where(measured, x, 0.0), np.where(measured & np.isfinite(s), s, 0.0)
 
 
