@@ -90,10 +90,10 @@ ALL_POLICIES = (
 )
 #: Coverage is measured over the log's last this many steps.
 COVERAGE_WINDOW = 10
-#: The largest group size a policy takes (past about 1000 the mass objective's sums overflow) and the
+#: The largest G a curriculum policy takes (past about 1000 the mass objective's sums overflow) and the
 #: most groups of one prompt in a step: a spec past them (``max_groups=1000000000``) is a named error
 #: when parsed, not a step's arrays past memory.
-MAX_GROUP_SIZE = 512
+MAX_POLICY_G = 512
 MAX_GROUPS = 1024
 #: ``prior=population``: choices between refits of the prior, and the uniform share mixed into a grid prior.
 POPULATION_REFIT = 5
@@ -262,7 +262,7 @@ class SignalConfig:
     max_groups: int = 1
 
     def __post_init__(self) -> None:
-        check_int("G", self.G, 1, MAX_GROUP_SIZE)
+        check_int("G", self.G, 1, MAX_POLICY_G)
         check_int("max_groups", self.max_groups, 1, MAX_GROUPS)
         check_choice("objective", self.objective, ("nonsilent", "mass"))
         check_choice("explore", self.explore, ("thompson", "optimism", "mean"))
@@ -576,7 +576,7 @@ class BonusPolicy(_Base):
 
     def __init__(self, prompt_ids, n=None, c=None, *, seed: int = 0, G: int = DEFAULT_G, beta: float = 1.0,
                  forgetting: float = FORGETTING):  # fmt: skip
-        check_int("G", G, 1, MAX_GROUP_SIZE)
+        check_int("G", G, 1, MAX_POLICY_G)
         check_number("beta", beta, 0)
         check_number("forgetting", forgetting, 0, 1, lo_open=True)
         super().__init__(prompt_ids, n, c, seed=seed, forgetting=forgetting)

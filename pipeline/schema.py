@@ -75,7 +75,8 @@ def edge_params() -> dict[str, float]:
 # The trainer's group size G where none is given: the verdict, the exports, the curricula, the report,
 # and the default allocation's rollouts per prompt (``profile --G``, ``allocate --G``).
 DEFAULT_G = 8
-# The largest G a profile reads its verdict at (the verdict searches larger G for the halving itself).
+# The largest G a profile reads its verdict at, and the largest the verdict searches for the G that
+# halves the silence.
 MAX_G = 4096
 # The band of a prompt the run has no samples for.
 UNMEASURED = "unmeasured"

@@ -68,8 +68,6 @@ FRONTIER_PROMPTS = 4000
 NOTHING_TO_CLASSIFY = 0.0005
 # The backend whose pass rates are made up: its verdict says so first.
 SIMULATED = "simulate"
-# The largest G searched for the one that halves the silence.
-MAX_GROUP_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -277,7 +275,7 @@ def halving_group_size(
     posterior: bool = False,
 ) -> int | None:
     """The smallest G' > G whose silent share (``silent_under`` the prior) is at most half of
-    ``silent``, or None when none up to ``MAX_GROUP_SIZE`` does (as where atoms at 0 and 1 hold
+    ``silent``, or None when none up to ``schema.MAX_G`` does (as where atoms at 0 and 1 hold
     more than half of it)."""
     n, c = _counts(prompt_stats)
     if not len(n) or not silent > 0:
@@ -291,7 +289,7 @@ def halving_group_size(
 
     # the silent share falls with G: a geometric search, then every G between the last two tried
     last = G
-    for g in sorted({int(round(g)) for g in np.geomspace(G + 1, MAX_GROUP_SIZE, 48)}):
+    for g in sorted({int(round(g)) for g in np.geomspace(G + 1, schema.MAX_G, 48)}):
         if halved(g):
             return next(k for k in range(last + 1, g + 1) if halved(k))
         last = g

@@ -23,8 +23,8 @@ IDS = [f"p{i}" for i in range(50)]
     ("spec", "named"),
     [
         ("signal:objective=mass,max_groups=1000000000", rf"max_groups=1000000000 .*\[1, {curriculum.MAX_GROUPS}\]"),
-        ("signal:objective=mass,G=100000000", rf"G=100000000 .*\[1, {curriculum.MAX_GROUP_SIZE}\]"),
-        ("bonus:G=1000000000", rf"G=1000000000 .*\[1, {curriculum.MAX_GROUP_SIZE}\]"),
+        ("signal:objective=mass,G=100000000", rf"G=100000000 .*\[1, {curriculum.MAX_POLICY_G}\]"),
+        ("bonus:G=1000000000", rf"G=1000000000 .*\[1, {curriculum.MAX_POLICY_G}\]"),
     ],
 )
 def test_a_policy_spec_past_its_range_is_named_when_parsed(spec, named):
@@ -35,7 +35,7 @@ def test_a_policy_spec_past_its_range_is_named_when_parsed(spec, named):
 
 def test_the_largest_group_counts_still_choose_a_batch():
     """At the bounds a step is chosen, its groups within them: the bound is not a step's memory."""
-    spec = f"signal:objective=mass,G={curriculum.MAX_GROUP_SIZE},max_groups={curriculum.MAX_GROUPS}"
+    spec = f"signal:objective=mass,G={curriculum.MAX_POLICY_G},max_groups={curriculum.MAX_GROUPS}"
     picked = curriculum.make_policy(spec, IDS).choose_groups(200)
     assert len(picked) == 200 and set(picked) <= set(IDS)
 
