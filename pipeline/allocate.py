@@ -629,9 +629,9 @@ def allocate_fast(
 def _too_large(what: str, size: float, limit: float, N: int, L: int) -> AllocationTooLargeError:
     return AllocationTooLargeError(
         f"the exact allocation is too large: {what} {size:.3g} > {limit:.3g} ({N} prompts, {L + 1} group "
-        "sizes each). Its value is not concave in n or a prompt costs its expected rollouts (DAPO "
-        "resampling), so greedy would not be optimal; use fewer prompts, a smaller n_max or budget, "
-        "or an estimator without resampling"
+        "sizes each). Its value is not concave in n, a prompt costs its expected rollouts (DAPO "
+        "resampling) or rollouts are priced in tokens, so greedy would not be optimal; use fewer prompts, "
+        "a smaller n_max or budget, or an estimator without resampling"
     )
 
 
@@ -644,6 +644,7 @@ def allocate_dp(
     *,
     cost: np.ndarray | None = None,
     tol: float = 0.0,
+    unit: float = 1.0,
 ) -> np.ndarray:
     """Exact optimum for any table: dynamic programming over the budget (multiple-choice knapsack).
 
@@ -652,7 +653,8 @@ def allocate_dp(
     ``cost`` (expected rollouts per row and n, not integers) the expected total is kept
     ``<= budget``, and the programme keeps the Pareto front of (cost, value) pairs instead.
     Values are compared in units of ``tol`` (when > 0) so rounding noise does not decide; of equal
-    values the cheaper allocation is kept.
+    values the cheaper allocation is kept. ``unit``: what one rollout costs in the budget's units
+    (about; tokens per rollout when priced in tokens), for the estimate of the front's size.
 
     Raises:
         AllocationTooLargeError: more than ``DP_MAX_CELLS`` cells (``DP_MAX_PAIRS`` pairs with
@@ -662,7 +664,7 @@ def allocate_dp(
     N, L = len(key), n_max - n_min
     value = np.rint(table / tol) if tol > 0 else np.asarray(table, float)
     if cost is not None:
-        return _allocate_dp_expected(value, np.asarray(cost, float), key, budget, n_min, n_max)
+        return _allocate_dp_expected(value, np.asarray(cost, float), key, budget, n_min, n_max, unit)
     _check_budget(budget, N, n_min, n_max)
     R = budget - n_min * N
     Lc = min(L, R)
@@ -691,7 +693,7 @@ def allocate_dp(
 
 
 def _allocate_dp_expected(
-    value: np.ndarray, cost: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int
+    value: np.ndarray, cost: np.ndarray, key: np.ndarray, budget: float, n_min: int, n_max: int, unit: float = 1.0
 ) -> np.ndarray:
     """``allocate_dp`` where a prompt costs its expected rollouts (real numbers): after each prompt
     keep only the (cost, value) pairs no other pair beats on both, within the budget."""
@@ -700,7 +702,7 @@ def _allocate_dp_expected(
     room = budget * (1 + 1e-12)  # expected costs are sums of floats: do not refuse on the last bit
     # Refuse at once what would surely be refused later: the front has held up to about 20 pairs
     # per rollout of budget left to share (slack), so about 10 on average over the prompts.
-    slack = max(budget - float(cost[key, 0].sum()), 0.0)
+    slack = max(budget - float(cost[key, 0].sum()), 0.0) / unit
     guess = N * (L + 1) * 10 * (slack + 1)
     if guess > DP_MAX_PAIRS:
         raise _too_large("pairs (estimated)", guess, DP_MAX_PAIRS, N, L)
@@ -1131,12 +1133,18 @@ def _solve_priced(table: np.ndarray, key: np.ndarray, config: AllocationConfig, 
         return _solve(table, key, same, None)
     args = (table, key, config.budget, config.n_min, config.n_max)
     method = config.method
-    if method == "greedy" and linear and is_concave(table, TIE_RTOL):
-        n = allocate_greedy(*args, rtol=TIE_RTOL, price=price)
-        return n, "greedy", allocate_lagrangian(*args, cost=cost).bound
+    if method == "greedy":
+        if linear and is_concave(table, TIE_RTOL):
+            n = allocate_greedy(*args, rtol=TIE_RTOL, price=price)
+            return n, "greedy", allocate_lagrangian(*args, cost=cost).bound
+        method = "auto"  # as unpriced: greedy is not even the reference on a non-concave value
     if method in ("auto", "dp"):
         try:
-            return allocate_dp(*args, cost=cost, tol=_tolerance(table)), "dp", None
+            # with real-valued costs few pairs tie on cost, so the front holds many times the pairs per
+            # rollout of slack that expected rollouts give (50 prompts at 8 per prompt: 10 s): counted
+            # as 30 times, the exact programme runs up to about 20 prompts, in under a second
+            unit = float(price[key].mean()) / 30
+            return allocate_dp(*args, cost=cost, tol=_tolerance(table), unit=unit), "dp", None
         except AllocationTooLargeError as exc:
             if method == "dp":
                 raise
