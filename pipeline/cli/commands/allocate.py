@@ -138,9 +138,7 @@ def allocate_cmd(
     check_int("--G", G, 2, MAX_G)
     # a rollout's price in tokens, where the run's prompt_stats carry answer lengths: what a rollout
     # costs priced in tokens, and otherwise what the output says the allocation spends in tokens
-    price = (
-        allocate.prompt_prices(store, run_id, ids, required=price_unit == "tokens") if run is not None else None
-    )
+    price = allocate.prompt_prices(store, run_id, ids, required=price_unit == "tokens") if run is not None else None
     policy = allocate.default_config(len(n), G)
     if price_unit == "tokens":
         policy = dataclasses.replace(policy, budget=allocate.token_budget(price, G), price_unit="tokens")
