@@ -212,11 +212,18 @@ def test_allocate_prices_rollouts_in_tokens(data_dir):
         assert more @ price > budget or more.sum() == n_peer.sum(), name  # one more rollout would not fit
         assert float(printed[name][2]) == pytest.approx(peers.value(n, c, n_peer, cfg), rel=1e-5)
     assert float(printed["uniform"][4]) == pytest.approx(schema.DEFAULT_G * price.sum())
+    # the export names an allocation priced in tokens as such, and prefers one priced in rollouts
+    from pipeline import export
+
+    chosen, info = export._chosen_allocation(store, "run-t", 8)
+    assert info["price_unit"] == "tokens" and info["budget"] == budget and sum(chosen.values()) == n_alloc.sum()
     # priced in rollouts, the output still says what the allocation costs in tokens
     res = runner.invoke(app, ["allocate", "--run", "run-t", "--data-dir", str(data_dir)])
     assert res.exit_code == 0, res.output
     base = alloc.allocate(n, c, alloc.default_config(8))
     assert f"allocated {8 * schema.DEFAULT_G} rollouts ({float(base.n @ price):.6g} expected tokens)" in res.output
+    _, info = export._chosen_allocation(store, "run-t", 8)
+    assert info["default"] and "price_unit" not in info
     keys = {p.stem for p in (data_dir / "allocation" / "run_id=run-t").glob("*.parquet")}
     assert {alloc.allocation_key(cfg), alloc.allocation_key(alloc.default_config(8))} <= keys
 
