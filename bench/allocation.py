@@ -208,8 +208,9 @@ def run_tokens(args) -> dict:
 
 
 def report_tokens(out: dict) -> list[tuple[str, str]]:
-    """Print each truth's table; return the (truth, rule) pairs whose signal per token is above the
-    token-priced default's."""
+    """Print each truth's table; return the (truth, rule) pairs whose signal is above the
+    token-priced default's (every rule spends at most the same expected tokens; the signal per
+    token alone would favour a rule that leaves budget unspent, where the last tokens buy least)."""
     print(
         "\npriced in tokens, at equal expected tokens (what 8 rollouts per prompt cost): GRPO expected "
         "signal per prompt at the true rates, true tokens spent / budget, and signal per 1M true tokens "
@@ -233,15 +234,13 @@ def report_tokens(out: dict) -> list[tuple[str, str]]:
                 f"  tokens saved at the {target} signal by the default priced in tokens: "
                 f"{s.mean():.1%} +- {s.std():.1%}"
             )
-        own = np.array([r[2] for r in rows["default (tokens)"]])
+        own = np.array([r[0] for r in rows["default (tokens)"]])
         beaten = [
-            r for r, vals in rows.items() if r != "default (tokens)" and np.mean([v[2] for v in vals]) > own.mean()
+            r for r, vals in rows.items() if r != "default (tokens)" and np.mean([v[0] for v in vals]) > own.mean()
         ]
         below += [(truth, r) for r in beaten]
-        print(
-            f"  default (tokens): {'on or above every rule per token' if not beaten else 'below ' + ', '.join(beaten)}"
-        )
-    print(f"\ndefault priced in tokens on or above every rule per token on every truth: {'yes' if not below else 'NO'}")
+        print(f"  default (tokens): {'on or above every rule' if not beaten else 'below ' + ', '.join(beaten)}")
+    print(f"\ndefault priced in tokens on or above every rule on every truth: {'yes' if not below else 'NO'}")
     return below
 
 
