@@ -74,12 +74,12 @@ __all__ = [
     "allocate_lagrangian",
     "allocation_tables",
     "cost_table",
-    "prompt_prices",
-    "token_budget",
     "group_size_for_fidelity",
     "grpo_fidelity",
     "is_concave",
     "min_tries",
+    "prompt_prices",
+    "token_budget",
     "value_table",
 ]
 
@@ -189,6 +189,7 @@ class Allocation:
         price: expected tokens of one rollout per prompt, where known (None: not measured); priced
             in tokens, what the budget was spent at.
         price_unit: the unit of the budget, ``rollouts`` or ``tokens``.
+        uniform_cost: expected rollouts per prompt of the uniform allocation (None: ``uniform_n``).
     """
 
     n: np.ndarray
@@ -479,8 +480,8 @@ def allocate_greedy(
     largest gain per unit of price among those whose next rollout still fits, and a gain below 0 is
     not taken. That is greedy on each prompt's (concave) value curve by value per token: not exact
     (the last units of budget may fit no best step; ``allocate_lagrangian``'s bound certifies how
-    far), and with every price equal it hands out what the unpriced greedy does at
-    ``floor(budget / price)`` rollouts.
+    far), and with every price equal (and no gain below 0) it hands out what the unpriced greedy
+    does at ``floor(budget / price)`` rollouts.
 
     Args:
         table: ``v(n)`` for n = n_min..n_max per unique row (concave: for any other table see
