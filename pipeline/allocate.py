@@ -29,11 +29,20 @@ reads), and ties go round-robin: fewest rollouts given first, then prompt order,
 prompts get allocations that differ by at most 1. Values depend on a prompt only through its
 ``(n, c)`` counts, so tables are built once per unique pair; under a value symmetric in p and q,
 ``(n, c)`` and ``(n, n - c)`` share one row, so mirrored prompts get bit-identical gains.
+
+Priced in tokens (``price_unit="tokens"``, docs/tokens.md), a rollout of prompt i costs its expected
+answer length ``t_i`` and the budget is in tokens: maximise the same sum under ``sum_i t_i c_i(n_i)
+<= B``. Rollouts are no longer interchangeable, so greedy by marginal value per token
+(``allocate_greedy`` with ``price``) is the reference but not exact: it and the Lagrangian relaxation
+report the dual bound's certified gap, and the exact programme (the expected-cost one above, with
+per-prompt costs) solves what fits. Where every prompt has the same price the problem is the
+rollout one at ``floor(B / t)`` rollouts, solved by the exact methods.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import heapq
 import logging
@@ -47,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import estimators as est
-from pipeline import schema, stats
+from pipeline import schema, stats, tokens
 from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import AllocationTooLargeError, ConfigError
 from pipeline.store import Store
@@ -69,10 +78,15 @@ __all__ = [
     "grpo_fidelity",
     "is_concave",
     "min_tries",
+    "prompt_prices",
+    "token_budget",
     "value_table",
 ]
 
 OBJECTIVES = ("signal", "knapsack", "variance")
+#: What one unit of the budget is: a rollout (every rollout costs 1) or a token (a rollout of prompt
+#: i costs its expected answer length; docs/tokens.md).
+PRICE_UNITS = ("rollouts", "tokens")
 METHODS = ("auto", "fast", "greedy", "dp", "lagrangian")
 DEFAULT_ESTIMATOR = "grpo"
 
@@ -100,7 +114,8 @@ class AllocationConfig:
 
     Attributes:
         budget: total rollouts ``B`` to hand out: exactly, or, where a prompt costs its expected
-            rollouts (DAPO resampling), at most, in expectation.
+            rollouts (DAPO resampling), at most, in expectation. Priced in tokens: total expected
+            tokens, at most.
         objective: ``signal``, ``knapsack`` or ``variance``.
         estimator: estimator spec for the ``signal`` objective (e.g. ``grpo``). The other two
             objectives do not depend on an estimator (docs/estimators.md §5), so another spec
@@ -115,7 +130,11 @@ class AllocationConfig:
             ``dp`` (exact dynamic programming, or ``AllocationTooLargeError``) or ``lagrangian``
             (the relaxation with a certified gap, any size). Where greedy is not optimal (a value
             not concave in n, DAPO's expected rollouts) ``fast`` and ``greedy`` are treated as
-            ``auto``, and the ``Allocation`` says which method produced it.
+            ``auto``, and the ``Allocation`` says which method produced it. Priced in tokens (with
+            unequal prices) ``fast`` is the relaxation (the threshold on value per token) and
+            ``greedy`` the one-at-a-time reference by value per token, each with its certified gap.
+        price_unit: ``rollouts`` (every rollout costs 1) or ``tokens`` (a rollout of a prompt costs
+            its expected answer length, ``allocate(price=...)``; the budget is in tokens).
     """
 
     budget: int
@@ -127,9 +146,11 @@ class AllocationConfig:
     prior_a: float = 0.5
     prior_b: float = 0.5
     method: str = "auto"
+    price_unit: str = "rollouts"
 
     def __post_init__(self) -> None:
         check_choice("objective", self.objective, OBJECTIVES)
+        check_choice("price_unit", self.price_unit, PRICE_UNITS)
         check_choice("method", self.method, METHODS)
         n_min, n_max = check_int("n_min", self.n_min, 1), check_int("n_max", self.n_max, 1)
         if n_max < n_min:
@@ -165,6 +186,10 @@ class Allocation:
             ``cost.sum() <= budget`` then (not ``==``).
         gap: certified distance of ``total`` from the optimum, in the objective's units (0 for
             the exact methods; for ``lagrangian`` the dual bound minus the total).
+        price: expected tokens of one rollout per prompt, where known (None: not measured); priced
+            in tokens, what the budget was spent at.
+        price_unit: the unit of the budget, ``rollouts`` or ``tokens``.
+        uniform_cost: expected rollouts per prompt of the uniform allocation (None: ``uniform_n``).
     """
 
     n: np.ndarray
@@ -178,6 +203,22 @@ class Allocation:
     method: str
     cost: np.ndarray
     gap: float = 0.0
+    price: np.ndarray | None = None
+    price_unit: str = "rollouts"
+    uniform_cost: np.ndarray | None = None
+
+    @property
+    def tokens(self) -> float | None:
+        """Expected tokens the allocation spends (None where the prices are not known)."""
+        return None if self.price is None else float(self.cost @ self.price)
+
+    @property
+    def uniform_tokens(self) -> float | None:
+        """Expected tokens the uniform allocation spends (None where the prices are not known)."""
+        if self.price is None:
+            return None
+        ucost = self.uniform_n.astype(float) if self.uniform_cost is None else self.uniform_cost
+        return float(ucost @ self.price)
 
     @property
     def relative_gap(self) -> float:
@@ -356,20 +397,27 @@ def _check_budget(budget: int, N: int, n_min: int, n_max: int) -> None:
         )
 
 
-def _check_expected_budget(cost: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int) -> None:
-    """``_check_budget`` in expected rollouts (DAPO resampling)."""
+def _check_expected_budget(
+    cost: np.ndarray, key: np.ndarray, budget: float, n_min: int, n_max: int, unit: str = "rollouts"
+) -> None:
+    """``_check_budget`` in expected rollouts (DAPO resampling) or expected tokens (``unit``)."""
     if len(key) == 0:
         raise ConfigError("no prompts to allocate over")
     least, most = float(cost.min(axis=1)[key].sum()), float(cost.max(axis=1)[key].sum())
+    why = (
+        "a silent group is resampled: docs/estimators.md §3"
+        if unit == "rollouts"
+        else "a rollout costs its prompt's expected answer length: docs/tokens.md"
+    )
     if budget < least * (1 - 1e-12):
         raise ConfigError(
             f"budget {budget} is impossible: {len(key)} prompts with n_min={n_min} need at least {least:.6g} "
-            "expected rollouts (a silent group is resampled: docs/estimators.md §3)"
+            f"expected {unit} ({why})"
         )
     if budget > most * (1 + 1e-12):
         raise ConfigError(
             f"budget {budget} is above the most that can be used: {len(key)} prompts with n_max={n_max} "
-            f"take at most {most:.6g} expected rollouts"
+            f"take at most {most:.6g} expected {unit}"
         )
 
 
@@ -416,9 +464,24 @@ def _gain_table(table: np.ndarray, rtol: float) -> np.ndarray:
 
 
 def allocate_greedy(
-    table: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int, rtol: float = 0.0
+    table: np.ndarray,
+    key: np.ndarray,
+    budget: float,
+    n_min: int,
+    n_max: int,
+    rtol: float = 0.0,
+    *,
+    price: np.ndarray | None = None,
 ) -> np.ndarray:
     """Reference: one rollout at a time to the prompt with the largest marginal gain (heap).
+
+    With ``price`` (per row of ``table``: what one rollout of its prompts costs, e.g. expected
+    tokens) the budget is in those units, at most: the next rollout goes to the prompt with the
+    largest gain per unit of price among those whose next rollout still fits, and a gain below 0 is
+    not taken. That is greedy on each prompt's (concave) value curve by value per token: not exact
+    (the last units of budget may fit no best step; ``allocate_lagrangian``'s bound certifies how
+    far), and with every price equal (and no gain below 0) it hands out what the unpriced greedy
+    does at ``floor(budget / price)`` rollouts.
 
     Args:
         table: ``v(n)`` for n = n_min..n_max per unique row (concave: for any other table see
@@ -432,6 +495,8 @@ def allocate_greedy(
 
     Ties go round-robin: to the prompt with the fewest rollouts beyond n_min, then the lowest index.
     """
+    if price is not None:
+        return _greedy_priced(table, key, budget, n_min, n_max, rtol, np.asarray(price, float))
     key = np.asarray(key, dtype=np.int64)
     N = len(key)
     _check_budget(budget, N, n_min, n_max)
@@ -453,6 +518,44 @@ def allocate_greedy(
             replace(heap, (-gains[keys[i]][j], j, i))
         else:
             pop(heap)
+    return np.asarray(n, dtype=np.int64)
+
+
+def _greedy_priced(
+    table: np.ndarray, key: np.ndarray, budget: float, n_min: int, n_max: int, rtol: float, price: np.ndarray
+) -> np.ndarray:
+    """``allocate_greedy`` with a price per row: the heap ordered by gain per unit of price."""
+    key = np.asarray(key, dtype=np.int64)
+    N = len(key)
+    grid = np.arange(n_min, n_max + 1, dtype=float)
+    _check_expected_budget(price[:, None] * grid[None, :], key, budget, n_min, n_max, "tokens")
+    gains = _gain_table(table, rtol)
+    ratio = (gains / price[:, None]).tolist()
+    gains = gains.tolist()
+    prices = price.tolist()
+    L = n_max - n_min
+    n = [n_min] * N
+    keys = key.tolist()
+    # what is left, with the rounding of a sum of floats allowed for (as the expected-cost checks do)
+    left = budget * (1 + 1e-12) - n_min * float(price[key].sum())
+    if L == 0:
+        return np.asarray(n, dtype=np.int64)
+    heap = [(-ratio[keys[i]][0], 0, i) for i in range(N)]
+    heapq.heapify(heap)
+    while heap:
+        _, j, i = heap[0]
+        u = keys[i]
+        if gains[u][j] < 0:
+            break  # the best gain left lowers the total: the budget is an upper limit, not a target
+        if prices[u] > left:
+            heapq.heappop(heap)  # what is left only shrinks: this prompt's next rollout never fits
+            continue
+        n[i] += 1
+        left -= prices[u]
+        if j + 1 < L:
+            heapq.heapreplace(heap, (-ratio[u][j + 1], j + 1, i))
+        else:
+            heapq.heappop(heap)
     return np.asarray(n, dtype=np.int64)
 
 
@@ -527,9 +630,9 @@ def allocate_fast(
 def _too_large(what: str, size: float, limit: float, N: int, L: int) -> AllocationTooLargeError:
     return AllocationTooLargeError(
         f"the exact allocation is too large: {what} {size:.3g} > {limit:.3g} ({N} prompts, {L + 1} group "
-        "sizes each). Its value is not concave in n or a prompt costs its expected rollouts (DAPO "
-        "resampling), so greedy would not be optimal; use fewer prompts, a smaller n_max or budget, "
-        "or an estimator without resampling"
+        "sizes each). Its value is not concave in n, a prompt costs its expected rollouts (DAPO "
+        "resampling) or rollouts are priced in tokens, so greedy would not be optimal; use fewer prompts, "
+        "a smaller n_max or budget, or an estimator without resampling"
     )
 
 
@@ -542,6 +645,7 @@ def allocate_dp(
     *,
     cost: np.ndarray | None = None,
     tol: float = 0.0,
+    unit: float = 1.0,
 ) -> np.ndarray:
     """Exact optimum for any table: dynamic programming over the budget (multiple-choice knapsack).
 
@@ -550,7 +654,8 @@ def allocate_dp(
     ``cost`` (expected rollouts per row and n, not integers) the expected total is kept
     ``<= budget``, and the programme keeps the Pareto front of (cost, value) pairs instead.
     Values are compared in units of ``tol`` (when > 0) so rounding noise does not decide; of equal
-    values the cheaper allocation is kept.
+    values the cheaper allocation is kept. ``unit``: what one rollout costs in the budget's units
+    (about; tokens per rollout when priced in tokens), for the estimate of the front's size.
 
     Raises:
         AllocationTooLargeError: more than ``DP_MAX_CELLS`` cells (``DP_MAX_PAIRS`` pairs with
@@ -560,7 +665,7 @@ def allocate_dp(
     N, L = len(key), n_max - n_min
     value = np.rint(table / tol) if tol > 0 else np.asarray(table, float)
     if cost is not None:
-        return _allocate_dp_expected(value, np.asarray(cost, float), key, budget, n_min, n_max)
+        return _allocate_dp_expected(value, np.asarray(cost, float), key, budget, n_min, n_max, unit)
     _check_budget(budget, N, n_min, n_max)
     R = budget - n_min * N
     Lc = min(L, R)
@@ -589,7 +694,7 @@ def allocate_dp(
 
 
 def _allocate_dp_expected(
-    value: np.ndarray, cost: np.ndarray, key: np.ndarray, budget: int, n_min: int, n_max: int
+    value: np.ndarray, cost: np.ndarray, key: np.ndarray, budget: float, n_min: int, n_max: int, unit: float = 1.0
 ) -> np.ndarray:
     """``allocate_dp`` where a prompt costs its expected rollouts (real numbers): after each prompt
     keep only the (cost, value) pairs no other pair beats on both, within the budget."""
@@ -598,7 +703,7 @@ def _allocate_dp_expected(
     room = budget * (1 + 1e-12)  # expected costs are sums of floats: do not refuse on the last bit
     # Refuse at once what would surely be refused later: the front has held up to about 20 pairs
     # per rollout of budget left to share (slack), so about 10 on average over the prompts.
-    slack = max(budget - float(cost[key, 0].sum()), 0.0)
+    slack = max(budget - float(cost[key, 0].sum()), 0.0) / unit
     guess = N * (L + 1) * 10 * (slack + 1)
     if guess > DP_MAX_PAIRS:
         raise _too_large("pairs (estimated)", guess, DP_MAX_PAIRS, N, L)
@@ -800,8 +905,9 @@ def allocate(
     config: AllocationConfig,
     prompt_weights: np.ndarray | None = None,
     prompt_ids=None,
+    price: np.ndarray | None = None,
 ) -> Allocation:
-    """Allocate ``config.budget`` rollouts over prompts with observed counts ``(n_obs, c_obs)``.
+    """Allocate ``config.budget`` rollouts (or tokens) over prompts with observed counts ``(n_obs, c_obs)``.
 
     Args:
         n_obs: samples observed per prompt.
@@ -810,6 +916,9 @@ def allocate(
         prompt_weights: ``w_i`` of the variance objective (default 1: the dataset pass rate).
         prompt_ids: names of the prompts (a list or an Arrow array), for messages (default: row
             numbers).
+        price: expected tokens of one rollout per prompt (``prompt_prices``). Needed when
+            ``config.price_unit`` is ``tokens``, where it is what a rollout costs; priced in
+            rollouts it changes nothing and only lets the result say what it spends in tokens.
 
     The method used is ``config.method`` where it is exact (``fast`` and ``greedy`` where the value
     table is concave and a prompt costs n rollouts); otherwise the exact ``dp`` where it fits, and
@@ -832,7 +941,9 @@ def allocate(
             f"{len(empty)} prompts have no samples (first: prompt {_prompt_name(prompt_ids, int(empty[0]))}), "
             "so no point estimate: use the posterior (posterior=True, --posterior)"
         )
-    key, table, cost = allocation_tables(n_obs, c_obs, config, prompt_weights)
+    if price is not None:
+        price = _check_prices(price, N, prompt_ids)
+    key, table, cost = allocation_tables(n_obs, c_obs, config, prompt_weights, price)
     if config.posterior:
         p = (config.prior_a + c_obs) / (config.prior_a + config.prior_b + n_obs)
     else:
@@ -840,10 +951,12 @@ def allocate(
     n, method, bound = _solve(table, key, config, cost)
     if cost is None:
         uniform = _uniform(config.budget, N, config.n_min, config.n_max)
-        spent = n.astype(float)
+        spent, uspent = n.astype(float), uniform.astype(float)
     else:
         uniform = _uniform_expected(cost, key, config.budget, config.n_min)
-        spent = cost[key, n - config.n_min]
+        spent, uspent = cost[key, n - config.n_min], cost[key, uniform - config.n_min]
+        if config.price_unit == "tokens":  # back to expected rollouts
+            spent, uspent = spent / price, uspent / price
     value = table[key, n - config.n_min]
     uvalue = table[key, uniform - config.n_min]
     sense = "min" if config.objective == "variance" else "max"
@@ -863,11 +976,18 @@ def allocate(
         method=method,
         cost=spent,
         gap=gap,
+        price=price,
+        price_unit=config.price_unit,
+        uniform_cost=uspent,
     )
 
 
 def allocation_tables(
-    n_obs: np.ndarray, c_obs: np.ndarray, config: AllocationConfig, prompt_weights: np.ndarray | None = None
+    n_obs: np.ndarray,
+    c_obs: np.ndarray,
+    config: AllocationConfig,
+    prompt_weights: np.ndarray | None = None,
+    price: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``(key, table, cost)``: the value table ``allocate`` hands out (one row per distinct prompt,
     columns n = n_min..n_max), each prompt's row, and the expected-cost table (None where a prompt
@@ -876,7 +996,14 @@ def allocation_tables(
     Prompts that mirror each other, ``(n, c)`` and ``(n, n - c)``, under a value symmetric in p and
     q share one computed row, so their gains are bit-identical and the tie rule, not rounding,
     orders them.
+
+    Priced in tokens (``config.price_unit``, ``price`` per prompt), a row is a distinct (counts,
+    price) pair and the cost table is each row's price times its expected rollouts at each n.
     """
+    if config.price_unit == "tokens":
+        if price is None:
+            raise ConfigError("price_unit='tokens' needs each prompt's price (its expected answer length)")
+        return _priced_tables(n_obs, c_obs, config, prompt_weights, np.asarray(price, float))
     n_obs = np.asarray(n_obs, dtype=np.int64)
     c_obs = np.asarray(c_obs, dtype=np.int64)
     N = len(n_obs)
@@ -901,6 +1028,51 @@ def allocation_tables(
     return key, table, cost
 
 
+def _priced_tables(
+    n_obs: np.ndarray, c_obs: np.ndarray, config: AllocationConfig, prompt_weights, price: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``allocation_tables`` priced in tokens: the rollout tables, one row per distinct (row, price)."""
+    rollouts = dataclasses.replace(config, price_unit="rollouts", budget=0)
+    n_grid = np.arange(config.n_min, config.n_max + 1)
+    n_obs = np.asarray(n_obs, dtype=np.int64)
+    c_row = np.asarray(c_obs, dtype=np.int64)
+    if _mirror_symmetric(config, n_grid):
+        c_row = np.minimum(c_row, n_obs - c_row)
+    if prompt_weights is not None:
+        key0, n_u, c_u = np.arange(len(n_obs)), n_obs, c_row
+    else:
+        n_u, c_u, key0 = stats.unique_pairs(n_obs, c_row)
+    rows, key = np.unique(np.column_stack([key0.astype(float), price]), axis=0, return_inverse=True)
+    key = np.asarray(key, np.int64).reshape(-1)
+    row0, row_price = rows[:, 0].astype(np.int64), rows[:, 1]
+    where = (
+        {"alpha": rollouts.prior_a + c_u, "beta": rollouts.prior_b + n_u - c_u}
+        if config.posterior
+        else {"p": c_u / n_u}
+    )
+    base = cost_table(config.objective, n_grid, estimator=config.estimator, **where)
+    rollouts_at = np.broadcast_to(n_grid.astype(float), (len(n_u), len(n_grid))) if base is None else base
+    cost = row_price[:, None] * rollouts_at[row0]
+    _check_expected_budget(cost, key, config.budget, config.n_min, config.n_max, "tokens")
+    table = value_table(config.objective, n_grid, estimator=config.estimator, prompt_weights=prompt_weights, **where)
+    return key, table[row0], cost
+
+
+def _check_prices(price, N: int, prompt_ids=None) -> np.ndarray:
+    """Prices per prompt as floats, or ``ConfigError`` naming the first prompt whose price is not a
+    positive finite number of tokens."""
+    price = np.asarray(price, float).reshape(-1)
+    if len(price) != N:
+        raise ConfigError(f"{len(price)} prices for {N} prompts: give one expected answer length per prompt")
+    bad = np.flatnonzero(~(np.isfinite(price) & (price > 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(
+            f"prompt {_prompt_name(prompt_ids, i)}: price {_plain(price[i])!r} is not a positive number of tokens"
+        )
+    return price
+
+
 def _mirror_symmetric(config: AllocationConfig, n_grid: np.ndarray) -> bool:
     """Whether ``v`` and the cost are the same at p and 1 - p: the ``variance`` objective and every
     ``signal`` estimator whose leave-one-out differences read the same backwards (GRPO, RLOO, Dr.
@@ -921,6 +1093,8 @@ def _solve(table: np.ndarray, key: np.ndarray, config: AllocationConfig, cost: n
     """``(n, method, bound)``: the method ``config.method`` asks for where it is exact, else the
     exact programme where it fits, else the Lagrangian relaxation (``bound``: its certificate;
     None for the exact methods)."""
+    if config.price_unit == "tokens":
+        return _solve_priced(table, key, config, cost)
     args = (table, key, config.budget, config.n_min, config.n_max)
     method = config.method
     if method == "lagrangian":
@@ -941,6 +1115,41 @@ def _solve(table: np.ndarray, key: np.ndarray, config: AllocationConfig, cost: n
         if method == "dp":
             raise
         log.info("%s; allocating by the Lagrangian relaxation with a certified gap instead", exc)
+    r = allocate_lagrangian(*args, cost=cost)
+    return r.n, "lagrangian", r.bound
+
+
+def _solve_priced(table: np.ndarray, key: np.ndarray, config: AllocationConfig, cost: np.ndarray):
+    """``_solve`` priced in tokens (``cost``: each row's tokens at each n). One price for every
+    prompt is the rollout problem at ``floor(B / price)`` rollouts (exact, as asked); otherwise
+    ``greedy`` is greedy by value per token and ``fast`` the relaxation (the threshold on value per
+    token), both with the dual bound; ``dp`` exact or refused; ``auto`` the exact programme where it
+    fits, else the relaxation."""
+    linear = config.objective != "signal" or _resample_tries(est.get(config.estimator)) == 1
+    used = np.unique(key)
+    price = cost[:, 0] / config.n_min
+    if linear and np.ptp(price[used]) == 0:
+        rollouts = min(int(math.floor(config.budget / price[used[0]] * (1 + 1e-12))), config.n_max * len(key))
+        same = dataclasses.replace(config, price_unit="rollouts", budget=rollouts)
+        return _solve(table, key, same, None)
+    args = (table, key, config.budget, config.n_min, config.n_max)
+    method = config.method
+    if method == "greedy":
+        if linear and is_concave(table, TIE_RTOL):
+            n = allocate_greedy(*args, rtol=TIE_RTOL, price=price)
+            return n, "greedy", allocate_lagrangian(*args, cost=cost).bound
+        method = "auto"  # as unpriced: greedy is not even the reference on a non-concave value
+    if method in ("auto", "dp"):
+        try:
+            # with real-valued costs few pairs tie on cost, so the front holds many times the pairs per
+            # rollout of slack that expected rollouts give (50 prompts at 8 per prompt: 10 s): counted
+            # as 30 times, the exact programme runs up to about 20 prompts, in under a second
+            unit = float(price[key].mean()) / 30
+            return allocate_dp(*args, cost=cost, tol=_tolerance(table), unit=unit), "dp", None
+        except AllocationTooLargeError as exc:
+            if method == "dp":
+                raise
+            log.info("%s; allocating by the Lagrangian relaxation with a certified gap instead", exc)
     r = allocate_lagrangian(*args, cost=cost)
     return r.n, "lagrangian", r.bound
 
@@ -1087,13 +1296,19 @@ def allocation_table(
             "uniform_n": pa.array(result.uniform_n.astype(np.int32)),
             "uniform_value": pa.array(result.uniform_value),
             "gap": pa.array([result.gap] * N, pa.float64()),
+            "price_unit": pa.array([config.price_unit] * N, pa.string()),
         },
         schema=schema.ALLOCATION,
     )
 
 
 def allocate_prompts(
-    run_id: str, prompt_ids: pa.Array | list[str], n_obs: np.ndarray, c_obs: np.ndarray, config: AllocationConfig
+    run_id: str,
+    prompt_ids: pa.Array | list[str],
+    n_obs: np.ndarray,
+    c_obs: np.ndarray,
+    config: AllocationConfig,
+    price: np.ndarray | None = None,
 ) -> tuple[pa.Table, Allocation]:
     """Allocate over prompts and return the ``allocation`` rows with the result.
 
@@ -1101,7 +1316,8 @@ def allocate_prompts(
     so both follow one rule for a prompt without samples (n = 0): under the posterior it takes
     part (its prior is its estimate); under point estimates it has no pass rate and the allocation
     is refused, naming it. (Dropping it instead would leave it out of the export a trainer reads,
-    under a budget sized for every prompt.)
+    under a budget sized for every prompt.) ``price``: each prompt's expected tokens per rollout, in
+    the order of ``prompt_ids`` (see ``allocate``).
     """
     n_obs = np.asarray(n_obs, np.int64)
     c_obs = np.asarray(c_obs, np.int64)
@@ -1111,7 +1327,9 @@ def allocate_prompts(
     order = pc.sort_indices(ids).to_numpy()
     ids, n_obs, c_obs = ids.take(pa.array(order)), n_obs[order], c_obs[order]
     ids = ids.cast(pa.string())
-    result = allocate(n_obs, c_obs, config, prompt_ids=ids)
+    if price is not None:
+        price = _check_prices(price, len(order), prompt_ids)[order]
+    result = allocate(n_obs, c_obs, config, prompt_ids=ids, price=price)
     return allocation_table(run_id, ids, result, config), result
 
 
@@ -1133,15 +1351,57 @@ def default_config(n_prompts: int, budget_per_prompt: int = DEFAULT_BUDGET_PER_P
     )
 
 
+def token_budget(price: np.ndarray, budget_per_prompt: int = DEFAULT_BUDGET_PER_PROMPT) -> int:
+    """The default budget priced in tokens: what ``budget_per_prompt`` rollouts of every prompt cost
+    at each prompt's expected answer length (rounded up to a whole token, so the uniform allocation
+    of that many rollouts fits). An allocation priced in rollouts at ``prompts x G`` and one priced
+    in tokens at this budget are compared at equal expected tokens through the uniform allocation
+    both start from."""
+    return int(math.ceil(budget_per_prompt * float(np.sum(price))))
+
+
+def prompt_prices(store: Store, run_id: str, prompt_ids, *, required: bool = True) -> np.ndarray | None:
+    """Each prompt's expected tokens per rollout (``tokens.expected_tokens`` over the run's prompts,
+    from ``prompt_stats``' ``tokens_counted``, ``tokens_per_answer`` and ``tokens_sd``), in the order
+    of ``prompt_ids``. A prompt with no measured answer costs the run's mean answer length.
+
+    Raises:
+        ConfigError: (``required``) the run's prompt_stats carry no answer length; without
+            ``required`` that is None instead.
+    """
+    ps = store.read_table("prompt_stats", {"run_id": run_id})
+    ps = ps.select(["prompt_id", "tokens_counted", "tokens_per_answer", "tokens_sd"])
+    counted = pc.fill_null(ps.column("tokens_counted"), 0).to_numpy().astype(float)
+    if not (counted > 0).any():
+        if not required:
+            return None
+        raise ConfigError(
+            f"run {run_id!r}: its prompt_stats carry no answer lengths (tokens_counted is "
+            f"{'empty' if ps.num_rows == 0 else 'null or 0 on every prompt'}), so a rollout has no price in "
+            "tokens; allocate with the default --price-unit rollouts, or analyze the run again once its "
+            "answers' lengths are recorded"
+        )
+    mean = pc.fill_null(ps.column("tokens_per_answer"), 0.0).to_numpy().astype(float)
+    sd = pc.fill_null(ps.column("tokens_sd"), float("nan")).to_numpy().astype(float)
+    expected = tokens.expected_tokens(counted, np.where(counted > 0, mean, 0.0), sd)
+    by_id = dict(zip(ps.column("prompt_id").to_pylist(), expected.tolist(), strict=True))
+    ids = prompt_ids.to_pylist() if isinstance(prompt_ids, pa.Array | pa.ChunkedArray) else list(prompt_ids)
+    m = float((counted * mean).sum() / counted.sum())
+    return np.array([by_id.get(i, m) for i in ids], dtype=float)
+
+
 def allocation_key(config: AllocationConfig) -> str:
     """What identifies one allocation of a run (its file name in the ``allocation`` table).
 
-    Two allocations with a different objective, estimator, budget or prior never share a key,
-    so they are stored side by side; the same allocation computed again replaces itself.
+    Two allocations with a different objective, estimator, budget, prior or price unit never share
+    a key, so they are stored side by side; the same allocation computed again replaces itself. An
+    allocation priced in rollouts keeps the key it had before the unit existed.
     """
     label = est.get(config.estimator).spec if config.objective == "signal" else None
     parts = [config.objective, *([label] if label else []), f"b{config.budget}"]
     parts.append("posterior" if config.posterior else "point")
+    if config.price_unit != "rollouts":
+        parts.append(config.price_unit)
     return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
 

@@ -295,19 +295,19 @@ def _chosen_allocation(store: Store, run_id: str, n_prompts: int) -> tuple[dict[
     if not table.num_rows:
         return {}, None
     rows = table.to_pylist()
-    keys = sorted(
-        {(r["objective"], r["estimator"], r["budget"], r["posterior"]) for r in rows},
-        key=lambda k: (-(k[2] or 0), str(k)),
-    )
+
+    def key_of(r: dict) -> tuple:  # a row made before the price unit existed was priced in rollouts
+        return (r["objective"], r["estimator"], r["budget"], r["posterior"], r.get("price_unit") or "rollouts")
+
+    # budgets in rollouts first (a budget in tokens is not comparable), the largest first
+    keys = sorted({key_of(r) for r in rows}, key=lambda k: (k[4] != "rollouts", -(k[2] or 0), str(k)))
     default = allocate.default_config(max(n_prompts, 1))
-    want = (default.objective, est.get(default.estimator).spec, default.budget, default.posterior)
+    want = (default.objective, est.get(default.estimator).spec, default.budget, default.posterior, "rollouts")
     key = want if want in keys else keys[0]
-    chosen = {
-        r["prompt_id"]: r["n_rollouts"]
-        for r in rows
-        if (r["objective"], r["estimator"], r["budget"], r["posterior"]) == key
-    }
+    chosen = {r["prompt_id"]: r["n_rollouts"] for r in rows if key_of(r) == key}
     info = {"objective": key[0], "estimator": key[1], "budget": key[2], "posterior": key[3], "default": key == want}
+    if key[4] != "rollouts":
+        info["price_unit"] = key[4]
     if len(keys) > 1:
         info["others"] = len(keys) - 1
     return chosen, info

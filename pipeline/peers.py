@@ -3,7 +3,9 @@
 Each rule reads the same per-prompt counts ``(n_obs, c_obs)`` the default allocation reads (a
 profile: for Pilot-Commit its pilot) and hands out ``budget`` rollouts; ``value`` scores any
 allocation under one ``AllocationConfig``'s objective, so a peer's total is in the units the
-default reports. A rule may give a prompt 0 rollouts (it drops it); that prompt then adds nothing
+default reports. Against an allocation priced in tokens each rule keeps its own (rollout) rule and
+runs at the largest rollout budget whose allocation costs the same expected tokens (``at_tokens``).
+A rule may give a prompt 0 rollouts (it drops it); that prompt then adds nothing
 to a signal or knapsack total, and makes the variance objective's total infinite.
 
 - ``sgpo``: group size proportional to ``1 / p_hat``; prompts always solved dropped, a share of the
@@ -18,13 +20,15 @@ to a signal or knapsack total, and makes the variance objective's total infinite
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from pipeline import allocate as alloc
 from pipeline.checks import check_number
 from pipeline.errors import ConfigError
 
-__all__ = ["PEERS", "knapsack", "peer_allocation", "pilot_commit", "sgpo", "value", "vip"]
+__all__ = ["PEERS", "at_tokens", "knapsack", "peer_allocation", "pilot_commit", "sgpo", "value", "vip"]
 
 #: The peers, in the order ``allocate --peers`` prints them.
 PEERS = ("sgpo", "vip", "knapsack", "pilot-commit")
@@ -124,9 +128,55 @@ def pilot_commit(n_obs, c_obs, budget: int, *, n_max: int = 512) -> np.ndarray:
     return n
 
 
-def peer_allocation(name: str, n_obs, c_obs, config: alloc.AllocationConfig) -> np.ndarray:
+def at_tokens(rule, price, tokens: float, lo: int, hi: int) -> np.ndarray:
+    """A rule priced in rollouts, run at the same expected tokens: ``rule(B)`` (rollouts per prompt
+    at a budget of ``B`` rollouts) at the largest ``B`` in ``[lo, hi]`` whose allocation costs at
+    most ``tokens`` at the prompts' ``price`` (bisection; ``rule(lo)`` must fit).
+
+    This is how a rule published in rollouts meets an allocation priced in tokens: it keeps its own
+    rule and is given as many rollouts as the same token budget buys under it, so every rule spends
+    (up to one rollout) the same expected tokens."""
+    price = np.asarray(price, float)
+    room = tokens * (1 + 1e-12)
+
+    def cost(b: int) -> tuple[np.ndarray, float]:
+        n = np.asarray(rule(b), np.int64)
+        return n, float(n @ price)
+
+    best, spent = cost(lo)
+    if spent > room:
+        raise ConfigError(f"{tokens:.6g} tokens do not buy even the {lo} rollouts this rule needs")
+    top, top_spent = cost(hi)
+    if top_spent <= room:
+        return top
+    while hi - lo > 1:  # rule(lo) fits, rule(hi) does not
+        mid = (lo + hi) // 2
+        n, spent = cost(mid)
+        if spent <= room:
+            lo, best = mid, n
+        else:
+            hi = mid
+    return best
+
+
+def peer_allocation(
+    name: str, n_obs, c_obs, config: alloc.AllocationConfig, *, price: np.ndarray | None = None
+) -> np.ndarray:
     """Peer ``name``'s rollouts per prompt at ``config``'s budget and bounds (and, for the rules that
-    estimate p from a prior, its posterior)."""
+    estimate p from a prior, its posterior). Priced in tokens (``config.price_unit``), at the largest
+    rollout budget whose allocation costs at most ``config.budget`` expected tokens at ``price``
+    (``at_tokens``)."""
+    if config.price_unit == "tokens":
+        if price is None:
+            raise ConfigError("an allocation priced in tokens needs each prompt's price (expected tokens)")
+        N = len(np.asarray(n_obs))
+        floor = config.n_min * N if name in ("vip", "knapsack") else 0  # the rules that keep n_min
+
+        def rule(b: int) -> np.ndarray:
+            rollouts = dataclasses.replace(config, budget=int(b), price_unit="rollouts")
+            return peer_allocation(name, n_obs, c_obs, rollouts)
+
+        return at_tokens(rule, price, config.budget, floor, config.n_max * N)
     if name == "sgpo":
         return sgpo(n_obs, c_obs, config.budget, n_max=config.n_max)
     if name == "vip":

@@ -350,6 +350,9 @@ _ALLOCATION = (
     # certified distance of the allocation's total from the optimum (0: exact; lagrangian: the
     # dual bound minus the total); the same on every row of one allocation, null before it existed
     col("gap", FLOAT64),
+    # what one unit of the budget is: rollouts, or tokens (a rollout costs its prompt's expected
+    # answer length, docs/tokens.md); null in rows made before the column was there (rollouts)
+    col("price_unit", STRING),
 )
 
 TABLES.update({"prompt_stats": _PROMPT_STATS, "weights": _WEIGHTS, "summary": _SUMMARY, "allocation": _ALLOCATION})

@@ -329,6 +329,9 @@ def gain_at_G(run_id: str, prompt_stats: pa.Table, allocation: pa.Table | None, 
         )
         if "posterior" in allocation.column_names:  # a table made before the column was there: any prior
             same = pc.and_(same, pc.equal(allocation.column("posterior"), config.posterior))
+        if "price_unit" in allocation.column_names:  # a budget in tokens is another allocation (null: rollouts)
+            unit = pc.fill_null(allocation.column("price_unit"), "rollouts")
+            same = pc.and_(same, pc.equal(unit, config.price_unit))
         stored = allocation.filter(pc.fill_null(same, False))
         if stored.num_rows == measured.num_rows:
             return reallocation_gain(stored)

@@ -677,3 +677,165 @@ def test_every_mirrored_pair_follows_the_tie_rule():
     cfg = alloc.AllocationConfig(budget=8, estimator="maxrl", n_min=2, n_max=8)
     key, _, _ = alloc.allocation_tables(np.array([8, 8]), np.array([1, 7]), cfg)
     assert key[0] != key[1]
+
+
+# --- priced in tokens ------------------------------------------------------------------------------
+
+TOKEN_CASES = [
+    ("signal", "grpo", False),
+    ("signal", "grpo", True),
+    ("knapsack", "grpo", True),
+    ("variance", "grpo", False),
+    ("signal", DAPO_T4, False),
+]
+
+
+def _priced(objective, estimator, posterior, n, c, price, n_min, n_max):
+    """The value table and token cost table by their definitions, one row per prompt."""
+    grid = np.arange(n_min, n_max + 1)
+    where = {"alpha": 0.5 + c, "beta": 0.5 + n - c} if posterior else {"p": c / n}
+    value = alloc.value_table(objective, grid, estimator=estimator, **where)
+    if estimator == DAPO_T4:
+        rollouts = _expected_rollouts(DAPO_T4, c / n, grid)
+    else:
+        rollouts = np.broadcast_to(grid.astype(float), value.shape)
+    return value, price[:, None] * rollouts
+
+
+@pytest.mark.parametrize("objective,estimator,posterior", TOKEN_CASES)
+def test_token_price_against_brute_force(objective, estimator, posterior):
+    """Every allocation of 4 prompts enumerated: the exact programme finds the best one within the
+    token budget; greedy by value per token and the relaxation stay within it and under their
+    certified bound, which the optimum never exceeds."""
+    n_min, n_max, N = 1, 6, 4
+    sign = -1 if objective == "variance" else 1
+    for seed in range(2):
+        n, c = _instance(seed, N=N, n_obs=8)
+        price = np.random.default_rng(seed).uniform(150, 900, N).round(1)
+        value, cost = _priced(objective, estimator, posterior, n, c, price, n_min, n_max)
+        lo, hi = cost[:, 0].sum(), cost[:, -1].sum()
+        for budget in np.linspace(lo, hi, 5)[1:-1].round().astype(int):
+            best_n, best = _brute_force(value, cost, np.arange(N), budget, n_min, n_max, exact_budget=False)
+            base = alloc.AllocationConfig(
+                budget=int(budget), objective=objective, estimator=estimator, n_min=n_min, n_max=n_max,
+                posterior=posterior, price_unit="tokens",
+            )  # fmt: skip
+            for method in ("dp", "auto", "greedy", "lagrangian", "fast"):
+                res = alloc.allocate(n, c, dataclasses.replace(base, method=method), price=price)
+                got = value[np.arange(N), res.n - n_min].sum()
+                assert cost[np.arange(N), res.n - n_min].sum() <= budget * (1 + 1e-12), (method, budget)
+                assert res.tokens == pytest.approx(cost[np.arange(N), res.n - n_min].sum(), rel=1e-12)
+                assert sign * res.total == pytest.approx(got, rel=1e-12)
+                assert got <= best + 1e-12 * abs(best)
+                # the certificate: the optimum is at most the gap above what was found
+                assert best <= got + res.gap + 1e-9 * abs(best), (method, budget, res.method)
+                if res.method == "dp":
+                    assert got == pytest.approx(best, rel=1e-9), (method, budget)
+                    assert res.gap == 0
+            # greedy by value per token is its own method only on a concave value charged n rollouts
+            greedy = alloc.allocate(n, c, dataclasses.replace(base, method="greedy"), price=price)
+            concave = estimator != DAPO_T4 and alloc.is_concave(value, alloc.TIE_RTOL)
+            assert greedy.method == ("greedy" if concave else "dp")
+
+
+@pytest.mark.parametrize("objective,estimator,posterior", CASES[:3] + CASES[5:] + [("signal", DAPO_T4, False)])
+def test_equal_prices_give_the_rollout_allocation(objective, estimator, posterior):
+    """With one price for every prompt, a token budget is floor(B / price) rollouts: the allocation
+    is the one priced in rollouts, prompt for prompt, by every method."""
+    dapo = estimator == DAPO_T4  # expected rollouts: the same programme, its costs times the price
+    for seed in range(2):
+        n, c = _instance(seed, N=12 if dapo else 30)
+        N = len(n)
+        for per_prompt, t in ((9, 512.5),) if dapo else ((4, 300.0), (9, 512.5)):
+            rollouts = alloc.AllocationConfig(
+                budget=per_prompt * N, objective=objective, estimator=estimator, n_max=40, posterior=posterior
+            )
+            want = alloc.allocate(n, c, rollouts)
+            price = np.full(N, t)
+            for method in ("auto",) if dapo else ("auto", "greedy", "fast"):
+                tokens = dataclasses.replace(
+                    rollouts, budget=alloc.token_budget(price, per_prompt), price_unit="tokens", method=method
+                )
+                got = alloc.allocate(n, c, tokens, price=price)
+                assert got.tokens == pytest.approx(t * got.expected_rollouts, rel=1e-12)
+                if dapo:
+                    assert got.total == pytest.approx(want.total, rel=1e-9) and got.method == want.method == "dp"
+                    continue
+                np.testing.assert_array_equal(got.n, want.n)
+                np.testing.assert_array_equal(got.uniform_n, want.uniform_n)
+                assert got.total == want.total and got.tokens == pytest.approx(t * want.expected_rollouts)
+    # and greedy by value per token, called directly, is the unpriced heap when the prices are equal
+    n, c = _instance(5, N=40)
+    key, table, _ = alloc.allocation_tables(n, c, alloc.AllocationConfig(budget=400, n_max=30))
+    for budget in (80, 257, 600):
+        want = alloc.allocate_greedy(table, key, budget, 2, 30, alloc.TIE_RTOL)
+        price = np.full(table.shape[0], 333.0)
+        got = alloc.allocate_greedy(table, key, budget * 333.0, 2, 30, alloc.TIE_RTOL, price=price)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_token_price_moves_rollouts_to_cheap_prompts_and_spends_the_budget():
+    """Two prompts with the same counts, one three times as long: at an equal token budget the short
+    one gets more rollouts, and the relaxation on 2,000 prompts leaves less than one rollout's
+    tokens unspent and a gap below 1e-4 of its value."""
+    n, c = np.array([8, 8]), np.array([3, 3])
+    cfg = alloc.AllocationConfig(budget=8000, n_max=64, posterior=True, price_unit="tokens")
+    res = alloc.allocate(n, c, cfg, price=np.array([200.0, 600.0]))
+    assert res.n[0] > res.n[1] and res.tokens <= 8000
+    n, c = _instance(7, N=2000, n_obs=8)
+    price = np.random.default_rng(7).gamma(4, 100, 2000)
+    cfg = dataclasses.replace(alloc.default_config(2000), budget=alloc.token_budget(price), price_unit="tokens")
+    res = alloc.allocate(n, c, cfg, price=price)
+    assert res.method == "lagrangian"
+    assert cfg.budget - price.max() < res.tokens <= cfg.budget
+    assert res.relative_gap < 1e-4
+    # the uniform allocation of the default token budget is G rollouts each: the same expected tokens
+    assert (res.uniform_n == alloc.DEFAULT_BUDGET_PER_PROMPT).all()
+    assert res.uniform_tokens == pytest.approx(cfg.budget, abs=1)
+    rollouts = alloc.allocate(n, c, alloc.default_config(2000), price=price)
+    assert rollouts.uniform_tokens == pytest.approx(res.uniform_tokens, abs=1)
+    assert res.total / res.tokens > rollouts.total / rollouts.tokens
+
+
+def test_token_priced_resampling_spends_its_budget_in_simulation():
+    """Monte Carlo of what a token-priced DAPO-resampling allocation spends: each group drawn again
+    while silent (up to T tries), each answer's length Gamma around its prompt's price; the tokens
+    spent average to the budget the allocation reports (``Allocation.tokens``)."""
+    rng = np.random.default_rng(3)
+    n, c = _instance(11, N=5, n_obs=8)
+    price = np.array([250.0, 400.0, 610.0, 333.0, 800.0])
+    cfg = alloc.AllocationConfig(budget=20_000, estimator=DAPO_T4, n_max=12, price_unit="tokens")
+    res = alloc.allocate(n, c, cfg, price=price)
+    M, p = 100_000, c / n
+    spent = np.zeros(M)
+    for i in range(5):
+        active = np.ones(M, bool)
+        for _ in range(4):
+            k = rng.binomial(res.n[i], p[i], M)
+            spent += active * rng.gamma(4.0 * res.n[i], price[i] / 4.0, M)
+            active &= (k == 0) | (k == res.n[i])
+    assert abs(spent.mean() - res.tokens) < 4 * spent.std() / math.sqrt(M)
+    assert res.tokens <= 20_000 * (1 + 1e-12)
+
+
+def test_token_price_errors_and_keys():
+    n, c = np.array([8, 8, 8]), np.array([1, 4, 7])
+    cfg = alloc.AllocationConfig(budget=5000, n_max=16, price_unit="tokens")
+    with pytest.raises(ConfigError, match="price_unit='tokens' needs each prompt's price"):
+        alloc.allocate(n, c, cfg)
+    with pytest.raises(ConfigError, match=r"prompt 'b': price 0\.0 is not a positive number of tokens"):
+        alloc.allocate(n, c, cfg, price=np.array([300.0, 0.0, 200.0]), prompt_ids=["a", "b", "c"])
+    with pytest.raises(ConfigError, match=r"need at least 3000 expected tokens"):
+        alloc.allocate(n, c, dataclasses.replace(cfg, budget=2000), price=np.full(3, 500.0))
+    with pytest.raises(ConfigError, match="price_unit='coins'"):
+        alloc.AllocationConfig(budget=10, price_unit="coins")
+    # the unit is part of an allocation's key, and a rollout-priced key is what it was before it
+    rollouts = alloc.AllocationConfig(budget=5000, n_max=16)
+    assert alloc.allocation_key(rollouts) == "signal-grpo-b5000-point"
+    assert alloc.allocation_key(cfg) == "signal-grpo-b5000-point-tokens"
+    table, _ = alloc.allocate_prompts("r", ["c", "a", "b"], n, c, cfg, price=np.array([100.0, 300.0, 200.0]))
+    assert set(table.column("price_unit").to_pylist()) == {"tokens"}
+    assert table.column("prompt_id").to_pylist() == ["a", "b", "c"]
+    # the prices follow their prompts into id order: "c" (1 of 8, 100 tokens) is the cheapest
+    res = alloc.allocate(np.array([8, 8, 8]), np.array([4, 7, 1]), cfg, price=np.array([300.0, 200.0, 100.0]))
+    np.testing.assert_array_equal(table.column("n_rollouts").to_numpy(), res.n)

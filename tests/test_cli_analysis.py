@@ -242,6 +242,10 @@ def test_allocate_without_budget_is_the_default_policy_and_keys_never_merge(data
     assert bad.exit_code == 1 and "exactly one of --run" in bad.output
     bad = invoke("allocate", "--dataset", "nope")
     assert bad.exit_code == 1 and "no problems stored for dataset 'nope'" in bad.output
+    # a dataset's prior counts have no answers, so no answer lengths: no price in tokens
+    bad = invoke("allocate", "--dataset", "mini", "--price-unit", "tokens")
+    assert bad.exit_code == 1 and "--price-unit tokens needs a run's answer lengths" in bad.output
+    assert "--price-unit rollouts" in bad.output and len(_allocation_files(data_dir, "prior-mini")) == 3
 
 
 def test_allocate_on_a_simulated_run_matches_its_stored_default(tmp_path):

@@ -3,6 +3,7 @@ MoPPS, CurES (``pipeline/curriculum.py``), each on a case worked by hand, and th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -145,6 +146,110 @@ def test_allocate_peers_prints_each_peer_beside_its_own(data_dir):
     # sGPO drops the always-solved prompt and keeps the one never solved (ceil(0.1 x 1)); Pilot-Commit skips both
     assert (printed["sgpo"][4], printed["pilot-commit"][4], printed["this allocation"][4]) == ("1", "2", "0")
     assert float(printed["this allocation"][5]) == 1
+
+
+def _token_run(store: Store, run_id: str, correct, lengths=None) -> None:
+    """A run of 8 samples per prompt whose prompt_stats carry answer lengths (``lengths``: each
+    prompt's mean tokens per answer, sd half of it), built here rather than by the analysis."""
+    from pipeline import analyze, finish
+
+    rows = [
+        {"run_id": run_id, "prompt_id": f"p{i}", "sample_idx": j, "extracted_answer": "1" if j < c else "2",
+         "correct": j < c, "grade_status": "correct" if j < c else "incorrect"}
+        for i, c in enumerate(correct) for j in range(8)
+    ]  # fmt: skip
+    store.write_shard(run_id, 0, pa.Table.from_pylist(rows, schema=schema.SAMPLES))
+    ps = analyze.analyze(finish.run_counts(store, run_id), run_id).prompt_stats
+    if lengths is not None:
+        order = [int(pid[1:]) for pid in ps.column("prompt_id").to_pylist()]
+        mean = np.asarray(lengths, float)[order]
+        for name, values in (("tokens_counted", np.full(len(order), 8)), ("tokens_per_answer", mean),
+                             ("tokens_sd", mean / 2)):  # fmt: skip
+            i = ps.schema.get_field_index(name)
+            ps = ps.set_column(i, name, pa.array(values, ps.schema.field(name).type))
+    store.replace_partition("prompt_stats", ps, {"run_id": run_id})
+
+
+def test_allocate_prices_rollouts_in_tokens(data_dir):
+    """``allocate --price-unit tokens``: each rollout costs its prompt's expected answer length (from
+    prompt_stats, under the run's length prior), the default budget is what G rollouts per prompt
+    cost, the output says both units, and the peers run at the same expected tokens."""
+    from pipeline import tokens
+
+    store = Store.open(data_dir)
+    correct = [8, 0, 4, 2, 1, 5, 6, 3]
+    lengths = [200.0, 900.0, 500.0, 600.0, 800.0, 450.0, 400.0, 550.0]
+    _token_run(store, "run-t", correct, lengths)
+    runner = CliRunner()
+    args = ["allocate", "--run", "run-t", "--price-unit", "tokens", "--peers", "--data-dir", str(data_dir)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    price = tokens.expected_tokens(np.full(8, 8), np.array(lengths), np.array(lengths) / 2)
+    budget = math.ceil(schema.DEFAULT_G * price.sum())
+    stored = store.read_table("allocation", {"run_id": "run-t"})
+    assert set(stored.column("price_unit").to_pylist()) == {"tokens"}
+    assert set(stored.column("budget").to_pylist()) == {budget}
+    n_alloc = np.array(stored.column("n_rollouts").to_pylist())
+    spent = float(n_alloc @ price)  # the stored rows are in prompt-id order, p0..p7
+    assert spent <= budget and budget - spent < price.max()
+    assert f"allocated {budget} tokens ({spent:.6g} expected tokens in {n_alloc.sum()} rollouts)" in res.output
+    assert "per rollout" in res.output and "per 1k tokens" in res.output
+    # the same allocation as the library's at these prices
+    cfg = dataclasses.replace(alloc.default_config(8), budget=budget, price_unit="tokens")
+    want = alloc.allocate(np.full(8, 8), np.array(correct), cfg, price=price)
+    np.testing.assert_array_equal(n_alloc, want.n)
+    # each peer at the largest rollout budget whose allocation fits the same tokens
+    names = "|".join(["this allocation", "uniform", *peers.PEERS])
+    pattern = re.compile(rf"^({names})\s+(\S+)\s+(\d+)\s+(\S+)\s+(\d+)\s+(\S+)\s*$")
+    printed = {m[1]: m for m in map(pattern.match, res.output.splitlines()) if m}
+    assert set(printed) == {"this allocation", "uniform", *peers.PEERS}, res.output
+    n, c = np.full(8, 8), np.array(correct)
+    rollouts = dataclasses.replace(cfg, price_unit="rollouts")
+    for name in peers.PEERS:
+        n_peer = peers.peer_allocation(name, n, c, cfg, price=price)
+        assert float(printed[name][4]) == pytest.approx(float(n_peer @ price), rel=1e-5) and n_peer @ price <= budget
+        more = peers.peer_allocation(name, n, c, dataclasses.replace(rollouts, budget=int(n_peer.sum()) + 1))
+        assert more @ price > budget or more.sum() == n_peer.sum(), name  # one more rollout would not fit
+        assert float(printed[name][2]) == pytest.approx(peers.value(n, c, n_peer, cfg), rel=1e-5)
+    assert float(printed["uniform"][4]) == pytest.approx(schema.DEFAULT_G * price.sum())
+    # the export names an allocation priced in tokens as such, and prefers one priced in rollouts
+    from pipeline import export
+
+    chosen, info = export._chosen_allocation(store, "run-t", 8)
+    assert info["price_unit"] == "tokens" and info["budget"] == budget and sum(chosen.values()) == n_alloc.sum()
+    # priced in rollouts, the output still says what the allocation costs in tokens
+    res = runner.invoke(app, ["allocate", "--run", "run-t", "--data-dir", str(data_dir)])
+    assert res.exit_code == 0, res.output
+    base = alloc.allocate(n, c, alloc.default_config(8))
+    assert f"allocated {8 * schema.DEFAULT_G} rollouts ({float(base.n @ price):.6g} expected tokens)" in res.output
+    _, info = export._chosen_allocation(store, "run-t", 8)
+    assert info["default"] and "price_unit" not in info
+    keys = {p.stem for p in (data_dir / "allocation" / "run_id=run-t").glob("*.parquet")}
+    assert {alloc.allocation_key(cfg), alloc.allocation_key(alloc.default_config(8))} <= keys
+
+
+def test_allocate_in_tokens_without_lengths_says_so(data_dir):
+    store = Store.open(data_dir)
+    _token_run(store, "run-n", [8, 0, 4, 2])
+    res = CliRunner().invoke(app, ["allocate", "--run", "run-n", "--price-unit", "tokens", "--data-dir", str(data_dir)])
+    assert res.exit_code != 0
+    assert "run 'run-n': its prompt_stats carry no answer lengths" in res.output
+    assert "--price-unit rollouts" in res.output
+    assert not store.read_table("allocation", {"run_id": "run-n"}).num_rows
+    res = CliRunner().invoke(app, ["allocate", "--run", "run-n", "--price-unit", "coins", "--data-dir", str(data_dir)])
+    assert res.exit_code != 0 and "--price-unit='coins'" in res.output
+
+
+def test_at_tokens_is_the_largest_budget_that_fits():
+    price = np.array([100.0, 250.0, 400.0, 900.0])
+    for name in peers.PEERS:
+        cfg = alloc.AllocationConfig(budget=9000, n_min=1, n_max=64, price_unit="tokens")
+        n = peers.peer_allocation(name, N8[:4], C8[:4], cfg, price=price)
+        assert n @ price <= 9000
+        B = int(n.sum())
+        nxt = [peers.peer_allocation(name, N8[:4], C8[:4], dataclasses.replace(cfg, budget=b, price_unit="rollouts"))
+               for b in range(B + 1, B + 4)]  # fmt: skip
+        assert all(m @ price > 9000 or m.sum() <= B for m in nxt), name
 
 
 # --- curriculum peers ----------------------------------------------------------------------------

@@ -85,12 +85,22 @@ def allocate_cmd(
         Path | None,
         typer.Option("--output", help="Export prompt_id,n_rollouts (.parquet, or .jsonl JSON Lines)."),
     ] = None,
+    price_unit: Annotated[
+        str,
+        typer.Option(
+            "--price-unit",
+            help="rollouts (every rollout costs 1) or tokens (a rollout costs its prompt's expected answer "
+            "length, from the run's prompt_stats; --budget is then in tokens, by default what G rollouts "
+            "per prompt cost). Docs: Tokens.",
+        ),
+    ] = AllocationConfig.price_unit,
     peers: Annotated[
         bool,
         typer.Option(
             "--peers",
-            help="Also print the rules of sGPO, VIP, Knapsack-RL and Pilot-Commit at the same budget, each "
-            "scored on this allocation's objective (docs: Allocation peers). Nothing of theirs is stored.",
+            help="Also print the rules of sGPO, VIP, Knapsack-RL and Pilot-Commit at the same budget (priced "
+            "in tokens: at the same expected tokens), each scored on this allocation's objective (docs: "
+            "Allocation peers). Nothing of theirs is stored.",
         ),
     ] = False,
     data_dir: DataDir = None,
@@ -99,24 +109,39 @@ def allocate_cmd(
 
     Without --budget or any other allocation option this is the default policy, the one a profile
     run stores (GRPO signal on each prompt's Beta posterior). Otherwise the options not given take
-    the defaults shown, and a missing --budget is the default policy's budget. Each allocation is
-    stored under its objective, estimator, budget and posterior: the same one computed again
-    replaces itself, a different one is kept beside it.
+    the defaults shown, and a missing --budget is the default policy's budget. With --price-unit
+    tokens a rollout costs its prompt's expected answer length and the budget is in tokens. Each
+    allocation is stored under its objective, estimator, budget, posterior and price unit: the same
+    one computed again replaces itself, a different one is kept beside it.
     """
+    import dataclasses
+
     import pyarrow.parquet as pq
 
     from pipeline import allocate, analyze
+    from pipeline.checks import check_choice
 
     if output is not None:
         check_output(output)
+    check_choice("--price-unit", price_unit, allocate.PRICE_UNITS)
     given = [p for p in _POLICY_OPTIONS if _given(ctx, p)]
     if objective != "signal" and "estimator" in given:
         raise ConfigError(f"--estimator is used only by --objective signal; {objective} does not depend on it")
+    if price_unit == "tokens" and dataset is not None and run is None:
+        raise ConfigError(
+            f"--price-unit tokens needs a run's answer lengths; --dataset {dataset!r} has only prior counts: "
+            "use --run, or the default --price-unit rollouts"
+        )
     store = open_store(data_dir)
     run_id, counts = counts_of(store, run, dataset, answers=False)
     ids, n, c = analyze.validate_counts(counts)
     check_int("--G", G, 2, MAX_G)
+    # a rollout's price in tokens, where the run's prompt_stats carry answer lengths: what a rollout
+    # costs priced in tokens, and otherwise what the output says the allocation spends in tokens
+    price = allocate.prompt_prices(store, run_id, ids, required=price_unit == "tokens") if run is not None else None
     policy = allocate.default_config(len(n), G)
+    if price_unit == "tokens":
+        policy = dataclasses.replace(policy, budget=allocate.token_budget(price, G), price_unit="tokens")
     if budget is None and not given:
         config = policy
     else:
@@ -128,8 +153,9 @@ def allocate_cmd(
             n_max=n_max,
             posterior=posterior,
             method=method,
+            price_unit=price_unit,
         )
-    table, result = allocate.allocate_prompts(run_id, ids, n, c, config)  # the profile run's rule
+    table, result = allocate.allocate_prompts(run_id, ids, n, c, config, price)  # the profile run's rule
     allocate.write_allocation(store, run_id, table, config)
     if output is not None:
         export = table.select(["prompt_id", "n_rollouts"])
@@ -147,13 +173,13 @@ def allocate_cmd(
     )
     sense = "higher" if result.sense == "max" else "lower"
     say(
-        f"allocated {config.budget} rollouts over {len(n)} prompts of {run_id} "
+        f"allocated {_spent(config, result)} over {len(n)} prompts of {run_id} "
         f"({'default policy: ' if config is policy else ''}{what}, n in [{config.n_min}, {config.n_max}], "
         f"{result.method}): value {result.total:.6g} vs uniform {result.uniform_total:.6g} "
-        f"({sense} is better; x{result.improvement:.4g})"
+        f"({sense} is better; x{result.improvement:.4g}); {_per_unit(result)}"
         + (
             f"; budget in expected rollouts (resampling): {result.expected_rollouts:.6g} spent"
-            if result.expected_rollouts != result.n.sum()
+            if config.price_unit == "rollouts" and result.expected_rollouts != result.n.sum()
             else ""
         )
         + (
@@ -165,24 +191,59 @@ def allocate_cmd(
         + (f"; wrote {output}" if output else "")
     )
     if peers:
-        emit(_peer_rows(n, c, config, result), "table", title=f"allocation peers at {config.budget} rollouts ({what})")
+        import numpy as np
+
+        # the rows are in the prompt order allocate_prompts sorted to, as result.n is
+        order = table.column("prompt_id").to_pylist()
+        at = {pid: i for i, pid in enumerate(ids.to_pylist())}
+        take = np.array([at[pid] for pid in order], dtype=np.int64)
+        n_s, c_s = np.asarray(n)[take], np.asarray(c)[take]
+        price_s = None if price is None else price[take]
+        unit = "expected tokens" if config.price_unit == "tokens" else "rollouts"
+        emit(
+            _peer_rows(n_s, c_s, config, result, price_s),
+            "table",
+            title=f"allocation peers at {config.budget} {unit} ({what})",
+        )
 
 
-def _peer_rows(n, c, config: AllocationConfig, result):
+def _spent(config: AllocationConfig, result) -> str:
+    """The budget in both units where the prices are known: ``3200 rollouts (1.2e6 expected tokens)``."""
+    if config.price_unit == "tokens":
+        return f"{config.budget} tokens ({result.tokens:.6g} expected tokens in {int(result.n.sum())} rollouts)"
+    tokens = f" ({result.tokens:.6g} expected tokens)" if result.tokens is not None else ""
+    return f"{config.budget} rollouts{tokens}"
+
+
+def _per_unit(result) -> str:
+    """The value per rollout and, where the prices are known, per 1,000 expected tokens."""
+    out = f"{result.total / max(result.expected_rollouts, 1e-300):.6g} per rollout"
+    if result.tokens:
+        out += f", {1000 * result.total / result.tokens:.6g} per 1k tokens"
+    return out
+
+
+def _peer_rows(n, c, config: AllocationConfig, result, price=None):
     """One row per rule, the allocation's own first: its total on the allocation's objective, the
-    rollouts it spends, the prompts it gives none, and its total over the allocation's."""
+    rollouts it spends (and their expected tokens where the prices are known), the prompts it gives
+    none, and its total over the allocation's. Priced in tokens, each peer runs at the largest
+    rollout budget whose allocation costs at most the same expected tokens (``peers.at_tokens``)."""
     import pyarrow as pa
 
     from pipeline import peers
 
     rows = [("this allocation", result.n), ("uniform", result.uniform_n)]
-    rows += [(name, peers.peer_allocation(name, n, c, config)) for name in peers.PEERS]
-    names, totals, spent, dropped, ratio = [], [], [], [], []
+    rows += [(name, peers.peer_allocation(name, n, c, config, price=price)) for name in peers.PEERS]
+    names, totals, spent, tokens, dropped, ratio = [], [], [], [], [], []
     for name, alloc_n in rows:
         total = result.total if name == "this allocation" else peers.value(n, c, alloc_n, config)
         names.append(name)
         totals.append(total)
         spent.append(int(alloc_n.sum()))
+        tokens.append(None if price is None else float(alloc_n @ price))
         dropped.append(int((alloc_n == 0).sum()))
         ratio.append(total / result.total if result.total else float("nan"))
-    return pa.table({"rule": names, "value": totals, "rollouts": spent, "prompts dropped": dropped, "x this": ratio})
+    columns = {"rule": names, "value": totals, "rollouts": spent}
+    if price is not None:
+        columns["tokens"] = tokens
+    return pa.table({**columns, "prompts dropped": dropped, "x this": ratio})

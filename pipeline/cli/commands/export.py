@@ -160,7 +160,7 @@ def export_cmd(
     if meta.get("allocation"):
         a = meta["allocation"]
         what = " ".join(str(v) for v in (a["objective"], a["estimator"]) if v)
-        say(f"allocated_rollouts: the allocation {what}, budget {a['budget']}")
+        say(f"allocated_rollouts: the allocation {what}, budget {a['budget']} {a.get('price_unit', 'rollouts')}")
     if result.exclude_list is not None:
         say(f"exclude list: {result.exclude_list} ({result.left_out + result.missing} prompt ids)")
 
