@@ -177,10 +177,13 @@ def write_analysis(store: Store, run_id: str, *, group_sizes=(2, 4, 8, 16, 32), 
         write_allocation(store, run_id, config, counts)
 
 
-def write_allocation(store: Store, run_id: str, config: allocate.AllocationConfig, counts: pa.Table) -> pa.Table:
-    """Allocate over ``counts`` (prompt_id, n, c) and store it under the allocation's own key."""
+def write_allocation(
+    store: Store, run_id: str, config: allocate.AllocationConfig, counts: pa.Table, price=None
+) -> pa.Table:
+    """Allocate over ``counts`` (prompt_id, n, c) and store it under the allocation's own key
+    (``price``: tokens per rollout of each prompt, for an allocation priced in tokens)."""
     n, c = counts.column("n").to_numpy(), counts.column("c").to_numpy()
-    table, _ = allocate.allocate_prompts(run_id, counts.column("prompt_id"), n, c, config)
+    table, _ = allocate.allocate_prompts(run_id, counts.column("prompt_id"), n, c, config, price=price)
     store.write_table("allocation", table, {"run_id": run_id}, part=allocate.allocation_key(config))
     return table
 

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -265,6 +266,21 @@ def test_allocations_of_one_run_with_different_budgets_stay_apart(tmp_path):
     assert rows["signal grpo · 720 rollouts · posterior"][2] == "720"
     assert rows["signal grpo · 500 rollouts · posterior"][2] == "500"
     assert [r[3] for r in rows.values()] == ["36", "36"]
+
+
+def test_an_allocation_priced_in_tokens_is_labelled_in_tokens(tmp_path):
+    """`allocate --price-unit tokens` stores a budget in tokens: the report names it so, apart from a
+    rollout allocation whose budget is the same number."""
+    store = Store(tmp_path / "data")
+    run = build_run(store, "token-budget", n_prompts=36)
+    store.delete_partition("allocation", {"run_id": run})
+    counts = store.read_table("prompt_stats", {"run_id": run}).select(["prompt_id", "n", "c"])
+    price = np.linspace(100.0, 400.0, counts.num_rows)
+    write_allocation(store, run, allocate.AllocationConfig(budget=720, n_max=64, posterior=True), counts)
+    tokens = allocate.AllocationConfig(budget=720 * 250, n_max=64, posterior=True, price_unit="tokens")
+    write_allocation(store, run, tokens, counts, price=price)
+    parts = dict(allocation_parts(reports.load_run(store, run).allocation))
+    assert set(parts) == {"signal grpo · 720 rollouts · posterior", "signal grpo · 180,000 tokens · posterior"}
 
 
 def test_the_allocation_table_shows_the_certified_gap(tmp_path):

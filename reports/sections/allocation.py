@@ -17,14 +17,17 @@ __all__ = ["ALLOCATION_KEY", "allocation_label", "allocation_parts", "allocation
 
 # What identifies one allocation of a run (``allocate.allocation_key``): two stored allocations
 # differing in any of these are separate series, bars and table rows.
-ALLOCATION_KEY = ("objective", "estimator", "budget", "posterior")
+ALLOCATION_KEY = ("objective", "estimator", "budget", "posterior", "price_unit")
 
 
-def allocation_label(objective: str, estimator: str | None, budget: int | None, posterior: bool | None) -> str:
-    """``signal grpo · 720 rollouts · posterior``: an allocation named by everything that identifies it."""
+def allocation_label(
+    objective: str, estimator: str | None, budget: int | None, posterior: bool | None, price_unit: str | None = None
+) -> str:
+    """``signal grpo · 720 rollouts · posterior``: an allocation named by everything that identifies it
+    (a budget priced in tokens, ``allocate --price-unit tokens``, is in tokens; null is rollouts)."""
     parts = [" ".join(x for x in (objective, estimator) if x)]
     if budget is not None:
-        parts.append(f"{budget:,} rollouts")
+        parts.append(f"{budget:,} {price_unit or 'rollouts'}")
     if posterior is not None:
         parts.append("posterior" if posterior else "point estimates")
     return " · ".join(parts)
@@ -33,6 +36,8 @@ def allocation_label(objective: str, estimator: str | None, budget: int | None, 
 def allocation_parts(a: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     """The allocations of a run's allocation rows, in stored order: ``(label, rows)`` each."""
     parts = []
+    if "price_unit" not in a.columns:  # rows stored before allocations could be priced in tokens
+        a = a.with_columns(pl.lit(None, dtype=pl.String).alias("price_unit"))
     for key in a.select(ALLOCATION_KEY).unique(maintain_order=True).iter_rows(named=True):
         match = pl.all_horizontal(
             [pl.col(name).eq_missing(pl.lit(value, dtype=a.schema[name])) for name, value in key.items()]
