@@ -285,14 +285,11 @@ def _shard_column(samples: pa.Table, name: str, type_: pa.DataType) -> pa.Array 
 
 def with_tokens(counts: pa.Table, per_prompt: pa.Table) -> pa.Table:
     """``counts`` with the ``TRUNCATION_COLUMNS`` and ``TOKEN_COLUMNS`` of ``per_prompt``
-    (``finish.token_counts``) by prompt: 0 answers (and a null sd) for a prompt it does not list."""
+    (``finish.token_counts``) by prompt: 0 answers for a prompt it does not list."""
     ids = counts.column("prompt_id").combine_chunks().cast(pa.string())
     where = pc.index_in(ids, value_set=per_prompt.column("prompt_id").combine_chunks().cast(pa.string()))
-    for name in TRUNCATION_COLUMNS + TOKEN_COLUMNS:
-        if name == "tokens_sd":
-            values = pc.take(per_prompt.column(name).cast(pa.float64()), where)
-        else:
-            values = pc.fill_null(pc.take(per_prompt.column(name).cast(pa.int64()), where), 0)
+    for name in TRUNCATION_COLUMNS + TOKEN_COLUMNS:  # a total over no known length is 0
+        values = pc.fill_null(pc.take(per_prompt.column(name).cast(pa.int64()), where), 0)
         counts = counts.append_column(name, values)
     return counts
 
@@ -377,17 +374,15 @@ def _answer_histogram(counts: pa.Table):
 # correct (``with_tokens``): ``prompt_stats``' ``truncated_share`` and ``truncated`` come from them.
 TRUNCATION_COLUMNS = ("n_truncated", "n_truncated_wrong")
 # A counts table's answer lengths in tokens, per prompt (``with_tokens``, ``sql/prompt_tokens.sql``):
-# the answers whose length is known, their total and sample sd, and count and total by outcome
-# (right; wrong and finished; cut by the token limit and not right). ``prompt_stats``' ``tokens_*``
-# columns and the summary's ``tokens`` section come from them.
+# the answers whose length is known, their total and total of squares, and count and total of the
+# right ones and of the cut ones (cut by the token limit and not right); the wrong and finished ones
+# are the rest. ``prompt_stats``' ``tokens_*`` columns and the summary's ``tokens`` section come from them.
 TOKEN_COLUMNS = (
     "tokens_counted",
     "tokens_spent",
-    "tokens_sd",
+    "tokens_sumsq",
     "right_counted",
     "right_spent",
-    "wrong_counted",
-    "wrong_spent",
     "cut_counted",
     "cut_spent",
 )
@@ -395,17 +390,30 @@ OUTCOMES = ("right", "wrong", "cut")
 
 
 def _token_arrays(counts: pa.Table, ids: pa.Array) -> dict[str, np.ndarray] | None:
-    """The ``TOKEN_COLUMNS`` of ``counts`` as arrays (``tokens_sd`` NaN where unknown), or None
-    when it has none (counts without samples: an observation-only run)."""
+    """The ``TOKEN_COLUMNS`` of ``counts`` as integer arrays with the wrong and finished answers'
+    (``wrong_counted``, ``wrong_spent``: what is neither right nor cut) and the sample sd
+    (``tokens_sd``, ddof 1, NaN below 2 answers), or None when it has none (counts without
+    samples: an observation-only run).
+
+    Raises:
+        ConfigError: naming the prompt, for a negative length or an outcome's answers that add up
+            to more than the prompt's.
+    """
     if TOKEN_COLUMNS[0] not in counts.column_names:
         return None
-    out = {name: _as_numbers(counts, name, ids) for name in TOKEN_COLUMNS if name != "tokens_sd"}
-    sd = counts.column("tokens_sd").combine_chunks().cast(pa.float64())
-    out["tokens_sd"] = sd.to_numpy(zero_copy_only=False).astype(float)  # null -> NaN
-    for name in ("tokens_counted", "tokens_spent", *(f"{o}_{x}" for o in OUTCOMES for x in ("counted", "spent"))):
-        if (out[name] < 0).any():
-            i = int(np.flatnonzero(out[name] < 0)[0])
-            raise ConfigError(f"prompt {ids[i].as_py()!r}: {name}={out[name][i]} is negative (a length in tokens is >= 0)")
+    out = {name: _as_numbers(counts, name, ids) for name in TOKEN_COLUMNS}
+    out["wrong_counted"] = out["tokens_counted"] - out["right_counted"] - out["cut_counted"]
+    out["wrong_spent"] = out["tokens_spent"] - out["right_spent"] - out["cut_spent"]
+    for name, values in out.items():
+        if (values < 0).any():
+            i = int(np.flatnonzero(values < 0)[0])
+            raise ConfigError(f"prompt {ids[i].as_py()!r}: {name}={values[i]} is negative (lengths in tokens are >= 0)")
+    k = out["tokens_counted"].astype(float)
+    s = out["tokens_spent"].astype(float)
+    # the sum of squared deviations, from exact integer totals: one rounding, not a cancellation of two
+    with np.errstate(invalid="ignore", divide="ignore"):
+        squares = np.maximum(out["tokens_sumsq"] - s * (s / np.maximum(k, 1)), 0.0)
+        out["tokens_sd"] = np.where(k > 1, np.sqrt(squares / np.maximum(k - 1, 1)), np.nan)
     return out
 
 
@@ -666,7 +674,7 @@ def _token_stats(lengths: dict[str, np.ndarray]) -> dict[str, pa.Array]:
         "tokens_counted": pa.array(k.astype(np.int32)),
         "tokens_spent": pa.array(lengths["tokens_spent"], pa.int64(), mask=~known),
         "tokens_per_answer": _float_col(mean),
-        "tokens_sd": _float_col(np.where(k > 1, lengths["tokens_sd"], np.nan)),
+        "tokens_sd": _float_col(lengths["tokens_sd"]),
         "tokens_expected": _float_col(expected),
     }
     for outcome in OUTCOMES:
