@@ -86,9 +86,11 @@ def _tokens_table(data: RunData) -> TableView | None:
         rows.append([r["band"], fmt(r["value"], 1), pct(share), fmt(round(share * total)) if share is not None else ""])
     outcome = {o: metric(summary, "tokens", f"tokens_{o}") for o in ("right", "wrong", "cut")}
     ratio = metric(summary, "tokens", "informative_to_easy")
+    named = {"right": "right", "wrong": "wrong", "cut": "cut by the token limit"}
     note = (
-        f"Tokens per answer: right {fmt(outcome['right'], 1)}, wrong {fmt(outcome['wrong'], 1)}, "
-        f"cut by the token limit {fmt(outcome['cut'], 1)}."
+        "Tokens per answer: "
+        + ", ".join(f"{named[o]} {fmt(v, 1)}" for o, v in outcome.items() if v is not None)
+        + "."
         + (f" An informative prompt's answer runs {ratio:.2f}x an easy one's" if ratio else "")
         + (": a rollout saved there saves more tokens than one saved on an easy prompt." if ratio and ratio > 1 else ".")
     )
