@@ -921,7 +921,13 @@ def _tokens_summary(lengths: dict[str, np.ndarray], p: np.ndarray, add) -> None:
     for band, inside in in_band.items():
         band_mean[band] = _per_answer(np.asarray(spent[inside].sum()), np.asarray(k[inside].sum()))
         add("tokens", "tokens_per_answer", band_mean[band], int(inside.sum()), band=band)
-        add("tokens", "spent_share", float(spent[inside].sum()) / total if total > 0 else np.nan, int(inside.sum()), band=band)
+        add(
+            "tokens",
+            "spent_share",
+            float(spent[inside].sum()) / total if total > 0 else np.nan,
+            int(inside.sum()),
+            band=band,
+        )
     ratio = band_mean["informative"] / band_mean["easy"] if band_mean["easy"] > 0 else np.nan
     add("tokens", "informative_to_easy", ratio, int((in_band["informative"] | in_band["easy"]).sum()))
 

@@ -13,8 +13,9 @@ key after every new profile or ``current --save``:
     (c / n), interval_lo, interval_hi, interval_level (Wilson), band, G (the trainer's group size),
     zero_signal (the chance a group of G is silent), truncated_share (of the answers drawn, those
     cut by the token limit), tokens_per_answer (its answers' mean length in tokens), tokens_expected
-    (its price: its expected answer length under the run's population, docs/tokens.md), undecided (an adaptive run's prompt that stopped without a decision;
-    null for a fixed-n run), allocated_rollouts (the run's allocation, when one exists)
+    (its price: its expected answer length under the run's population, docs/tokens.md), undecided
+    (an adaptive run's prompt that stopped without a decision; null for a fixed-n run),
+    allocated_rollouts (the run's allocation, when one exists)
 
 ``zero_signal`` is a prediction for the trainer's groups, not a count over the profile's answers:
 ``E[p^G + (1 - p)^G]`` under the prompt's posterior (``stats.silent_chance``): ``Beta(1 + c,

@@ -92,6 +92,12 @@ def _tokens_table(data: RunData) -> TableView | None:
         + ", ".join(f"{named[o]} {fmt(v, 1)}" for o, v in outcome.items() if v is not None)
         + "."
         + (f" An informative prompt's answer runs {ratio:.2f}x an easy one's" if ratio else "")
-        + (": a rollout saved there saves more tokens than one saved on an easy prompt." if ratio and ratio > 1 else ".")
+        + (
+            ": a rollout saved there saves more tokens than one saved on an easy prompt."
+            if ratio and ratio > 1
+            else "."
+        )
     )
-    return TableView("Tokens by difficulty band", ["band", "tokens per answer", "share of tokens", "tokens"], rows, note)
+    return TableView(
+        "Tokens by difficulty band", ["band", "tokens per answer", "share of tokens", "tokens"], rows, note
+    )
