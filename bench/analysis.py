@@ -9,7 +9,12 @@ in a child process, then in this process times:
    extracted_answer`` pass over the samples, then per-prompt lists) + ``analyze`` with every
    default estimator and G in 4, 8, 16, 32, 64, alternating with the floor; then its phases
    alone, and the analysis without answers;
-3. ``allocate`` of a 16M-rollout budget (64 per prompt on average) by the fast method and by the
+3. a run's finish reads more than the counts: each prompt's answers cut by the token limit and its
+   answers' lengths in tokens (``finish.token_counts``, ``sql/prompt_tokens.sql``: one more pass
+   over the samples), timed against the floor and against what the finish read before it (the
+   truncation query alone, ``BEFORE_TRUNCATION``), in the same process; the samples' lengths come
+   from ``truths.LENGTHS`` (wrong answers longer, hard prompts longer), cut at 1,024 tokens;
+4. ``allocate`` of a 16M-rollout budget (64 per prompt on average) by the fast method and by the
    reference greedy, checking both reach the same value and allocation.
 
 Targets (issue 16): the full analysis within 3x the floor (aim 2x), peak memory under 3 GB;
@@ -33,8 +38,22 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import truths  # noqa: E402
 
 RUN_ID = "bench"
+MAX_TOKENS = 1024  # the token limit of the generated answers (the generic default)
+# What a run's finish read besides the counts before the answers' lengths: its answers cut by the
+# token limit alone, filtered so that row groups without one are skipped (the baseline of phase 3).
+BEFORE_TRUNCATION = """
+SELECT prompt_id, count(*)::BIGINT AS n_truncated,
+       (count(*) FILTER (WHERE NOT coalesce(correct, false)))::BIGINT AS n_truncated_wrong
+FROM read_parquet($files, hive_partitioning = false)
+WHERE finish_reason = 'length'
+GROUP BY prompt_id
+ORDER BY prompt_id
+"""
 
 
 def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
@@ -57,6 +76,7 @@ def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     write_s = counts_s = 0.0
     p = rng.beta(0.3, 0.3, prompts)
+    right_means = truths.LENGTHS.right_means(p, rng)
     # 16 hex characters, like a content hash
     ids = pa.array([f"{(i * 11400714819323198485) % 2**64:016x}" for i in range(prompts)])
     answers = pa.array(["42", "w0", "w1", "w2", "w3", "w4"])
@@ -68,6 +88,9 @@ def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
         wrong = rng.integers(1, 6, (m, samples))
         ans_idx = np.where(correct, 0, wrong).astype(np.int32).ravel()
         pid = np.repeat(np.arange(start, stop, dtype=np.int32), samples)
+        length = np.ceil(truths.LENGTHS.draw(right_means[start:stop], correct, rng)).astype(np.int32)
+        cut = length > MAX_TOKENS
+        reasons = np.where(cut, 1, 0).astype(np.int32).ravel()
         table = pa.table(
             {
                 "run_id": pa.DictionaryArray.from_arrays(np.zeros(m * samples, np.int32), pa.array([RUN_ID])),
@@ -77,7 +100,9 @@ def generate(data_dir: Path, prompts: int, samples: int, seed: int = 0) -> None:
                 "grade_status": pa.DictionaryArray.from_arrays(
                     np.where(correct, 0, 1).astype(np.int32).ravel(), pa.array(["correct", "incorrect"])
                 ),
-                "correct": pa.array(correct.ravel()),
+                "correct": pa.array((correct & ~cut).ravel()),  # a cut answer loses its answer
+                "finish_reason": pa.DictionaryArray.from_arrays(reasons, pa.array(["stop", "length"])),
+                "n_tokens": pa.array(np.minimum(length, MAX_TOKENS).ravel()),
             }
         )
         write_id = {store_module.WRITE_ID_KEY: uuid.uuid4().hex}
@@ -233,6 +258,38 @@ def main() -> None:
     print(
         f"  without answers (sql/prompt_counts.sql + analyze)               {t_plain:8.3f} s"
         f" = {t_plain / floor_s:5.2f} x floor"
+    )
+
+    # 3. the finish's read: the counts with the cut answers and the lengths (finish.run_counts's
+    # samples path) against the counts with the cut answers alone (before), alternating.
+    before_db = duckdb.connect(":memory:")
+
+    def cut_answers():
+        return before_db.sql(BEFORE_TRUNCATION, params={"files": [str(f) for f in shard_paths]}).to_arrow_table()
+
+    def finish_read_before():
+        return finish.counts_from_samples(store, RUN_ID), cut_answers()
+
+    t_before = t_after = t_tokens = t_cut = float("inf")
+    for _ in range(args.repeat):
+        t_before = min(t_before, timed(finish_read_before)[0])
+        t_after = min(t_after, timed(lambda: finish.run_counts(store, RUN_ID))[0])
+        t_tokens = min(t_tokens, timed(lambda: finish.token_counts(store, RUN_ID))[0])
+        t_cut = min(t_cut, timed(cut_answers)[0])
+    before_db.close()
+    share = float(np.mean([r["n_truncated"] for r in finish.token_counts(store, RUN_ID).to_pylist()])) / args.samples
+    print(f"finish's read ({share:.1%} of answers cut at {MAX_TOKENS} tokens; best of {args.repeat}, alternating):")
+    print(
+        f"  per-prompt tokens and cut answers (sql/prompt_tokens.sql)      {t_tokens:8.3f} s"
+        f" = {t_tokens / floor_s:5.2f} x floor"
+    )
+    print(
+        f"  before: the cut answers alone (filtered on finish_reason)      {t_cut:8.3f} s"
+        f" = {t_cut / floor_s:5.2f} x floor"
+    )
+    print(
+        f"  counts + tokens (finish.run_counts) {t_after:8.3f} s against counts + cut answers {t_before:8.3f} s:"
+        f" RATIO {t_after / t_before:.2f}x;  with analyze: {(t_after + t_tables) / (t_before + t_tables):.2f}x"
     )
 
     n = counts.column("n").to_numpy()

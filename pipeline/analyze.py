@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline import adaptive, identify, schema, stats
+from pipeline import adaptive, identify, schema, stats, tokens
 from pipeline import estimators as est
 from pipeline.checks import check_int
 from pipeline.errors import ConfigError
@@ -64,7 +64,7 @@ __all__ = [
     "validate_counts",
     "weights",
     "with_decisions",
-    "with_truncation",
+    "with_tokens",
 ]
 
 
@@ -283,13 +283,13 @@ def _shard_column(samples: pa.Table, name: str, type_: pa.DataType) -> pa.Array 
     return samples.column(name).cast(type_)
 
 
-def with_truncation(counts: pa.Table, truncation: pa.Table) -> pa.Table:
-    """``counts`` with the ``TRUNCATION_COLUMNS`` of ``truncation`` (``truncation_counts``) by
-    prompt, 0 for a prompt with no answer cut."""
+def with_tokens(counts: pa.Table, per_prompt: pa.Table) -> pa.Table:
+    """``counts`` with the ``TRUNCATION_COLUMNS`` and ``TOKEN_COLUMNS`` of ``per_prompt``
+    (``finish.token_counts``) by prompt: 0 answers for a prompt it does not list."""
     ids = counts.column("prompt_id").combine_chunks().cast(pa.string())
-    where = pc.index_in(ids, value_set=truncation.column("prompt_id").combine_chunks().cast(pa.string()))
-    for name in TRUNCATION_COLUMNS:
-        values = pc.fill_null(pc.take(truncation.column(name).cast(pa.int64()), where), 0)
+    where = pc.index_in(ids, value_set=per_prompt.column("prompt_id").combine_chunks().cast(pa.string()))
+    for name in TRUNCATION_COLUMNS + TOKEN_COLUMNS:  # a total over no known length is 0
+        values = pc.fill_null(pc.take(per_prompt.column(name).cast(pa.int64()), where), 0)
         counts = counts.append_column(name, values)
     return counts
 
@@ -371,8 +371,56 @@ def _answer_histogram(counts: pa.Table):
 
 
 # A counts table's answers cut by the token limit, per prompt, and of them the ones not graded
-# correct (``with_truncation``): ``prompt_stats``' ``truncated_share`` and ``truncated`` come from them.
+# correct (``with_tokens``): ``prompt_stats``' ``truncated_share`` and ``truncated`` come from them.
 TRUNCATION_COLUMNS = ("n_truncated", "n_truncated_wrong")
+# A counts table's answer lengths in tokens, per prompt (``with_tokens``, ``sql/prompt_tokens.sql``):
+# the answers whose length is known, their total and total of squares, and count and total of the
+# right ones and of the cut ones (cut by the token limit and not right); the wrong and finished ones
+# are the rest. ``prompt_stats``' ``tokens_*`` columns and the summary's ``tokens`` section come from them.
+TOKEN_COLUMNS = (
+    "tokens_counted",
+    "tokens_spent",
+    "tokens_sumsq",
+    "right_counted",
+    "right_spent",
+    "cut_counted",
+    "cut_spent",
+)
+OUTCOMES = ("right", "wrong", "cut")
+
+
+def _token_arrays(counts: pa.Table, ids: pa.Array) -> dict[str, np.ndarray] | None:
+    """The ``TOKEN_COLUMNS`` of ``counts`` as integer arrays with the wrong and finished answers'
+    (``wrong_counted``, ``wrong_spent``: what is neither right nor cut) and the sample sd
+    (``tokens_sd``, ddof 1, NaN below 2 answers), or None when it has none (counts without
+    samples: an observation-only run).
+
+    Raises:
+        ConfigError: naming the prompt, for a negative length or an outcome's answers that add up
+            to more than the prompt's.
+    """
+    if TOKEN_COLUMNS[0] not in counts.column_names:
+        return None
+    out = {name: _as_numbers(counts, name, ids) for name in TOKEN_COLUMNS}
+    out["wrong_counted"] = out["tokens_counted"] - out["right_counted"] - out["cut_counted"]
+    out["wrong_spent"] = out["tokens_spent"] - out["right_spent"] - out["cut_spent"]
+    for name, values in out.items():
+        if (values < 0).any():
+            i = int(np.flatnonzero(values < 0)[0])
+            raise ConfigError(f"prompt {ids[i].as_py()!r}: {name}={values[i]} is negative (lengths in tokens are >= 0)")
+    k = out["tokens_counted"].astype(float)
+    s = out["tokens_spent"].astype(float)
+    # the sum of squared deviations, from exact integer totals: one rounding, not a cancellation of two
+    with np.errstate(invalid="ignore", divide="ignore"):
+        squares = np.maximum(out["tokens_sumsq"] - s * (s / np.maximum(k, 1)), 0.0)
+        out["tokens_sd"] = np.where(k > 1, np.sqrt(squares / np.maximum(k - 1, 1)), np.nan)
+    return out
+
+
+def _per_answer(spent: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """Mean tokens per answer, NaN where no answer's length is known."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counted > 0, spent / np.maximum(counted, 1), np.nan)
 
 
 def truncated_flag(n: np.ndarray, c: np.ndarray, cut_wrong: np.ndarray) -> np.ndarray:
@@ -601,6 +649,9 @@ def _prompt_stats(
         with np.errstate(invalid="ignore", divide="ignore"):
             cols["truncated_share"] = _float_col(np.where(n > 0, cut / np.maximum(n, 1), np.nan))
         cols["truncated"] = pa.array(truncated_flag(n, c, cut_wrong))
+    lengths = _token_arrays(counts, ids)
+    if lengths is not None:
+        cols.update(_token_stats(lengths))
     for name in ADAPTIVE_COLUMNS:  # an adaptive run's decisions, computed by the run
         if name in counts.column_names:
             cols[name] = counts.column(name).combine_chunks().cast(schema.PROMPT_STATS.field(name).type)
@@ -609,6 +660,26 @@ def _prompt_stats(
         if name not in cols:
             cols[name] = pa.nulls(N, schema.PROMPT_STATS.field(name).type)
     return pa.Table.from_arrays([cols[name] for name in schema.PROMPT_STATS.names], schema=schema.PROMPT_STATS)
+
+
+def _token_stats(lengths: dict[str, np.ndarray]) -> dict[str, pa.Array]:
+    """``prompt_stats``' ``tokens_*`` columns from ``_token_arrays``: a mean is null where no answer
+    (of that outcome) has a known length, and so is the total; ``tokens_expected`` is each prompt's
+    expected answer length under the population of the run's prompts (``tokens.expected_tokens``)."""
+    k = lengths["tokens_counted"]
+    mean = _per_answer(lengths["tokens_spent"], k)
+    known = k > 0
+    expected = tokens.expected_tokens(k, np.where(known, mean, 0.0), lengths["tokens_sd"])
+    cols = {
+        "tokens_counted": pa.array(k.astype(np.int32)),
+        "tokens_spent": pa.array(lengths["tokens_spent"], pa.int64(), mask=~known),
+        "tokens_per_answer": _float_col(mean),
+        "tokens_sd": _float_col(lengths["tokens_sd"]),
+        "tokens_expected": _float_col(expected),
+    }
+    for outcome in OUTCOMES:
+        cols[f"tokens_{outcome}"] = _float_col(_per_answer(lengths[f"{outcome}_spent"], lengths[f"{outcome}_counted"]))
+    return cols
 
 
 def _weights(ids, pairs: _Pairs, run_id: str) -> pa.Table:
@@ -724,7 +795,7 @@ def _extrapolation_bounds(pairs: _Pairs, m: np.ndarray) -> dict[int, dict]:
     return out
 
 
-def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
+def _summary(pairs: _Pairs, run_id: str, lengths: dict[str, np.ndarray] | None = None) -> pa.Table:
     cfg = pairs.config
     rows: list[dict] = []
 
@@ -816,7 +887,49 @@ def _summary(pairs: _Pairs, run_id: str) -> pa.Table:
                 cnts[: len(curve)] += pairs.mult[u]
         for k in range(1, kmax + 1):
             add("pass_at_k", "mean_pass_at_k", sums[k - 1] / cnts[k - 1], cnts[k - 1], k=k)
+    if lengths is not None:
+        _tokens_summary(lengths, pairs.p_u[pairs.inv], add)
     return pa.Table.from_pylist(rows, schema=schema.SUMMARY)
+
+
+def _tokens_summary(lengths: dict[str, np.ndarray], p: np.ndarray, add) -> None:
+    """The summary's ``tokens`` section (docs/tokens.md): where the tokens go. Over the answers whose
+    length is known: ``tokens_spent`` and ``tokens_counted`` (totals), ``tokens_per_answer`` overall
+    and by outcome (``tokens_right``, ``tokens_wrong``, ``tokens_cut``) and ``wrong_to_right``; per
+    band of the summary's pass rate (``schema.BAND_EDGES``) the tokens per answer and the band's
+    ``spent_share``, and ``informative_to_easy``, the informative band's tokens per answer over the
+    easy band's. Nothing when no answer's length is known."""
+    k, spent = lengths["tokens_counted"], lengths["tokens_spent"]
+    measured = k > 0
+    if not measured.any():
+        return
+    prompts = int(measured.sum())
+    total, answers = float(spent.sum()), float(k.sum())
+    add("tokens", "tokens_spent", total, prompts)
+    add("tokens", "tokens_counted", answers, prompts)
+    add("tokens", "tokens_per_answer", total / answers, prompts)
+    per = {}
+    for outcome in OUTCOMES:
+        counted = lengths[f"{outcome}_counted"]
+        per[outcome] = _per_answer(np.asarray(lengths[f"{outcome}_spent"].sum()), np.asarray(counted.sum()))
+        add("tokens", f"tokens_{outcome}", per[outcome], int((counted > 0).sum()))
+    add("tokens", "wrong_to_right", per["wrong"] / per["right"] if per["right"] > 0 else np.nan, prompts)
+    lo, hi = schema.BAND_EDGES
+    known = measured & np.isfinite(p)
+    in_band = {"hard": known & (p <= lo), "informative": known & (p > lo) & (p < hi), "easy": known & (p >= hi)}
+    band_mean = {}
+    for band, inside in in_band.items():
+        band_mean[band] = _per_answer(np.asarray(spent[inside].sum()), np.asarray(k[inside].sum()))
+        add("tokens", "tokens_per_answer", band_mean[band], int(inside.sum()), band=band)
+        add(
+            "tokens",
+            "spent_share",
+            float(spent[inside].sum()) / total if total > 0 else np.nan,
+            int(inside.sum()),
+            band=band,
+        )
+    ratio = band_mean["informative"] / band_mean["easy"] if band_mean["easy"] > 0 else np.nan
+    add("tokens", "informative_to_easy", ratio, int((in_band["informative"] | in_band["easy"]).sum()))
 
 
 # --- public table functions ---------------------------------------------------------------------
@@ -844,11 +957,12 @@ def summary(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
     observed - iid, ``jensen_gap_plugin``, all-correct / all-wrong split); ``dapo`` per G
     (``oversampling_fill`` = 1/(1 - D), and for resample variants the mean rollouts factor
     ``sum_{t<T} z^t``); ``gradient_share`` per estimator, G and band (share of total update mass,
-    and ``mean_mass`` for band ``all``); ``pass_at_k`` (mean over prompts with n >= k).
+    and ``mean_mass`` for band ``all``); ``pass_at_k`` (mean over prompts with n >= k); ``tokens``
+    where the counts carry answer lengths (``with_tokens``; ``_tokens_summary``).
     """
     config = config or AnalyzeConfig()
-    _, n, c = validate_counts(counts)
-    return _summary(_Pairs(n, c, config), run_id)
+    ids, n, c = validate_counts(counts)
+    return _summary(_Pairs(n, c, config), run_id, _token_arrays(counts, ids))
 
 
 def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) -> Analysis:
@@ -868,7 +982,7 @@ def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
             _ = pairs.curves
         pass_at_k = pool.submit(_pass_at_k_column, pairs, n)
         weights_table = pool.submit(_weights, ids, pairs, run_id)
-        summary_table = _summary(pairs, run_id)
+        summary_table = _summary(pairs, run_id, _token_arrays(counts, ids))
         stats_table = _prompt_stats(ids, n, c, pairs, counts, run_id, pass_at_k=pass_at_k)
         distinct.result()  # a duplicated prompt_id raises here, naming it
         weights = weights_table.result()

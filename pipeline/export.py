@@ -12,8 +12,10 @@ key after every new profile or ``current --save``:
     run_id, prompt_id, status, answers_drawn (the profile's n), answers_correct (its c), pass_rate
     (c / n), interval_lo, interval_hi, interval_level (Wilson), band, G (the trainer's group size),
     zero_signal (the chance a group of G is silent), truncated_share (of the answers drawn, those
-    cut by the token limit), undecided (an adaptive run's prompt that stopped without a decision;
-    null for a fixed-n run), allocated_rollouts (the run's allocation, when one exists)
+    cut by the token limit), tokens_per_answer (its answers' mean length in tokens), tokens_expected
+    (its price: its expected answer length under the run's population, docs/tokens.md), undecided
+    (an adaptive run's prompt that stopped without a decision; null for a fixed-n run),
+    allocated_rollouts (the run's allocation, when one exists)
 
 ``zero_signal`` is a prediction for the trainer's groups, not a count over the profile's answers:
 ``E[p^G + (1 - p)^G]`` under the prompt's posterior (``stats.silent_chance``): ``Beta(1 + c,
@@ -134,6 +136,8 @@ MEASUREMENT = pa.struct(
         ("G", pa.int32()),
         ("zero_signal", pa.float64()),
         ("truncated_share", pa.float64()),
+        ("tokens_per_answer", pa.float64()),
+        ("tokens_expected", pa.float64()),
         ("undecided", pa.bool_()),
         ("allocated_rollouts", pa.int32()),
     ]
@@ -348,6 +352,9 @@ def _measurements(store: Store, run_id: str, config: ExportConfig) -> tuple[dict
             "G": config.G,
             "zero_signal": None if math.isnan(z) else z,
             "truncated_share": row["truncated_share"] if p is not None else None,
+            # its answers' mean length, and its price: the expected length under the run's population
+            "tokens_per_answer": row.get("tokens_per_answer") if p is not None else None,
+            "tokens_expected": row.get("tokens_expected"),
             "undecided": row["undecided"],
             "allocated_rollouts": rollouts.get(row["prompt_id"]),
         }

@@ -32,6 +32,7 @@ __all__ = [
     "finish_from_counts",
     "read_analysis",
     "run_counts",
+    "token_counts",
     "write_analysis",
 ]
 
@@ -112,19 +113,20 @@ def _registered(store: Store, run_id: str) -> RunRecord:
     return store.get_run(run_id, missing_ok=True) or RunRecord(run_id)
 
 
-def truncation_counts(store: Store, run_id: str) -> pa.Table:
-    """Per prompt of a run with at least one answer cut by the token limit, ``n_truncated`` and
-    ``n_truncated_wrong`` (``sql/prompt_truncation.sql``, over its finished shard files)."""
+def token_counts(store: Store, run_id: str) -> pa.Table:
+    """Per prompt of a run, its answers cut by the token limit and its answers' lengths in tokens,
+    overall and by outcome (``sql/prompt_tokens.sql``: one pass over its finished shard files; the
+    columns ``analyze.with_tokens`` joins onto the counts)."""
     files = [f for _, f in sorted(store.shard_files(run_id).items())]
     if not files:
         raise StoreError(f"run {run_id!r} has no samples under {store.root}")
-    return store.files_query("prompt_truncation", files)
+    return store.files_query("prompt_tokens", files)
 
 
 def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
     if run.backend != OBSERVATIONS_BACKEND:
         counts = counts_from_samples(store, run.run_id, answers=answers)
-        return analyze.with_truncation(counts, truncation_counts(store, run.run_id))
+        return analyze.with_tokens(counts, token_counts(store, run.run_id))
     stats_table = store.read_table("prompt_stats", {"run_id": run.run_id})
     if stats_table.num_rows == 0:
         raise StoreError(f"run {run.run_id} was saved from observations and has no prompt_stats: save it again")
@@ -133,7 +135,7 @@ def _run_counts(store: Store, run: RunRecord, answers: bool) -> pa.Table:
 
 def run_counts(store: Store, run_id: str, answers: bool = True) -> pa.Table:
     """A run's per-prompt counts: from its samples (``counts_from_samples``, with each prompt's answers
-    cut by the token limit: ``analyze.with_truncation``), or, for a run saved
+    cut by the token limit and its answers' lengths: ``analyze.with_tokens``), or, for a run saved
     from observations, its stored ``prompt_stats``' ``n`` and ``c``.
 
     Raises:

@@ -111,6 +111,33 @@ def print_verdict(v: Verdict) -> None:
         )
 
 
+def tokens_line(summary: pa.Table) -> str | None:
+    """One line of where a run's tokens went (the summary's ``tokens`` section, docs/tokens.md): the
+    total, tokens per answer, wrong answers against right ones, the informative band against the easy
+    one. None for a run without answer lengths."""
+    values = {
+        (r["metric"], r["band"]): r["value"]
+        for r in summary.to_pylist()
+        if r["section"] == "tokens" and r["value"] is not None
+    }
+    spent = values.get(("tokens_spent", None))
+    if not spent:
+        return None
+    line = f"tokens: {spent:,.0f} spent, {values[('tokens_per_answer', None)]:,.1f} per answer"
+    right, wrong = values.get(("tokens_right", None)), values.get(("tokens_wrong", None))
+    if right and wrong:
+        line += f"; wrong answers {wrong:,.1f} against right {right:,.1f} ({wrong / right:.2f}x)"
+    if ratio := values.get(("informative_to_easy", None)):
+        line += f"; informative prompts {ratio:.2f}x the easy ones' per answer"
+    return line
+
+
+def print_tokens_summary(finished: FinishedRun) -> None:
+    """``tokens_line`` of what the run's finish computed (nothing without answer lengths)."""
+    if line := tokens_line(finished.analysis.summary):
+        say(line)
+
+
 def print_adaptive_summary(finished: FinishedRun) -> None:
     """An adaptive run's rounds, rollouts and prior in one line (nothing for a fixed-n run), from
     what its finish computed."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 from pipeline.reports.charts import Section, TableView, fmt, pct, short
-from pipeline.reports.load import RunData
+from pipeline.reports.load import RunData, metric, summary_rows
 from pipeline.reports.sections.rounds import posterior_note
 
 __all__ = ["run_card_section"]
@@ -52,6 +52,8 @@ def run_card_section(data: RunData) -> Section:
     ]
     if run.prompt_template:
         sec.items.append(("Prompt template", short(run.prompt_template, 300)))
+    if (tokens := _tokens_table(data)) is not None:
+        sec.tables.append(tokens)
     total = sum(r["n"] for r in data.grade_counts) or 1
     sec.tables.append(
         TableView(
@@ -67,3 +69,35 @@ def run_card_section(data: RunData) -> Section:
     if note := posterior_note(data):
         sec.notes.append(note)
     return sec
+
+
+def _tokens_table(data: RunData) -> TableView | None:
+    """Where the tokens went (the summary's ``tokens`` section, docs/tokens.md): tokens per answer
+    and share of the tokens spent, overall and per difficulty band, with the means by outcome in the
+    note; None for a run without answer lengths (saved from observations, or lengths not recorded)."""
+    summary = data.summary
+    total = metric(summary, "tokens", "tokens_spent")
+    if not total:
+        return None
+    bands = summary_rows(summary, "tokens", metric="tokens_per_answer").filter(pl.col("band").is_not_null())
+    rows = [["all", fmt(metric(summary, "tokens", "tokens_per_answer"), 1), "100%", fmt(total)]]
+    for r in bands.to_dicts():
+        share = metric(summary, "tokens", "spent_share", band=r["band"])
+        rows.append([r["band"], fmt(r["value"], 1), pct(share), fmt(round(share * total)) if share is not None else ""])
+    outcome = {o: metric(summary, "tokens", f"tokens_{o}") for o in ("right", "wrong", "cut")}
+    ratio = metric(summary, "tokens", "informative_to_easy")
+    named = {"right": "right", "wrong": "wrong", "cut": "cut by the token limit"}
+    note = (
+        "Tokens per answer: "
+        + ", ".join(f"{named[o]} {fmt(v, 1)}" for o, v in outcome.items() if v is not None)
+        + "."
+        + (f" An informative prompt's answer runs {ratio:.2f}x an easy one's" if ratio else "")
+        + (
+            ": a rollout saved there saves more tokens than one saved on an easy prompt."
+            if ratio and ratio > 1
+            else "."
+        )
+    )
+    return TableView(
+        "Tokens by difficulty band", ["band", "tokens per answer", "share of tokens", "tokens"], rows, note
+    )

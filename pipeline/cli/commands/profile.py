@@ -12,7 +12,7 @@ from pipeline import estimators as est
 from pipeline.cli import profile_options as opt
 from pipeline.cli.options import DataDir, open_store
 from pipeline.cli.output import err_console, say
-from pipeline.cli.run_summary import print_adaptive_summary, print_run_summary, print_verdict
+from pipeline.cli.run_summary import print_adaptive_summary, print_run_summary, print_tokens_summary, print_verdict
 
 if TYPE_CHECKING:
     from pipeline.run import ProfileConfig
@@ -103,6 +103,7 @@ def profile_cmd(
         if line:
             say(line)
     print_adaptive_summary(result.finished)
+    print_tokens_summary(result.finished)
     say(f"run {result.run_id} done; tables under {store.root}")
     if result.report:
         say(f"report: {result.report}")
