@@ -62,6 +62,7 @@ import truths  # noqa: E402
 
 from pipeline import adaptive  # noqa: E402
 from pipeline import frontier as fr  # noqa: E402
+from pipeline import labelprior  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 N_MIN, N_MAX = 4, 64
@@ -69,6 +70,7 @@ N_FIXED = 256  # the fixed-n curve goes past n_max: a run may misclassify less t
 PRICES = fr.FRONTIER_PRICES
 SHARE_BAR, SPREAD_BAR = 0.85, 0.10  # issue 32's bars: share of the frontier's saving, rollouts' spread
 DATASET_SEED = 7_000  # a dataset's rates come from their own stream, apart from every seed's samples
+LENGTH_SEED = 9_000  # and its prompts' answer lengths (``truths.LENGTHS``) from another
 
 
 def frontier(prior: adaptive.Prior, target: adaptive.Target) -> tuple[list, np.ndarray, np.ndarray]:
@@ -105,12 +107,22 @@ def one_seed(
     truth_prior,
     held: bool = False,
     rates: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+    mode: str = "default",
+    peers: bool = False,
 ) -> dict:
     """One run: fresh rates drawn from ``truth`` and their samples, or, given ``rates`` (one dataset),
-    only fresh samples."""
+    only fresh samples. ``mode`` ``labels``: the run decides with the label prior (``labelprior``) of
+    the dataset's ``labels``. A labelled truth's misclassification is expected under each label's own
+    rates (the dataset's prompts of that label, held on the grid), for every rule alike. ``peers``: the
+    two published profiling rules at the default run's tokens (``peers_at_tokens``)."""
     rng = np.random.default_rng(seed)
     p = truth.draw(N, rng) if rates is None else rates
     outcomes = rng.random((N, acfg.n_max)) < p[:, None]
+    if truth.labels is not None and labels is None:
+        labels = truth.labels.draw(p, np.random.default_rng([seed, 3]))
+    t = acfg.target
+    cond = label_truth(p, labels, truth_prior) if labels is not None else None
     rounds = [0]
 
     def count(*a, **k):  # the rounds, by wrapping the round rule
@@ -120,19 +132,114 @@ def one_seed(
     _next_round = adaptive.next_round
     adaptive.next_round = count
     try:
-        n, c, prior = fr.simulate(outcomes, acfg, truth_prior if held else None)
+        if mode == "labels":
+            n, c, lp = labelprior.simulate(outcomes, labelprior.label_bins(labels), acfg)
+            reported, method = labelprior.decide(n, c, lp, t), "labels"
+            rounds[0] = rounds[0] // max(1, len(lp.priors))  # one call per bin and round
+        else:
+            n, c, prior = fr.simulate(outcomes, acfg, truth_prior if held else None)
+            reported, method = adaptive.decide(n, c, prior, t).band, prior.method
     finally:
         adaptive.next_round = _next_round
-    t = acfg.target
-    reported = adaptive.decide(n, c, prior, t).band
     true_band = np.where(p <= t.lo, 0, np.where(p >= t.hi, 2, 1))
-    return {
+    out = {
         "cost": float(n.mean()),
         "rounds": rounds[0],  # round 0 and every later round (the last call finds nothing to do)
-        "mis": fr.expected_misclassification(n, c, reported, truth_prior, t),
+        "mis": mis_of(n, c, reported, truth_prior, cond, t),
         "realised": float((reported != true_band).mean()),
-        "prior": prior.method,
+        "prior": method,
     }
+    if peers:
+        out.update(peers_at_tokens(p, outcomes, n, seed, acfg, truth_prior, cond))
+    return out
+
+
+def label_truth(p: np.ndarray, labels: np.ndarray, pooled) -> labelprior.LabelPriors:
+    """The truth given each label: per label bin, the rates of the prompts that carry it, held on the
+    grid (what the label prior can at best learn)."""
+    bins = labelprior.label_bins(labels)
+    parts = tuple(truths.Truth("bin", "bin", rates=tuple(p[bins == b].tolist())).as_prior() for b in range(bins.max() + 1))
+    return labelprior.LabelPriors(bins, parts, pooled)
+
+
+def mis_of(n, c, reported, truth_prior, cond, target) -> float:
+    """Expected misclassification given the final counts: under the truth, or given each prompt's label."""
+    if cond is None:
+        return fr.expected_misclassification(n, c, reported, truth_prior, target)
+    probs = labelprior.band_posteriors(n, c, cond, target)
+    return float(1.0 - probs[np.asarray(reported), np.arange(len(n))].mean())
+
+
+# --- the peers at equal tokens ------------------------------------------------------------------------
+
+
+def _fill(cum: np.ndarray, n: np.ndarray, order: np.ndarray, left: float) -> np.ndarray:
+    """One more sample to each prompt of ``order`` in turn while the tokens ``left`` pay for it (a
+    prefix of ``order``)."""
+    order = order[n[order] < cum.shape[1] - 1]
+    step = cum[order, n[order] + 1] - cum[order, n[order]]
+    n = n.copy()
+    n[order[np.cumsum(step) <= left]] += 1
+    return n
+
+
+def sgpo_at_tokens(cum: np.ndarray, budget: float, order: np.ndarray) -> np.ndarray:
+    """sGPO's offline pass as a profiler: every prompt the same n, the largest whose tokens fit the
+    budget, and one more for the prompts of ``order`` (a random order) while tokens are left."""
+    per_n = cum.sum(axis=0)
+    n0 = int(np.searchsorted(per_n, budget, side="right") - 1)
+    n = np.full(len(cum), n0, np.int64)
+    return _fill(cum, n, order, budget - per_n[n0])
+
+
+def pilot_commit_at_tokens(cum: np.ndarray, c_pilot: np.ndarray, pilot: int, budget: float) -> np.ndarray:
+    """Pilot-Commit as a profiler (``peers.pilot_commit``'s reading): a pilot of ``pilot`` samples
+    each, then the tokens left committed to the prompts whose pilot was not silent, in equal numbers of
+    samples (the most whose tokens fit), and one more for the highest pilot variance first."""
+    N, top = cum.shape[0], cum.shape[1] - 1
+    n = np.full(N, pilot, np.int64)
+    live = (c_pilot > 0) & (c_pilot < pilot)
+    if not live.any():
+        live = np.ones(N, bool)
+    left = budget - cum[np.arange(N), n].sum()
+    idx = np.flatnonzero(live)
+    spend = cum[idx][:, pilot:].sum(axis=0) - cum[idx, pilot].sum()  # equal shares m = 0, 1, ...
+    m = int(np.searchsorted(spend, left, side="right") - 1)
+    n[idx] += m
+    left -= spend[m]
+    ph = c_pilot / pilot
+    order = idx[np.lexsort((idx, -(ph[idx] * (1 - ph[idx]))))]
+    return _fill(cum, np.minimum(n, top), order, left)
+
+
+def peers_at_tokens(p, outcomes, n_default, seed, acfg, truth_prior, cond) -> dict:
+    """sGPO's single pass and Pilot-Commit on the same prompts and the same answers (the default's
+    outcomes, extended to ``N_FIXED`` samples), at the tokens the default run spent: answer lengths
+    from ``truths.LENGTHS`` (each prompt's right-answer mean from a stream of its own rates, so one
+    dataset keeps them across seeds; each answer's length from the seed's). Each peer reports every
+    prompt in its most probable band under the ``auto`` prior fitted to its own counts."""
+    N = len(p)
+    more = np.random.default_rng([seed, 1]).random((N, N_FIXED - outcomes.shape[1])) < p[:, None]
+    full = np.concatenate([outcomes, more], axis=1)
+    right_means = truths.LENGTHS.right_means(p, np.random.default_rng(LENGTH_SEED))
+    tokens = truths.LENGTHS.draw(right_means, full, np.random.default_rng([seed, 2]))
+    cum = np.concatenate([np.zeros((N, 1)), np.cumsum(tokens, axis=1)], axis=1)
+    csum = np.concatenate([np.zeros((N, 1), np.int64), np.cumsum(full, axis=1)], axis=1)
+    rows = np.arange(N)
+    budget = float(cum[rows, n_default].sum())
+    out = {"tokens": budget / N}
+    order = np.random.default_rng([seed, 4]).permutation(N)
+    t = acfg.target
+    for name, n in (
+        ("sgpo", sgpo_at_tokens(cum, budget, order)),
+        ("pilot", pilot_commit_at_tokens(cum, csum[:, acfg.n_min], acfg.n_min, budget)),
+    ):
+        c = csum[rows, n]
+        reported = adaptive.decide(n, c, priors.choose_prior(n, c), t).band
+        out[f"{name}_cost"] = float(n.mean())
+        out[f"{name}_tokens"] = float(cum[rows, n].sum()) / N
+        out[f"{name}_mis"] = mis_of(n, c, reported, truth_prior, cond, t)
+    return out
 
 
 def compare(r: dict, curve: list, fc, fe) -> dict:
@@ -165,22 +272,30 @@ def _ms(v) -> str:
 
 
 def run_seeds(
-    name: str, truth, prompts: int, seeds: int, acfg, tp, held: bool, curve, fc, fe, rates=None
+    name: str, truth, prompts: int, seeds: int, acfg, tp, held: bool, curve, fc, fe, rates=None, labels=None,
+    mode: str = "default", peers: bool = False,
 ) -> dict[str, np.ndarray]:
     """Seeds 1 to ``seeds`` of one truth (of one dataset of it, given its ``rates``), each compared with
-    the frontier, column by column."""
-    runs = [
-        compare(one_seed(truth, prompts, 1000 * s + sum(map(ord, name)), acfg, tp, held, rates), curve, fc, fe)
-        for s in range(1, seeds + 1)
-    ]
+    the frontier, column by column (the label prior's run of a seed sees the same samples as the
+    default's)."""
+    base = name.removesuffix("-labelled")  # a labelled truth's default runs are its unlabelled truth's
+    runs = []
+    for s in range(1, seeds + 1):
+        r = one_seed(truth, prompts, 1000 * s + sum(map(ord, base)), acfg, tp, held, rates, labels, mode, peers)
+        r = compare(r, curve, fc, fe)
+        if peers:
+            r["frontier_mis_at_peers"] = frontier_mis_at(fc, fe, r["cost"])
+        runs.append(r)
     return {k: np.array([r[k] for r in runs], float) for k in runs[0] if k != "prior"}
 
 
-def dataset(truth: truths.Truth, prompts: int, index: int) -> tuple[np.ndarray, truths.Truth]:
-    """Dataset ``index`` of a truth: its rates, drawn once, and those rates as a truth of their own
-    (held on the grid, as ``real``'s are), whose frontier is this dataset's."""
+def dataset(truth: truths.Truth, prompts: int, index: int) -> tuple[np.ndarray, np.ndarray | None, truths.Truth]:
+    """Dataset ``index`` of a truth: its rates, drawn once, its labels (a labelled truth's, else
+    None), and those rates as a truth of their own (held on the grid, as ``real``'s are), whose
+    frontier is this dataset's."""
     rates = truth.draw(prompts, np.random.default_rng(DATASET_SEED + index))
-    return rates, truths.Truth(truth.name, f"dataset {index} of {truth.text}", rates=tuple(rates.tolist()))
+    labels = None if truth.labels is None else truth.labels.draw(rates, np.random.default_rng(DATASET_SEED + 100 + index))
+    return rates, labels, truths.Truth(truth.name, f"dataset {index} of {truth.text}", rates=tuple(rates.tolist()))
 
 
 def loss_of(col: dict, target: adaptive.Target) -> np.ndarray:
@@ -188,9 +303,12 @@ def loss_of(col: dict, target: adaptive.Target) -> np.ndarray:
     return col["cost"] + col["mis"] / target.cost if target.cost > 0 else col["cost"]
 
 
-def measure(name: str, truth, prompts: int, seeds: int, datasets: int, acfg, held: bool, verdict_runs: bool):
-    """The seeds' columns (every dataset's, end to end), the rollouts' and the loss's spread, and, with
-    ``verdict_runs``, the same seeds' columns under the truth held (None without).
+def measure(
+    name: str, truth, prompts: int, seeds: int, datasets: int, acfg, held: bool, verdict_runs: bool, peers: bool = True
+):
+    """The seeds' columns (every dataset's, end to end), the rollouts' and the loss's spread, with
+    ``verdict_runs`` the same seeds' columns under the truth held (else None), and for a labelled
+    truth the same seeds' columns with the label prior (else None).
 
     ``datasets`` 0: fresh rates every seed, each run against the truth's frontier. Otherwise each
     dataset's rates are drawn once and its seeds draw only the samples (what a user sees rerunning one
@@ -198,19 +316,33 @@ def measure(name: str, truth, prompts: int, seeds: int, datasets: int, acfg, hel
     prompts a draw put near an edge moves the run and its frontier together); the spreads are the widest
     of any dataset's."""
     parts, spreads = [], []
-    for rates, tp_truth in (
-        [(None, truth)] if datasets == 0 else [dataset(truth, prompts, d) for d in range(1, datasets + 1)]
+    for rates, labels, tp_truth in (
+        [(None, None, truth)] if datasets == 0 else [dataset(truth, prompts, d) for d in range(1, datasets + 1)]
     ):
         tp = tp_truth.as_prior()
         curve, fc, fe = frontier(tp, acfg.target)
         args = (name, truth, prompts, seeds, acfg, tp)
-        col = run_seeds(*args, held, curve, fc, fe, rates)
-        ref = run_seeds(*args, True, curve, fc, fe, rates) if verdict_runs else None
-        parts.append((col, ref))
+        col = run_seeds(*args, held, curve, fc, fe, rates, labels, peers=peers)
+        ref = run_seeds(*args, True, curve, fc, fe, rates, labels) if verdict_runs else None
+        lab = run_seeds(*args, False, curve, fc, fe, rates, labels, mode="labels") if truth.labels else None
+        parts.append((col, ref, lab))
         spreads.append((_spread(col["cost"]), _spread(loss_of(col, acfg.target))))
-    cols = {k: np.concatenate([c[k] for c, _ in parts]) for k in parts[0][0]}
-    refs = {k: np.concatenate([r[k] for _, r in parts]) for k in parts[0][1]} if verdict_runs else None
-    return cols, max(s for s, _ in spreads), max(s for _, s in spreads), refs
+
+    def joined(i):
+        return {k: np.concatenate([p[i][k] for p in parts]) for k in parts[0][i]} if parts[0][i] is not None else None
+
+    return joined(0), max(s for s, _ in spreads), max(s for _, s in spreads), joined(1), joined(2)
+
+
+def peer_verdict(name: str, col: dict) -> str:
+    """Where the default misclassifies more than a peer at equal tokens (paired over the seeds)."""
+    said = []
+    for peer, title in (("sgpo", "sGPO's single pass"), ("pilot", "Pilot-Commit")):
+        d = col[f"{peer}_mis"] - col["mis"]  # > 0: the peer misclassifies more
+        m, sd = float(np.mean(d)), float(np.std(d, ddof=1)) if len(d) > 1 else 0.0
+        where = "BELOW" if m < 0 else "ahead of"
+        said.append(f"{where} {title} (the peer's misclassification {100 * m:+.2f} +- {100 * sd:.2f} points)")
+    return f"{name:20s} the default is " + "; ".join(said)
 
 
 def verdict(name: str, col: dict, held: dict, spread: float) -> str:
@@ -229,7 +361,7 @@ def verdict(name: str, col: dict, held: dict, spread: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--truths", default=",".join([*truths.TRUTHS, "real"]))
+    ap.add_argument("--truths", default=",".join([*truths.TRUTHS, *truths.LABELLED, "real"]))
     ap.add_argument("--prompts", type=int, default=4000)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--target", default="band")
@@ -252,6 +384,7 @@ def main() -> None:
         help="draw fresh rates every seed and compare with the truth's own frontier (the design before --datasets)",
     )
     ap.add_argument("--no-verdict", action="store_true", help="skip the verdict and its runs under the truth")
+    ap.add_argument("--no-peers", action="store_true", help="skip sGPO's single pass and Pilot-Commit at equal tokens")
     args = ap.parse_args()
     acfg = adaptive.AdaptiveConfig.from_specs(args.target, N_MIN, N_MAX, args.round_rule, prior=args.prior)
     start = time.perf_counter()
@@ -267,12 +400,24 @@ def main() -> None:
         f"{'the truth' if args.fresh_rates else 'the dataset'} given the final counts"
     )
     head = (
-        f"{'truth':12s} {'rollouts':>14s} {'spread':>7s} {'rounds':>6s} {'misclass %':>13s} {'realised %':>11s} "
+        f"{'truth':20s} {'rollouts':>14s} {'spread':>7s} {'rounds':>6s} {'misclass %':>13s} {'realised %':>11s} "
         f"{'saved %':>13s} {'frontier %':>11s} {'share':>13s} {'fixed/front mis % at cost':>26s} {'gain share':>13s}"
         f" {'loss':>14s} {'spread':>7s}"
     )
     print(head)
-    verdicts = []
+    verdicts, rows, peer_rows, peer_verdicts = [], [], [], []
+
+    def row(name, col, spread, loss_spread):
+        loss = loss_of(col, acfg.target)
+        print(
+            f"{name:20s} {_ms(col['cost']):>14s} {spread:7.1%} {int(col['rounds'].max()):6d} "
+            f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "
+            f"{np.nanmean(100 * col['frontier_saving']):11.1f} {_ms(col['share']):>13s} "
+            f"{np.mean(100 * col['fixed_mis']):12.2f} / {np.mean(100 * col['frontier_mis']):5.2f} "
+            f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {loss_spread:7.1%}",
+            flush=True,
+        )
+
     for name in args.truths.split(","):
         truth = truths.get(name)
         if truth is None:
@@ -280,20 +425,40 @@ def main() -> None:
             continue
         datasets = 0 if args.fresh_rates else args.datasets
         verdict_runs = not (args.truth_as_prior or args.no_verdict)
-        col, spread, loss_spread, ref = measure(
-            name, truth, args.prompts, args.seeds, datasets, acfg, args.truth_as_prior, verdict_runs
+        col, spread, loss_spread, ref, lab = measure(
+            name, truth, args.prompts, args.seeds, datasets, acfg, args.truth_as_prior, verdict_runs, not args.no_peers
         )
-        loss = loss_of(col, acfg.target)
         if ref is not None:
             verdicts.append(verdict(name, col, ref, spread))
+        row(name, col, spread, loss_spread)
+        if lab is not None:
+            row(f"{name[:13]} +labels", lab, _spread(lab["cost"]), _spread(loss_of(lab, acfg.target)))
+            rows.append(
+                f"{name:20s} share with the fitted prior {_ms(col['share'])}, with the label prior {_ms(lab['share'])} "
+                f"(rollouts {_ms(col['cost'])} -> {_ms(lab['cost'])}, misclassification % {_ms(100 * col['mis'])} -> "
+                f"{_ms(100 * lab['mis'])})"
+            )
+        if not args.no_peers:
+            peer_rows.append(
+                f"{name:20s} {_ms(col['tokens']):>16s} {_ms(col['cost']):>13s} {_ms(100 * col['mis']):>13s} "
+                f"{np.mean(100 * col['frontier_mis_at_peers']):9.2f} {_ms(col['sgpo_cost']):>13s} "
+                f"{_ms(100 * col['sgpo_mis']):>13s} {_ms(col['pilot_cost']):>13s} {_ms(100 * col['pilot_mis']):>13s}"
+            )
+            peer_verdicts.append(peer_verdict(name, col))
+    if peer_rows:
         print(
-            f"{name:12s} {_ms(col['cost']):>14s} {spread:7.1%} {int(col['rounds'].max()):6d} "
-            f"{_ms(100 * col['mis']):>13s} {np.mean(100 * col['realised']):11.2f} {_ms(100 * col['saving']):>13s} "
-            f"{np.nanmean(100 * col['frontier_saving']):11.1f} {_ms(col['share']):>13s} "
-            f"{np.mean(100 * col['fixed_mis']):12.2f} / {np.mean(100 * col['frontier_mis']):5.2f} "
-            f"{_ms(col['gain_share']):>13s} {_ms(loss):>14s} {loss_spread:7.1%}",
-            flush=True,
+            "\npeers at the default's tokens (answer lengths of truths.LENGTHS; each peer's bands the most probable "
+            "under the auto prior of its own counts; misclassification % expected given the counts)"
         )
+        print(
+            f"{'truth':20s} {'tokens/prompt':>16s} {'default n':>13s} {'default %':>13s} {'front. %':>9s} "
+            f"{'sGPO n':>13s} {'sGPO %':>13s} {'pilot n':>13s} {'pilot %':>13s}"
+        )
+        print("\n".join(peer_rows))
+        print("\n".join(peer_verdicts))
+    if rows:
+        print("\nthe label prior (labelprior) on the labelled truths, the same seeds and samples:")
+        print("\n".join(rows))
     if verdicts:
         bars = f"a share of at least {SHARE_BAR:g} of the frontier's saving, rollouts at most {SPREAD_BAR:.0%} apart"
         print(f"\nverdict: {bars}")

@@ -69,8 +69,9 @@ HEDGE_MIN_WEIGHT = 0.01
 # The priors an adaptive run may decide with (state_prior). grid: the maximum-likelihood mixing
 # distribution on a grid, refitted to every round's counts; inflated: the zero-one-inflated Beta;
 # fit: a Beta fitted to round 0; jeffreys: Beta(1/2, 1/2); auto: the three fits mixed by their evidence
-# (``choose_prior``).
-PRIORS = ("auto", "grid", "inflated", "fit", "jeffreys")
+# (``choose_prior``); labels: per label bin, the auto prior conditioned on the bin's counts (``labelprior``,
+# which the rounds apply; here, and wherever one prior stands for the run, it is the auto prior).
+PRIORS = ("auto", "grid", "inflated", "fit", "jeffreys", "labels")
 DEFAULT_PRIOR = "auto"
 # The auto mixture charges the grid prior this times log(prompts) (the inflated Beta log(prompts)): the
 # grid always fits a little better (it has ~200 free masses), by a few nats on counts drawn from a Beta
@@ -714,7 +715,7 @@ def state_prior(method: str, n, c, n0, c0) -> Prior:
     Raises:
         ConfigError: an unknown method, or no prompt with samples.
     """
-    if method == "auto":
+    if method in ("auto", "labels"):  # labels: the population prior its bins are pulled towards
         return choose_prior(n, c)
     if method == "grid":
         return fit_grid_prior(n, c)

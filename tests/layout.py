@@ -45,6 +45,8 @@ LAYERS = (
     # what the counts identify of a dataset mean, over every population that fits them
     "identify",
     "adaptive",
+    # per-prompt priors from the labels a dataset carries, the round rules applied per label bin
+    "labelprior",
     # what the rounds save against a fixed n and the frontier (the verdict, the report, the benches)
     "frontier",
     "store",

@@ -369,7 +369,7 @@ def test_plain_analysis_is_unchanged_without_posterior():
         ({"adaptive": "band", "round_rule": "greedy:budget=0"}, "budget=0.0 must be a number > 0"),
         (
             {"adaptive": "band", "adaptive_prior": "flat"},
-            "adaptive prior='flat' is unknown: allowed auto, grid, inflated, fit, jeffreys",
+            "adaptive prior='flat' is unknown: allowed auto, grid, inflated, fit, jeffreys, labels",
         ),
         ({"adaptive": "band", "n_min": 0}, "n_min=0 must be an integer >= 1"),
         ({"adaptive": "band", "n_min": 1}, "n_min=1 cannot fit a prior"),

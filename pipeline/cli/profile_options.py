@@ -172,7 +172,9 @@ AdaptivePrior = Annotated[
         "grid with masses at 0 and 1, refitted every round; fit: a Beta prior fitted to round 0; jeffreys: "
         "Beta(1/2, 1/2); inflated: masses at 0 and 1 and a Beta between them, refitted every round; auto, "
         "the default: a Beta, the inflated Beta or the grid, fitted to the same counts every round, "
-        "chosen by likelihood with a margin for their parameters).",
+        "chosen by likelihood with a margin for their parameters; labels: the auto prior conditioned on the "
+        "label the dataset carries, another model's pass rate prior_c/prior_n or else difficulty, one prior per "
+        "label bin; a dataset without labels gets auto, with a warning).",
         rich_help_panel=_ADAPTIVE,
     ),
 ]

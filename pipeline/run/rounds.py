@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline import adaptive, analyze, finish
+from pipeline import adaptive, analyze, finish, labelprior
 from pipeline.errors import PipelineError
 from pipeline.run.plan import RunPlan, ShardEntries, check_counts, require_finished, save_plan
 from pipeline.store import RoundCount, Store
@@ -86,6 +86,40 @@ def record_rounds(store: Store, plan: RunPlan, prior: adaptive.Prior, open_now: 
         store.update_run(plan.run_id, prior=prior)
 
 
+def prompt_labels(store: Store, dataset: str, prompt_ids: list[str]) -> tuple[str | None, list]:
+    """The label the label prior conditions on, per prompt: another model's pass rate
+    (``prior_c / prior_n``) where the dataset's problems carry one, else their ``difficulty``; ``(None,
+    [None, ...])`` when they carry neither."""
+    problems = store.read_table("problems", {"dataset": dataset})
+    ids = problems.column("prompt_id").to_pylist()
+    pn, pc_ = problems.column("prior_n").to_pylist(), problems.column("prior_c").to_pylist()
+    rate = dict(zip(ids, [c / m if m and c is not None else None for m, c in zip(pn, pc_, strict=True)], strict=True))
+    difficulty = dict(zip(ids, problems.column("difficulty").to_pylist(), strict=True))
+    for name, values in (("prior_c / prior_n", rate), ("difficulty", difficulty)):
+        out = [values.get(pid) for pid in prompt_ids]
+        if any(v is not None for v in out):
+            return name, out
+    return None, [None] * len(prompt_ids)
+
+
+def labelled_round(store: Store, plan: RunPlan, state: AdaptiveState, acfg: adaptive.AdaptiveConfig, round_: int):
+    """The next round under the label prior (``labelprior``): each prompt under its label bin's prior.
+    A dataset without labels falls back to the population prior, and says so."""
+    name, labels = prompt_labels(store, plan.dataset, state.prompt_ids)
+    if name is None:
+        log.warning(
+            "run %s: the label prior needs labels, and dataset %r has none (prior_n and prior_c, or difficulty): "
+            "round %d is planned under the population prior (auto)",
+            plan.run_id,
+            plan.dataset,
+            round_,
+        )
+        return adaptive.next_round(state.n, state.c, state.prior, acfg, round_index=round_)
+    lp = labelprior.fit_label_priors(state.n, state.c, labelprior.label_bins(labels), state.prior)
+    log.info("run %s round %d: label prior on %s, %d bins", plan.run_id, round_, name, len(lp.priors))
+    return labelprior.next_round(state.n, state.c, lp, acfg, round_index=round_)
+
+
 def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
     """After every shard of an adaptive ``plan`` is finished: the plan with the next round's
     shards appended (and stored), or None in ``Round.plan`` when every prompt has stopped.
@@ -102,7 +136,10 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
     state = adaptive_state(store, plan, acfg)
     grid = adaptive.stop_grid(state.prior, acfg.target, acfg.n_max)
     round_ = (plan.rounds[-1] if plan.rounds else 0) + 1
-    extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid, round_index=round_)
+    if acfg.prior == "labels":
+        extra = labelled_round(store, plan, state, acfg, round_)
+    else:
+        extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid, round_index=round_)
     still_open = adaptive.open_after(state.n, state.c, acfg, grid, extra)
     record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
     if not extra.any():
