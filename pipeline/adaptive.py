@@ -651,7 +651,7 @@ def price_levels(price) -> np.ndarray:
     bad = ~(np.isfinite(price) & (price > 0))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"prompt {i}: relative price {price[i]!r} is not a positive number")
+        raise ValueError(f"prompt {i}: relative price {float(price[i])!r} is not a positive number")
     return np.rint(PRICE_LEVELS_PER_DOUBLING * np.log2(price)).astype(np.int64)
 
 
