@@ -89,7 +89,7 @@ DEFAULT_COST = 0.001
 PRICE_UNITS = ("rollouts", "tokens")
 # Token prices are quantised to a geometric ladder of PRICE_LEVELS_PER_DOUBLING steps per doubling
 # (``price_levels``): the stop and plan grids are computed once per level, not once per prompt.
-# At 2^(1/8) a price is off by at most 4.4%, which moved the bench's loss by under 0.1% (docs/tokens.md).
+# At 2^(1/8) a price is off by at most 4.4% (2^(1/16)); what that costs in loss is not yet measured (docs/tokens.md).
 PRICE_LEVELS_PER_DOUBLING = 8
 ROUND_RULES = ("plan", "double", "greedy", "step")
 # The default round rule depends on the target (``default_rule``): ``plan`` for the priced band
