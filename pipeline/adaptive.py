@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import prior as priors
-from pipeline import stats
+from pipeline import stats, tokens
 from pipeline.checks import check_choice, check_int, check_number
 from pipeline.errors import ConfigError
 from pipeline.prior import DEFAULT_PRIOR, PRIORS, Prior
@@ -68,6 +68,9 @@ __all__ = [
     "next_round",
     "open_after",
     "posterior_mean",
+    "price_levels",
+    "priced_at",
+    "token_price",
     "predictive_stopped",
     "round_stop_grid",
     "rounds_left",
@@ -80,6 +83,14 @@ TARGETS = ("band", "width")
 # sample while that is expected to remove at least a thousandth of a misclassification
 # (docs/adaptive.md §4 measures the frontier this sits on).
 DEFAULT_COST = 0.001
+# What the band target's price is paid in (``--price-unit``): ``rollouts``, every rollout at ``cost``;
+# ``tokens``, prompt i's rollout at ``cost`` times its relative price (its expected answer length over
+# the population's mean, ``tokens.relative_price``), so a long prompt stops sooner (docs/tokens.md).
+PRICE_UNITS = ("rollouts", "tokens")
+# Token prices are quantised to a geometric ladder of PRICE_LEVELS_PER_DOUBLING steps per doubling
+# (``price_levels``): the stop and plan grids are computed once per level, not once per prompt.
+# At 2^(1/8) a price is off by at most 4.4% (2^(1/16)); what that costs in loss is not yet measured (docs/tokens.md).
+PRICE_LEVELS_PER_DOUBLING = 8
 ROUND_RULES = ("plan", "double", "greedy", "step")
 # The default round rule depends on the target (``default_rule``): ``plan`` for the priced band
 # target, ``double`` for ``cost=0`` and ``width`` (the rule those runs were made with: their ids stay).
@@ -128,6 +139,8 @@ class Target:
         cost: the price of one rollout in misclassified prompts, in [0, 1) (band only): a prompt
             stops where more samples are not expected to be worth it (``stop_grid``); 0: as soon
             as it is decided.
+        price_unit: ``rollouts`` (every rollout costs ``cost``) or ``tokens`` (a prompt's rollout
+            costs ``cost`` times its relative price, ``next_round``'s ``price``); band with a price only.
     """
 
     kind: str = "band"
@@ -136,9 +149,11 @@ class Target:
     delta: float = 0.05
     h: float = 0.1
     cost: float = DEFAULT_COST
+    price_unit: str = PRICE_UNITS[0]
 
     def __post_init__(self) -> None:
         check_choice("adaptive target", self.kind, TARGETS)
+        check_choice("adaptive price_unit", self.price_unit, PRICE_UNITS)
         for name in ("lo", "hi"):
             object.__setattr__(
                 self, name, check_number(f"adaptive band {name}", getattr(self, name), 0, 1, lo_open=True, hi_open=True)
@@ -149,15 +164,20 @@ class Target:
         object.__setattr__(self, "h", check_number("adaptive width h", self.h, 0, 0.5, lo_open=True))
         # 0: stop as soon as a prompt is decided
         object.__setattr__(self, "cost", check_number("adaptive cost", self.cost, 0, 1, hi_open=True))
+        if self.price_unit == "tokens" and (self.kind != "band" or not self.cost):
+            raise ConfigError(
+                f"price_unit=tokens prices a rollout of the band target (cost > 0), not {self.kind} "
+                f"with cost={self.cost:g}: there is no price to scale"
+            )
 
     @classmethod
     def parse(cls, spec: str) -> Target:
-        """``band[:lo=0.1,hi=0.9,delta=0.05,cost=0.001]`` or ``width[:h=0.1,delta=0.05]``."""
+        """``band[:lo=0.1,hi=0.9,delta=0.05,cost=0.001,price_unit=rollouts]`` or ``width[:h=0.1,delta=0.05]``."""
         kind = spec_name(spec)
         if kind not in TARGETS:
             raise ConfigError(f"adaptive target {kind!r} is unknown: allowed {', '.join(TARGETS)} (from {spec!r})")
         allowed = (
-            {"lo": float, "hi": float, "delta": float, "cost": float}
+            {"lo": float, "hi": float, "delta": float, "cost": float, "price_unit": str}
             if kind == "band"
             else {"h": float, "delta": float}
         )
@@ -176,10 +196,11 @@ class Target:
 
     @property
     def spec(self) -> str:
-        """The canonical spec string (every parameter spelled out, but ``cost=0``: those runs keep
-        the ids they had before the price existed)."""
+        """The canonical spec string (every parameter spelled out, but ``cost=0`` and
+        ``price_unit=rollouts``: those runs keep the ids they had before the price, and its unit, existed)."""
         if self.kind == "band":
             price = f",cost={self.cost:g}" if self.cost else ""
+            price += f",price_unit={self.price_unit}" if self.price_unit != PRICE_UNITS[0] else ""
             return f"band:lo={self.lo:g},hi={self.hi:g},delta={self.delta:g}{price}"
         return f"width:h={self.h:g},delta={self.delta:g}"
 
@@ -303,10 +324,25 @@ class AdaptiveConfig:
 
     @classmethod
     def from_specs(
-        cls, target: str, n_min: int = 4, n_max: int = 64, rule: str = DEFAULT_ROUND_RULE, prior: str = DEFAULT_PRIOR
+        cls,
+        target: str,
+        n_min: int = 4,
+        n_max: int = 64,
+        rule: str = DEFAULT_ROUND_RULE,
+        prior: str = DEFAULT_PRIOR,
+        price_unit: str | None = None,
     ) -> AdaptiveConfig:
-        """From the command line's strings: a target spec, bounds, a round-rule spec and a prior."""
-        return cls(target=Target.parse(target), n_min=n_min, n_max=n_max, rule=RoundRule.parse(rule), prior=prior)
+        """From the command line's strings: a target spec, bounds, a round-rule spec and a prior;
+        ``price_unit`` (``--price-unit``; None: the spec's own) sets the target's unless the spec
+        names another."""
+        parsed = Target.parse(target)
+        if price_unit is not None and price_unit != parsed.price_unit:
+            if "price_unit=" in target.replace(" ", ""):
+                raise ConfigError(
+                    f"--price-unit {price_unit} contradicts the target's price_unit={parsed.price_unit} (from {target!r})"
+                )
+            parsed = replace(parsed, price_unit=price_unit)
+        return cls(target=parsed, n_min=n_min, n_max=n_max, rule=RoundRule.parse(rule), prior=prior)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AdaptiveConfig:
@@ -447,7 +483,7 @@ def stop_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
     where it is decided. Always at ``n_max``.
     """
     n_tri, c_tri = np.tril_indices(n_max + 1)
-    d = decide(n_tri, c_tri, prior, target)  # once: the decided grid and the errors of the price
+    d = _triangle_decision(prior, target, n_max)  # once: the decided grid and the errors of the price
     stop = np.zeros((n_max + 1, n_max + 1), bool)
     stop[n_tri, c_tri] = d.decided
     stop[n_max, : n_max + 1] = True
@@ -457,9 +493,7 @@ def stop_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
     # (NaN); it is reached with probability 0, and any finite value keeps 0 x value at 0.
     err = np.zeros((n_max + 1, n_max + 1))
     err[n_tri, c_tri] = np.nan_to_num(1.0 - d.prob, nan=1.0)
-    mean = np.zeros_like(err)
-    with np.errstate(invalid="ignore"):
-        mean[n_tri, c_tri] = np.nan_to_num(posterior_mean(n_tri, c_tri, prior), nan=0.5)
+    mean = _memo(("mean", n_max), prior, lambda: _triangle_mean(prior, n_max))
     value = err[n_max].copy()
     for n in range(n_max - 1, -1, -1):
         e, m = err[n, : n + 1], mean[n, : n + 1]
@@ -468,6 +502,46 @@ def stop_grid(prior: Prior, target: Target, n_max: int) -> np.ndarray:
         stop[n, : n + 1] = here
         value = np.where(here, e, go_on)
     return stop
+
+
+# Tables that depend on the prior and not on the price (the decisions over every (n, c), the posterior
+# means, the plan's predictives), kept while the same prior object is asked again: a round priced in
+# tokens asks for the grids of a dozen price levels under one prior.
+_MEMO: dict[tuple, tuple[Prior, Any]] = {}
+_MEMO_SIZE = 32
+
+
+def _memo(key: tuple, prior: Prior, make) -> Any:
+    """``make()``, computed once per ``key`` and ``prior`` (the very object: a prior refitted next round
+    is another one, and its id may be reused, so the hit checks identity)."""
+    hit = _MEMO.get((id(prior), *key))
+    if hit is not None and hit[0] is prior:
+        return hit[1]
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    value = make()
+    _MEMO[(id(prior), *key)] = (prior, value)
+    return value
+
+
+def _triangle_decision(prior: Prior, target: Target, n_max: int) -> Decision:
+    """``decide`` over every ``0 <= c <= n <= n_max`` (``np.tril_indices`` order); the price plays no part."""
+    unpriced = replace(target, cost=0.0, price_unit=PRICE_UNITS[0])
+
+    def make() -> Decision:
+        n_tri, c_tri = np.tril_indices(n_max + 1)
+        return decide(n_tri, c_tri, prior, unpriced)
+
+    return _memo(("decide", unpriced, n_max), prior, make)
+
+
+def _triangle_mean(prior: Prior, n_max: int) -> np.ndarray:
+    """``M[n, c] = E[p | n, c]`` over the triangle (0 above it; 0.5 where the prior makes ``(n, c)`` impossible)."""
+    n_tri, c_tri = np.tril_indices(n_max + 1)
+    mean = np.zeros((n_max + 1, n_max + 1))
+    with np.errstate(invalid="ignore"):
+        mean[n_tri, c_tri] = np.nan_to_num(posterior_mean(n_tri, c_tri, prior), nan=0.5)
+    return mean
 
 
 def posterior_mean(n, c, prior: Prior) -> np.ndarray:
@@ -498,14 +572,25 @@ def round_stop_grid(prior: Prior, config: AdaptiveConfig, round_index: int | Non
     return grid | (np.tril(np.ones_like(grid)) & (jumps == 0))
 
 
-def open_after(n, c, config: AdaptiveConfig, grid: np.ndarray, extra: np.ndarray) -> np.ndarray:
+def open_after(
+    n, c, config: AdaptiveConfig, grid: np.ndarray, extra: np.ndarray, prior: Prior | None = None, price=None
+) -> np.ndarray:
     """Which prompts are open once a round is planned (``grid``: ``stop_grid``; ``extra``:
     ``next_round``'s answer): under ``plan``, those given a jump (the plan gives every prompt it
     keeps open one; none once the rounds are spent); under the others, those ``grid`` leaves open
-    below ``n_max`` (a greedy round may pass an open prompt over)."""
+    below ``n_max`` (a greedy round may pass an open prompt over). Priced in tokens, each price
+    level's own ``stop_grid`` under ``prior`` stands for ``grid``."""
     if config.rule.kind == "plan":
         return np.asarray(extra) > 0
-    return _grid_open(np.asarray(n, np.int64), np.asarray(c, np.int64), config, grid)
+    n, c = np.asarray(n, np.int64), np.asarray(c, np.int64)
+    if config.target.price_unit != "tokens":
+        return _grid_open(n, c, config, grid)
+    if prior is None:
+        raise ValueError("open_after of a run priced in tokens needs its prior (each price level's grid)")
+    out = np.zeros(len(n), bool)
+    for idx, at in _by_level(config, n, price):
+        out[idx] = _grid_open(n[idx], c[idx], at, stop_grid(prior, at.target, at.n_max))
+    return out
 
 
 def _grid_open(n: np.ndarray, c: np.ndarray, config: AdaptiveConfig, grid: np.ndarray) -> np.ndarray:
@@ -542,11 +627,62 @@ def predictive_stopped(n, c, prior: Prior, grid: np.ndarray, extra: np.ndarray) 
     return out
 
 
+# --- a price per token ---------------------------------------------------------------------------
+
+
+def token_price(answers, total, squares) -> np.ndarray:
+    """Each prompt's relative price of a rollout (``tokens.relative_price``: its expected answer
+    length over the population's mean, under the length prior fitted to these prompts) from its
+    answers of known length ``answers``, their total tokens ``total`` and sum of squares ``squares``
+    (``finish.adaptive_counts``' ``k_tok``, ``tok``, ``tok2``). 1 for every prompt when no length is known."""
+    k = np.asarray(answers, float)
+    t = np.asarray(total, float)
+    t2 = np.asarray(squares, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(k > 0, t / np.maximum(k, 1), 0.0)
+        var = np.where(k > 1, (t2 - k * mean**2) / np.maximum(k - 1, 1), 0.0)
+    return tokens.relative_price(k, mean, np.sqrt(np.clip(var, 0.0, None)))
+
+
+def price_levels(price) -> np.ndarray:
+    """Each prompt's price level ``L``: its relative price rounded to the ladder ``2^(L / 8)``
+    (``PRICE_LEVELS_PER_DOUBLING``), the price ``priced_at`` charges it."""
+    price = np.asarray(price, float)
+    bad = ~(np.isfinite(price) & (price > 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"prompt {i}: relative price {float(price[i])!r} is not a positive number")
+    return np.rint(PRICE_LEVELS_PER_DOUBLING * np.log2(price)).astype(np.int64)
+
+
+def priced_at(config: AdaptiveConfig, level: int) -> AdaptiveConfig:
+    """``config`` priced in rollouts at ``cost x 2^(level / PRICE_LEVELS_PER_DOUBLING)``: what a
+    prompt of that price level pays per rollout. A price of one misclassification or more stops
+    every prompt at once (an error is below 1), as the cost just under 1 it is clipped to does."""
+    cost = min(config.target.cost * 2.0 ** (level / PRICE_LEVELS_PER_DOUBLING), 1.0 - 1e-9)
+    return replace(config, target=replace(config.target, cost=cost, price_unit=PRICE_UNITS[0]))
+
+
+def _by_level(config: AdaptiveConfig, n: np.ndarray, price) -> list[tuple[np.ndarray, AdaptiveConfig]]:
+    """The prompts of each price level (in the order given) and the config that prices them; price
+    None: every prompt at 1."""
+    levels = price_levels(np.ones(len(n)) if price is None else price)
+    if len(levels) != len(n):
+        raise ValueError(f"{len(levels)} prices for {len(n)} prompts")
+    return [(np.flatnonzero(levels == lv), priced_at(config, int(lv))) for lv in np.unique(levels)]
+
+
 # --- round rules --------------------------------------------------------------------------------
 
 
 def next_round(
-    n, c, prior: Prior, config: AdaptiveConfig, grid: np.ndarray | None = None, round_index: int | None = None
+    n,
+    c,
+    prior: Prior,
+    config: AdaptiveConfig,
+    grid: np.ndarray | None = None,
+    round_index: int | None = None,
+    price=None,
 ) -> np.ndarray:
     """How many more samples each prompt gets in the next round (0: it has stopped, or the
     greedy rule gave it nothing this time). All zeros when every prompt has stopped, and under the
@@ -557,6 +693,12 @@ def next_round(
     Prompts are taken in the order given (ties of gain go to the earlier one), so the caller
     passes them in a stable order (prompt id). ``grid``: the round's ``stop_grid``, when the caller
     has it already.
+
+    Priced in tokens (``Target.price_unit``), each prompt pays ``cost x price`` per rollout (``price``:
+    its relative price, ``token_price``; None: 1 for all) on the ladder of ``price_levels``: the
+    stop and plan grids depend on the price only through that scalar, so each level's prompts get
+    the round their level's grids give (``grid`` is then not used; a greedy round's budget is
+    shared level by level).
     """
     n = np.asarray(n, np.int64)
     c = np.asarray(c, np.int64)
@@ -565,16 +707,24 @@ def next_round(
     left = rounds_left(config, round_index)
     if config.rule.kind == "plan" and left <= 0:
         return extra
-    grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
+    tokens_ = config.target.price_unit == "tokens"
     if config.rule.kind == "plan":
-        extra = _planned(n, c, prior, config, grid, left)
-        if config.rule.hedge > 0:
+        # the hedge's priors are the whole dataset's (the counts of every prompt), whatever its prices
+        others = priors.plausible_priors(prior, n, c, config.rule.hedge) if config.rule.hedge > 0 else []
+        for idx, at in _by_level(config, n, price) if tokens_ else [(np.arange(len(n)), config)]:
+            e = _planned(n[idx], c[idx], prior, at, None if tokens_ else grid, left)
             # a prompt the plan stops goes on if the plan under a prior the counts allow as well sends
             # it on, with that plan's jump (the more dispersed prior's first)
-            for other in priors.plausible_priors(prior, n, c, config.rule.hedge):
-                more = _planned(n, c, other, config, None, left)
-                extra = np.where((extra == 0) & (more > 0), more, extra)
+            for other in others:
+                more = _planned(n[idx], c[idx], other, at, None, left)
+                e = np.where((e == 0) & (more > 0), more, e)
+            extra[idx] = e
         return np.minimum(extra, room)
+    if tokens_:
+        for idx, at in _by_level(config, n, price):
+            extra[idx] = next_round(n[idx], c[idx], prior, at, None, round_index)
+        return extra
+    grid = stop_grid(prior, config.target, config.n_max) if grid is None else grid
     open_ = _grid_open(n, c, config, grid)
     if not open_.any():
         return extra
@@ -645,46 +795,22 @@ def plan_shares(
 ) -> tuple[np.ndarray, Shares]:
     """``plan_grid``'s jumps, and ``{(n, c): (jumps, shares)}`` for the priced cells whose prompts
     near-tied jumps share (``PLAN_JUMP_TEMPERATURE``; ``next_round`` splits them)."""
-    from scipy.special import gammaln
-
     target, rule, n_max = config.target, config.rule, config.n_max
     grid = stop_grid(prior, target, n_max) if grid is None else grid
     n_tri, c_tri = np.tril_indices(n_max + 1)
-    lgf = gammaln(np.arange(n_max + 2) + 1.0)  # log k!
-    # Z[n, c] = log E[p^c q^(n-c)] under the prior (the predictive of c of n from no samples, less
-    # log C(n, c); -inf above the diagonal and where the prior makes a sequence impossible): the
-    # predictive of j more samples from (n, c) is P(x | j) = C(j, x) exp(Z[n + j, c + x] - Z[n, c]),
-    # for every cell at the price of one table.
-    Z = np.full((n_max + 1, n_max + 1), -np.inf)
-    with np.errstate(divide="ignore"):
-        first = priors.predictive_pmf(prior, n_tri, c_tri, log=True)[0]
-    Z[n_tri, c_tri] = first - (lgf[n_tri] - lgf[c_tri] - lgf[n_tri - c_tri])
     terminal = np.zeros((n_max + 1, n_max + 1))
     priced = target.kind == "band" and target.cost > 0
     if priced:
-        prob = decide(n_tri, c_tri, prior, target).prob
+        prob = _triangle_decision(prior, target, n_max).prob
         terminal[n_tri, c_tri] = np.nan_to_num(1.0 - prob, nan=1.0) / target.cost
     grow = None  # priced: every jump from 1
     if not priced:
         grow = (n_max / config.n_min) ** (1.0 / (rule.rounds - 1)) if n_max > config.n_min else 2.0
-    # Per open row n, every allowed jump's predictive over its outcomes, P[j, c, x] (0 for x > j), and
-    # where each outcome lands: computed once, for every round left.
-    rows = []
-    for n in range(n_max - 1, -1, -1):
-        open_ = ~grid[n, : n + 1]
-        if not open_.any():
-            continue
-        least = 1
-        if grow is not None:
-            least = max(1, min(n_max - n, math.ceil(grow * max(n, 1) - 1e-9) - n))
-        most = max(least, min(n_max - n, int(PLAN_MOST_GROWTH * max(n, 1)) - n))
-        js = np.arange(least, most + 1)
-        jj, cc, xx = js[:, None, None], np.arange(n + 1)[None, :, None], np.arange(most + 1)[None, None, :]
-        to_n, to_c = np.broadcast_arrays(n + jj, np.minimum(cc + xx, n_max))
-        with np.errstate(invalid="ignore"):
-            logp = lgf[jj] - lgf[np.minimum(xx, jj)] - lgf[np.maximum(jj - xx, 0)] + Z[to_n, to_c] - Z[n, cc]
-        ok = (xx <= jj) & np.isfinite(logp)
-        rows.append((n, open_, js, np.where(ok, np.exp(np.where(ok, logp, 0.0)), 0.0), to_n, to_c))
+    rows = [
+        (n, ~grid[n, : n + 1], js, pred, to_n, to_c)
+        for n, js, pred, to_n, to_c in _memo(("plan rows", n_max, grow), prior, lambda: _plan_rows(prior, n_max, grow))
+        if (~grid[n, : n + 1]).any()
+    ]
 
     mixed: Shares = {}
 
@@ -716,6 +842,38 @@ def plan_shares(
     for r in range(max(0, rounds_left)):
         value, jumps = layer(value, last=r == rounds_left - 1)
     return jumps, mixed
+
+
+def _plan_rows(prior: Prior, n_max: int, grow: float | None) -> list[tuple]:
+    """Per row ``n < n_max`` (from the top), every allowed jump ``js`` of the plan (from 1, or the least
+    that grows the samples ``grow`` times, to ``PLAN_MOST_GROWTH`` times them or ``n_max``), its
+    predictive over its outcomes ``P[j, c, x]`` (0 for ``x > j``) and where each outcome lands."""
+    from scipy.special import gammaln
+
+    n_tri, c_tri = np.tril_indices(n_max + 1)
+    lgf = gammaln(np.arange(n_max + 2) + 1.0)  # log k!
+    # Z[n, c] = log E[p^c q^(n-c)] under the prior (the predictive of c of n from no samples, less
+    # log C(n, c); -inf above the diagonal and where the prior makes a sequence impossible): the
+    # predictive of j more samples from (n, c) is P(x | j) = C(j, x) exp(Z[n + j, c + x] - Z[n, c]),
+    # for every cell at the price of one table.
+    Z = np.full((n_max + 1, n_max + 1), -np.inf)
+    with np.errstate(divide="ignore"):
+        first = priors.predictive_pmf(prior, n_tri, c_tri, log=True)[0]
+    Z[n_tri, c_tri] = first - (lgf[n_tri] - lgf[c_tri] - lgf[n_tri - c_tri])
+    rows = []
+    for n in range(n_max - 1, -1, -1):
+        least = 1
+        if grow is not None:
+            least = max(1, min(n_max - n, math.ceil(grow * max(n, 1) - 1e-9) - n))
+        most = max(least, min(n_max - n, int(PLAN_MOST_GROWTH * max(n, 1)) - n))
+        js = np.arange(least, most + 1)
+        jj, cc, xx = js[:, None, None], np.arange(n + 1)[None, :, None], np.arange(most + 1)[None, None, :]
+        to_n, to_c = np.broadcast_arrays(n + jj, np.minimum(cc + xx, n_max))
+        with np.errstate(invalid="ignore"):
+            logp = lgf[jj] - lgf[np.minimum(xx, jj)] - lgf[np.maximum(jj - xx, 0)] + Z[to_n, to_c] - Z[n, cc]
+        ok = (xx <= jj) & np.isfinite(logp)
+        rows.append((n, js, np.where(ok, np.exp(np.where(ok, logp, 0.0)), 0.0), to_n, to_c))
+    return rows
 
 
 def _greedy(

@@ -45,24 +45,35 @@ __all__ = [
 
 
 def simulate(
-    outcomes: np.ndarray, acfg: AdaptiveConfig, held: Prior | None = None
+    outcomes: np.ndarray, acfg: AdaptiveConfig, held: Prior | None = None, lengths: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, Prior]:
     """The rounds of an adaptive run on known outcomes, without a store (bench, tests):
     ``outcomes[i, s]`` is whether sample ``s`` of prompt ``i`` is correct (``n_max`` columns).
     Each round refits the prior (``prior.state_prior``) and applies the round rule, exactly as
     ``run.plan_next_round`` does on stored samples; with ``held``, every round decides under that
-    prior instead (the bench's measure of what fitting the prior costs). Returns the final ``n``,
-    ``c`` and prior."""
+    prior instead (the bench's measure of what fitting the prior costs). ``lengths[i, s]``: sample
+    ``s``'s answer length in tokens, which a target priced in tokens learns each prompt's price from
+    (``adaptive.token_price`` of the answers so far; without it every prompt pays 1). Returns the
+    final ``n``, ``c`` and prior."""
     outcomes = np.asarray(outcomes, bool)
     csum = np.concatenate([np.zeros((len(outcomes), 1), np.int64), np.cumsum(outcomes, axis=1)], axis=1)
     rows = np.arange(len(outcomes))
     n = np.full(len(outcomes), acfg.n_min, np.int64)
     c0 = csum[:, acfg.n_min]
+    tsum = t2sum = None
+    if lengths is not None and acfg.target.price_unit == "tokens":
+        lengths = np.asarray(lengths, float)
+        if lengths.shape != outcomes.shape:
+            raise ValueError(f"lengths {lengths.shape} and outcomes {outcomes.shape} differ in shape")
+        zero = np.zeros((len(outcomes), 1))
+        tsum = np.concatenate([zero, np.cumsum(lengths, axis=1)], axis=1)
+        t2sum = np.concatenate([zero, np.cumsum(lengths**2, axis=1)], axis=1)
     round_index = 1
     while True:
         c = csum[rows, n]
         prior = held or priors.state_prior(acfg.prior, n, c, np.full_like(n, acfg.n_min), c0)
-        extra = adaptive.next_round(n, c, prior, acfg, round_index=round_index)
+        price = None if tsum is None else adaptive.token_price(n, tsum[rows, n], t2sum[rows, n])
+        extra = adaptive.next_round(n, c, prior, acfg, round_index=round_index, price=price)
         if not extra.any():
             return n, c, prior
         n = n + extra

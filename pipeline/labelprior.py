@@ -163,12 +163,16 @@ def fit_label_priors(n, c, bins, population: Prior | None = None, pull: float = 
     return LabelPriors(bins, tuple(out), population)
 
 
-def next_round(n, c, lp: LabelPriors, config: adaptive.AdaptiveConfig, round_index: int | None = None) -> np.ndarray:
-    """``adaptive.next_round`` with each prompt under its bin's prior (prompts in the order given)."""
+def next_round(
+    n, c, lp: LabelPriors, config: adaptive.AdaptiveConfig, round_index: int | None = None, price=None
+) -> np.ndarray:
+    """``adaptive.next_round`` with each prompt under its bin's prior (prompts in the order given;
+    ``price``, each prompt's relative price of a rollout when the run pays tokens)."""
     n, c = np.asarray(n, np.int64), np.asarray(c, np.int64)
     extra = np.zeros(len(n), np.int64)
     for prior, idx in lp.groups():
-        extra[idx] = adaptive.next_round(n[idx], c[idx], prior, config, round_index=round_index)
+        p = None if price is None else np.asarray(price)[idx]
+        extra[idx] = adaptive.next_round(n[idx], c[idx], prior, config, round_index=round_index, price=p)
     return extra
 
 

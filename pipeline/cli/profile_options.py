@@ -164,6 +164,16 @@ RoundRuleOption = Annotated[
         rich_help_panel=_ADAPTIVE,
     ),
 ]
+PriceUnit = Annotated[
+    str,
+    typer.Option(
+        "--price-unit",
+        help="Adaptive band target: what its cost is a price of, rollouts (the default: every rollout alike) or "
+        "tokens (a prompt's rollout costs cost x its expected answer length over the population's mean, learned "
+        "from its own answers each round: a long prompt stops sooner). The same as the target's price_unit=.",
+        rich_help_panel=_ADAPTIVE,
+    ),
+]
 AdaptivePrior = Annotated[
     str,
     typer.Option(
@@ -259,6 +269,7 @@ _PROFILE_OPTIONS: dict[str, Any] = {
     "n_max": NMax,
     "round_rule": RoundRuleOption,
     "adaptive_prior": AdaptivePrior,
+    "price_unit": PriceUnit,
     "shard_size": ShardSize,
     "grade_workers": GradeWorkers,
     "grade_timeout_s": GradeTimeout,

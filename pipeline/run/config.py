@@ -226,9 +226,9 @@ class ProfileConfig:
         spec = adaptive_given.pop("target", None)
         if spec is None:
             changed = [
-                ADAPTIVE_SETTINGS[a]
-                for a in ADAPTIVE_SETTINGS
-                if a in adaptive_given and adaptive_given[a] != known[ADAPTIVE_SETTINGS[a]][2]
+                ADAPTIVE_SETTINGS.get(a, a)
+                for a in (*ADAPTIVE_SETTINGS, PRICE_UNIT)
+                if a in adaptive_given and adaptive_given[a] != known[ADAPTIVE_SETTINGS.get(a, a)][2]
             ]
             if changed:
                 flags = ", ".join("--" + name.replace("_", "-") for name in changed)
@@ -243,14 +243,19 @@ class ProfileConfig:
         acfg = None
         if spec is not None:
             given = {a: adaptive_given.get(a, known[ADAPTIVE_SETTINGS[a]][2]) for a in ADAPTIVE_SETTINGS}
+            # --price-unit at its default leaves the spec's own unit (band:...,price_unit=tokens) alone
+            unit = adaptive_given.get(PRICE_UNIT)
+            given[PRICE_UNIT] = None if unit in (None, known[PRICE_UNIT][2]) else unit
             acfg = adaptive.AdaptiveConfig.from_specs(spec, **given)
         return cls(adaptive=acfg, **built)
 
     def flat(self) -> dict[str, Any]:
         """The settings by their flat names (``build(**config.flat()) == config``)."""
         out: dict[str, Any] = {}
-        for name, (part, attr, _) in flat_fields().items():
-            if part == "adaptive":
+        for name, (part, attr, default) in flat_fields().items():
+            if name == PRICE_UNIT:  # part of the target's spec, not a setting of its own in to_dict
+                out[name] = self.adaptive.target.price_unit if self.adaptive is not None else default
+            elif part == "adaptive":
                 acfg = self.adaptive.to_dict() if self.adaptive is not None else None
                 out[name] = None if acfg is None else acfg[attr]
             else:
@@ -291,6 +296,9 @@ class ProfileConfig:
 _RENAMED = {"grade_workers": ("grading", "workers"), "grade_timeout_s": ("grading", "timeout_s")}
 # The adaptive settings: AdaptiveConfig.to_dict key -> flat name (the target is ``adaptive``).
 ADAPTIVE_SETTINGS = {"n_min": "n_min", "n_max": "n_max", "rule": "round_rule", "prior": "adaptive_prior"}
+# --price-unit: what the band target's price is paid in, a key of the target's spec (``price_unit=``),
+# so runs priced in rollouts keep their ids.
+PRICE_UNIT = "price_unit"
 _PART_OF = {"data": DataConfig, "engine": EngineConfig, "sampling": SamplingConfig, "execution": ExecutionConfig}
 
 
@@ -309,4 +317,5 @@ def flat_fields() -> dict[str, tuple[str, str, Any]]:
     out["adaptive"] = ("adaptive", "target", None)
     for attr, flat in ADAPTIVE_SETTINGS.items():
         out[flat] = ("adaptive", attr, acfg[attr])
+    out[PRICE_UNIT] = ("adaptive", PRICE_UNIT, adaptive.PRICE_UNITS[0])
     return out

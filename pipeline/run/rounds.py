@@ -27,12 +27,16 @@ log = logging.getLogger(__name__)
 class AdaptiveState:
     """Where an adaptive run stands after its complete rounds: per prompt (in prompt-id order)
     its samples ``n`` and correct ``c``, and the prior of ``prior.state_prior`` (the grid prior
-    fitted to every round so far, the Beta fitted to round 0, or Jeffreys')."""
+    fitted to every round so far, the Beta fitted to round 0, or Jeffreys'); priced in tokens, each
+    prompt's relative price (``adaptive.token_price`` of its stored answer lengths; None otherwise)
+    and how many of its answers have a known length."""
 
     prompt_ids: list[str]
     n: np.ndarray
     c: np.ndarray
     prior: adaptive.Prior
+    price: np.ndarray | None = None
+    lengths_known: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,14 @@ def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -
     check_counts(plan, counts)
     n = counts.column("n").to_numpy().astype(np.int64)
     c = counts.column("c").to_numpy().astype(np.int64)
-    return AdaptiveState(counts.column("prompt_id").to_pylist(), n, c, analyze.run_prior(acfg, counts))
+    price, known = None, 0
+    if acfg.target.price_unit == "tokens":
+        # the stored lengths alone, so a rerun re-derives the same prices and the same round
+        k_tok, tok, tok2 = (counts.column(name).to_numpy().astype(float) for name in ("k_tok", "tok", "tok2"))
+        price, known = adaptive.token_price(k_tok, tok, tok2), int(k_tok.sum())
+    return AdaptiveState(
+        counts.column("prompt_id").to_pylist(), n, c, analyze.run_prior(acfg, counts), price, known
+    )
 
 
 def _rounds_summary(plan: RunPlan, open_now: set[str]) -> tuple[RoundCount, ...]:
@@ -114,10 +125,10 @@ def labelled_round(store: Store, plan: RunPlan, state: AdaptiveState, acfg: adap
             plan.dataset,
             round_,
         )
-        return adaptive.next_round(state.n, state.c, state.prior, acfg, round_index=round_)
+        return adaptive.next_round(state.n, state.c, state.prior, acfg, round_index=round_, price=state.price)
     lp = labelprior.fit_label_priors(state.n, state.c, labelprior.label_bins(labels), state.prior)
     log.info("run %s round %d: label prior on %s, %d bins", plan.run_id, round_, name, len(lp.priors))
-    return labelprior.next_round(state.n, state.c, lp, acfg, round_index=round_)
+    return labelprior.next_round(state.n, state.c, lp, acfg, round_index=round_, price=state.price)
 
 
 def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
@@ -136,11 +147,17 @@ def plan_next_round(store: Store, plan: RunPlan, shard_size: int) -> Round:
     state = adaptive_state(store, plan, acfg)
     grid = adaptive.stop_grid(state.prior, acfg.target, acfg.n_max)
     round_ = (plan.rounds[-1] if plan.rounds else 0) + 1
+    if acfg.target.price_unit == "tokens" and not state.lengths_known:
+        log.warning(
+            "run %s is priced in tokens, but its samples carry no answer lengths (n_tokens): every prompt "
+            "pays the price of the population's mean answer, as priced in rollouts",
+            plan.run_id,
+        )
     if acfg.prior == "labels":
         extra = labelled_round(store, plan, state, acfg, round_)
     else:
-        extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid, round_index=round_)
-    still_open = adaptive.open_after(state.n, state.c, acfg, grid, extra)
+        extra = adaptive.next_round(state.n, state.c, state.prior, acfg, grid, round_index=round_, price=state.price)
+    still_open = adaptive.open_after(state.n, state.c, acfg, grid, extra, state.prior, state.price)
     record_rounds(store, plan, state.prior, {pid for pid, o in zip(state.prompt_ids, still_open, strict=True) if o})
     if not extra.any():
         return Round(None, state)
