@@ -23,7 +23,7 @@ counts); nothing is computed here that a section of the report computes another 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -132,6 +132,26 @@ class Savings:
     # ``realised`` at the simulated misclassification's ends (plus or minus two standard errors of
     # its Monte Carlo mean over ``FRONTIER_PROMPTS`` prompts): the share's simulation error
     realised_range: tuple[float, float] | None = None
+    # Tokens (None where the run stored no answer lengths): what the run's answers spent, and what the
+    # fixed n above would spend at each prompt's expected answer length (``prompt_stats.tokens_expected``)
+    tokens_spent: float | None = None
+    tokens_per_rollout: float | None = None  # the prompts' expected lengths summed: a fixed n of 1
+
+    @property
+    def fixed_tokens(self) -> float | None:
+        """The tokens of the fixed n the run is compared with (``n_top`` where none up to it matches)."""
+        if self.tokens_per_rollout is None:
+            return None
+        n = self.fixed_n if self.where == "inside" else self.n_top if self.where == "above" else None
+        return None if n is None else n * self.tokens_per_rollout
+
+    @property
+    def tokens_saved(self) -> float | None:
+        """The share of tokens saved against that fixed n (a lower bound, as ``saved``, when ``above``)."""
+        fixed = self.fixed_tokens
+        if fixed is None or self.tokens_spent is None or fixed <= 0:
+            return None
+        return 1.0 - self.tokens_spent / fixed
 
     @property
     def saved(self) -> float | None:
@@ -625,7 +645,19 @@ def run_savings(prompt_stats: pa.Table, run: RunRecord) -> Savings:
         else None
     )
     undecided = np.asarray(s.column("undecided").fill_null(False).to_numpy(zero_copy_only=False), bool)
-    return adaptive_savings(s.column("n").to_numpy(zero_copy_only=False), band_prob, undecided, run.adaptive, run.prior)
+    sv = adaptive_savings(s.column("n").to_numpy(zero_copy_only=False), band_prob, undecided, run.adaptive, run.prior)
+    return replace(sv, **_run_tokens(s))
+
+
+def _run_tokens(measured: pa.Table) -> dict[str, float]:
+    """The tokens a run's measured prompts spent and their expected answer lengths summed, or nothing
+    where any prompt's lengths are unknown (a run saved from observations)."""
+    if "tokens_spent" not in measured.column_names:
+        return {}
+    spent, expected = measured.column("tokens_spent"), measured.column("tokens_expected")
+    if spent.null_count or expected.null_count:
+        return {}
+    return {"tokens_spent": float(pc.sum(spent).as_py()), "tokens_per_rollout": float(pc.sum(expected).as_py())}
 
 
 def _undecided_line(run_id: str, prompt_stats: pa.Table, run: RunRecord) -> Line | None:
@@ -666,7 +698,28 @@ def _adaptive_line(run_id: str, sv: Savings) -> Line:
             f"adaptive sampling used {sv.per_prompt:.1f} answers per prompt, but even a fixed n of {sv.fixed_n:.0f} "
             "classifies as well: it saved nothing here"
         )
-    return Line(text + _frontier_text(sv), suggest.report(run_id))
+    return Line(text + _tokens_text(sv) + _frontier_text(sv), suggest.report(run_id))
+
+
+def _tokens_text(sv: Savings) -> str:
+    """The same saving in tokens: the run's answers against the fixed n at each prompt's expected
+    answer length. Smaller than in rollouts where the rounds spend on the long prompts (the
+    informative ones run longer)."""
+    if sv.tokens_saved is None:
+        return ""
+    bound = "more than " if sv.where == "above" else ""
+    return (
+        f", and {bound}{_pct(sv.tokens_saved)} of the tokens ({_count(sv.tokens_spent)} spent where the fixed n "
+        f"would spend {_count(sv.fixed_tokens)} at each prompt's expected answer length)"
+    )
+
+
+def _count(x: float) -> str:
+    """``1.2M``, ``34.5k``, ``812``: a token count at a glance."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.1f}{unit}"
+    return f"{x:.0f}"
 
 
 def _frontier_text(sv: Savings) -> str:

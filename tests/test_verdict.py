@@ -237,6 +237,18 @@ def test_report_of_an_always_wrong_run_warns_at_the_top(tmp_path):
     assert html.index('id="verdict"') < html.index("<section ")
 
 
+def test_a_saving_in_tokens_needs_every_prompts_lengths():
+    base = dict(where="inside", misclassification=0.05, decided=1.0, n_top=256, curve=[])
+    sv = verdict.Savings(per_prompt=10.0, fixed_n=20.0, tokens_spent=1_500.0, tokens_per_rollout=100.0, **base)
+    assert sv.saved == 0.5 and sv.fixed_tokens == 2_000.0 and sv.tokens_saved == 0.25  # long prompts got more
+    assert "and 25% of the tokens (1.5k spent where the fixed n would spend 2.0k" in verdict._tokens_text(sv)
+    above = verdict.Savings(**{**sv.__dict__, "where": "above"})
+    assert above.fixed_tokens == 25_600.0 and "more than" in verdict._tokens_text(above)
+    assert verdict.Savings(**{**sv.__dict__, "where": "below"}).tokens_saved is None
+    assert verdict.Savings(per_prompt=10.0, fixed_n=20.0, **base).tokens_saved is None  # no lengths: rollouts only
+    assert verdict._tokens_text(verdict.Savings(per_prompt=10.0, fixed_n=20.0, **base)) == ""
+
+
 def test_current_save_ends_with_the_verdict(tmp_path, data_dir):
     assert runner.invoke(app, ["load", "arithmetic", "--limit", "3"]).exit_code == 0
     ids = Store(data_dir).read_table("problems").column("prompt_id").to_pylist()
@@ -280,6 +292,13 @@ def test_an_adaptive_profile_says_what_adaptive_saved(tmp_path):
     if sv.where == "inside":
         assert f"a fixed n of {sv.fixed_n:.1f}" in line and sv.saved > 0
     assert f"difficulty report --run {run_id}" in text
+    # the same saving in tokens: the run's answers against the fixed n at each prompt's expected length
+    tokens = verdict.run_savings(ps, run)
+    spent = sum(ps.column("tokens_spent").to_pylist())
+    assert tokens.tokens_spent == spent
+    assert tokens.fixed_tokens == pytest.approx(sv.fixed_n * sum(ps.column("tokens_expected").to_pylist()))
+    assert tokens.tokens_saved == pytest.approx(1 - spent / tokens.fixed_tokens)
+    assert f"and {verdict._pct(tokens.tokens_saved)} of the tokens ({verdict._count(spent)} spent" in line
     # and how far its settings are from the best stopping rule for its own fitted prior (issue 32.6)
     assert sv.rule_cost is not None and sv.frontier_mis is not None and sv.fixed_mis is not None
     assert sv.frontier_mis <= sv.fixed_mis + 1e-12  # nothing beats the frontier, at the same rollouts
