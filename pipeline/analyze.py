@@ -41,6 +41,7 @@ from pipeline import adaptive, identify, schema, stats, tokens
 from pipeline import estimators as est
 from pipeline.checks import check_int
 from pipeline.errors import ConfigError
+from pipeline.labelprior import LabelPriors
 from pipeline.prior import Prior, cell_share, estimation_prior, posterior_nodes, state_prior
 from pipeline.prior import grid_points as prior_grid_points
 
@@ -898,7 +899,14 @@ def _tokens_summary(lengths: dict[str, np.ndarray], p: np.ndarray, add) -> None:
     and by outcome (``tokens_right``, ``tokens_wrong``, ``tokens_cut``) and ``wrong_to_right``; per
     band of the summary's pass rate (``schema.BAND_EDGES``) the tokens per answer and the band's
     ``spent_share``, and ``informative_to_easy``, the informative band's tokens per answer over the
-    easy band's. Nothing when no answer's length is known."""
+    easy band's. Nothing when no answer's length is known, and no row for a mean over no answer (no
+    wrong answer, an empty band): the summary holds numbers, never nulls."""
+    summary_add = add
+
+    def add(section, metric, value, *args, **kw):
+        if np.isfinite(value):
+            summary_add(section, metric, value, *args, **kw)
+
     k, spent = lengths["tokens_counted"], lengths["tokens_spent"]
     measured = k > 0
     if not measured.any():
@@ -994,13 +1002,16 @@ def analyze(counts: pa.Table, run_id: str, config: AnalyzeConfig | None = None) 
 # --- adaptive runs: decisions and posterior estimates (docs/adaptive.md §7, §8) ---------------------
 
 
-def with_decisions(counts: pa.Table, prior: Prior, target: adaptive.Target, plans: pa.Table) -> pa.Table:
+def with_decisions(
+    counts: pa.Table, prior: Prior, target: adaptive.Target, plans: pa.Table, labels: LabelPriors | None = None
+) -> pa.Table:
     """The counts with the adaptive columns of ``prompt_stats`` (``ADAPTIVE_COLUMNS``): the round
     each prompt stopped in (its last shard's round in ``plans``, the run's ``plans`` rows; null for
     a plan without rounds, a regrade's), its reported band and that band's posterior probability,
-    its central ``1 - delta`` credible interval, and whether it stopped undecided under ``prior``."""
+    its central ``1 - delta`` credible interval, and whether it stopped undecided under ``prior``
+    (under its label bin's prior for a ``labels`` run: ``labels``, as its rounds decided)."""
     ids, n, c = validate_counts(counts, check_distinct=False)
-    d = adaptive.decide(n, c, prior, target)
+    d = adaptive.decide(n, c, prior, target) if labels is None else _decide_by_bin(n, c, labels, target)
     rounds = plans.filter(pc.is_valid(plans.column("round")))
     last = rounds.group_by("prompt_id", use_threads=False).aggregate([("round", "max")])
     stop = dict(zip(last.column("prompt_id").to_pylist(), last.column("round_max").to_pylist(), strict=True))
@@ -1022,6 +1033,17 @@ def with_decisions(counts: pa.Table, prior: Prior, target: adaptive.Target, plan
     return counts
 
 
+def _decide_by_bin(n: np.ndarray, c: np.ndarray, labels: LabelPriors, target: adaptive.Target) -> adaptive.Decision:
+    """``adaptive.decide`` with each prompt under its own label bin's prior."""
+    parts = {k: np.zeros(len(n), t) for k, t in (("decided", bool), ("band", np.int64))}
+    parts.update({k: np.full(len(n), np.nan) for k in ("prob", "lo", "hi")})
+    for prior, idx in labels.groups():
+        d = adaptive.decide(n[idx], c[idx], prior, target)
+        for name, values in parts.items():
+            values[idx] = getattr(d, name)
+    return adaptive.Decision(**parts)
+
+
 def posterior_config(settings: AnalyzeConfig, prior: Prior) -> AnalyzeConfig:
     """An adaptive run's analysis settings: every estimate a posterior expectation under its prior
     (a grid prior's sums, or the Beta's moments and quadrature)."""
@@ -1029,13 +1051,18 @@ def posterior_config(settings: AnalyzeConfig, prior: Prior) -> AnalyzeConfig:
 
 
 def posterior_inputs(
-    counts: pa.Table, settings: AnalyzeConfig | None, acfg: adaptive.AdaptiveConfig, prior: Prior, plans: pa.Table
+    counts: pa.Table,
+    settings: AnalyzeConfig | None,
+    acfg: adaptive.AdaptiveConfig,
+    prior: Prior,
+    plans: pa.Table,
+    labels: LabelPriors | None = None,
 ) -> tuple[pa.Table, AnalyzeConfig]:
     """What ``analyze`` takes for an adaptive run: its counts with each prompt's decision
     (``with_decisions``, under ``prior``) and ``settings`` (default: ``AnalyzeConfig()``) made
     posterior ones, under ``prior.estimation_prior``: the same fit, its grid part run to the maximum."""
     n, c = (counts.column(name).to_numpy().astype(np.int64) for name in ("n", "c"))
-    decided = with_decisions(counts, prior, acfg.target, plans)
+    decided = with_decisions(counts, prior, acfg.target, plans, labels)
     return decided, estimation_config(settings or AnalyzeConfig(), prior, n, c)
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
-from pipeline import allocate, analyze, schema
+from pipeline import allocate, analyze, labelprior, schema
 from pipeline.errors import PipelineError, StoreError
 from pipeline.store import RunRecord, Store
 
@@ -144,6 +145,23 @@ def run_counts(store: Store, run_id: str, answers: bool = True) -> pa.Table:
     return _run_counts(store, _registered(store, run_id), answers)
 
 
+def prompt_labels(store: Store, dataset: str, prompt_ids: list[str]) -> tuple[str | None, list]:
+    """The label the label prior conditions on, per prompt: another model's pass rate
+    (``prior_c / prior_n``) where the dataset's problems carry one, else their ``difficulty``; ``(None,
+    [None, ...])`` when they carry neither."""
+    problems = store.read_table("problems", {"dataset": dataset})
+    ids = problems.column("prompt_id").to_pylist()
+    pn, pc_ = problems.column("prior_n").to_pylist(), problems.column("prior_c").to_pylist()
+    rate = dict(zip(ids, [c / m if m and c is not None else None for m, c in zip(pn, pc_, strict=True)], strict=True))
+    difficulty = dict(zip(ids, problems.column("difficulty").to_pylist(), strict=True))
+    for name, values in (("prior_c / prior_n", rate), ("difficulty", difficulty)):
+        out = [values.get(pid) for pid in prompt_ids]
+        if any(v is not None for v in out):
+            return name, out
+    return None, [None] * len(prompt_ids)
+
+
+
 # --- a run's analysis ----------------------------------------------------------------------------
 
 
@@ -158,8 +176,23 @@ def analyze_run(store: Store, run_id: str, config: analyze.AnalyzeConfig | None 
         return analyze.analyze(counts, run_id, config)
     prior = analyze.run_prior(acfg, adaptive_counts(store, run_id, acfg.n_min))
     plans = store.read_table("plans", {"run_id": run_id})
-    counts, settings = analyze.posterior_inputs(counts, config, acfg, prior, plans)
+    labels = run_label_priors(store, run, counts, prior)
+    counts, settings = analyze.posterior_inputs(counts, config, acfg, prior, plans, labels)
     return analyze.analyze(counts, run_id, settings)
+
+
+def run_label_priors(store: Store, run: RunRecord, counts: pa.Table, prior) -> labelprior.LabelPriors | None:
+    """A ``labels`` run's per-prompt priors at its end (``labelprior.fit_label_priors`` on its final
+    counts, as each round fitted them on the counts so far), so its reported bands are decided as its
+    rounds were; None for any other prior, or a dataset without labels (its rounds used the population's)."""
+    if run.adaptive.prior != "labels":
+        return None
+    ids = counts.column("prompt_id").to_pylist()
+    name, labels = prompt_labels(store, run.dataset, ids)
+    if name is None:
+        return None
+    n, c = (counts.column(k).to_numpy().astype(np.int64) for k in ("n", "c"))
+    return labelprior.fit_label_priors(n, c, labelprior.label_bins(labels), prior)
 
 
 def read_analysis(store: Store, run_id: str, *, weights: bool = True) -> analyze.Analysis | None:

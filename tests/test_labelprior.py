@@ -14,7 +14,7 @@ import pytest
 from scipy.special import expit, logit
 from typer.testing import CliRunner
 
-from pipeline import adaptive, labelprior
+from pipeline import adaptive, finish, labelprior, schema
 from pipeline import prior as priors
 from pipeline.cli import app
 from pipeline.errors import ConfigError
@@ -167,3 +167,11 @@ def test_profile_with_the_label_prior_end_to_end(tmp_path, caplog, labelled):
     else:
         assert "the label prior needs labels" in said and "population prior (auto)" in said
     assert priors.PRIORS[-1] == "labels"
+    # the stored bands are decided as the rounds decided: under each prompt's label bin's prior
+    ps = store.read_table("prompt_stats", {"run_id": run.run_id})
+    n, c = (ps.column(k).to_numpy().astype(np.int64) for k in ("n", "c"))
+    lp = finish.run_label_priors(store, run, ps.select(["prompt_id", "n", "c"]), run.prior)
+    assert (lp is not None) == labelled
+    expect = adaptive.decide(n, c, run.prior, run.adaptive.target) if lp is None else None
+    bands = labelprior.decide(n, c, lp, run.adaptive.target) if lp is not None else expect.band
+    assert ps.column("decided_band").to_pylist() == [schema.BANDS[b] for b in bands.tolist()]

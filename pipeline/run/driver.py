@@ -224,7 +224,8 @@ def finish_run(
         if acfg is not None:
             state = state or adaptive_state(store, plan, acfg)
             record_rounds(store, plan, state.prior, set())
-            counts, settings = analyze.posterior_inputs(counts, settings, acfg, state.prior, plan.table())
+            labels = finish.run_label_priors(store, store.get_run(plan.run_id), counts, state.prior)
+            counts, settings = analyze.posterior_inputs(counts, settings, acfg, state.prior, plan.table(), labels)
         return finish_from_counts(store, plan.run_id, counts, settings, budget_per_prompt)
 
 

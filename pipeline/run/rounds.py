@@ -97,26 +97,10 @@ def record_rounds(store: Store, plan: RunPlan, prior: adaptive.Prior, open_now: 
         store.update_run(plan.run_id, prior=prior)
 
 
-def prompt_labels(store: Store, dataset: str, prompt_ids: list[str]) -> tuple[str | None, list]:
-    """The label the label prior conditions on, per prompt: another model's pass rate
-    (``prior_c / prior_n``) where the dataset's problems carry one, else their ``difficulty``; ``(None,
-    [None, ...])`` when they carry neither."""
-    problems = store.read_table("problems", {"dataset": dataset})
-    ids = problems.column("prompt_id").to_pylist()
-    pn, pc_ = problems.column("prior_n").to_pylist(), problems.column("prior_c").to_pylist()
-    rate = dict(zip(ids, [c / m if m and c is not None else None for m, c in zip(pn, pc_, strict=True)], strict=True))
-    difficulty = dict(zip(ids, problems.column("difficulty").to_pylist(), strict=True))
-    for name, values in (("prior_c / prior_n", rate), ("difficulty", difficulty)):
-        out = [values.get(pid) for pid in prompt_ids]
-        if any(v is not None for v in out):
-            return name, out
-    return None, [None] * len(prompt_ids)
-
-
 def labelled_round(store: Store, plan: RunPlan, state: AdaptiveState, acfg: adaptive.AdaptiveConfig, round_: int):
     """The next round under the label prior (``labelprior``): each prompt under its label bin's prior.
     A dataset without labels falls back to the population prior, and says so."""
-    name, labels = prompt_labels(store, plan.dataset, state.prompt_ids)
+    name, labels = finish.prompt_labels(store, plan.dataset, state.prompt_ids)
     if name is None:
         log.warning(
             "run %s: the label prior needs labels, and dataset %r has none (prior_n and prior_c, or difficulty): "
