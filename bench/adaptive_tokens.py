@@ -34,12 +34,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+# isort: split
+import pipeline  # noqa: E402, F401  (first: it keeps OpenBLAS to one thread before numpy loads)
+
+# isort: split
+import numpy as np  # noqa: E402
 import truths as T  # noqa: E402
 
 from pipeline import adaptive, frontier  # noqa: E402
@@ -122,7 +125,8 @@ def main() -> None:
         raise SystemExit(f"--cost {args.cost:g} must be one of --costs {args.costs}: the same-cost comparison needs it")
     start = time.time()
     print(
-        f"# {args.prompts} prompts x {args.seeds} seeds per truth, n_max {args.n_max}; token-priced cost {args.cost:g}, "
+        f"# {args.prompts} prompts x {args.seeds} seeds per truth, n_max {args.n_max}; "
+        f"token-priced cost {args.cost:g}, "
         f"rollout-priced costs {args.costs}; mean (min to max) over seeds"
     )
     header = (
@@ -141,7 +145,8 @@ def main() -> None:
         f16 = FIXED_NS.index(16)
         print(
             f"| {name} "
-            f"| {_spread([100 * r['fixed'][f16, 0] for r in rs], digits=2)}%, {_spread([r['fixed'][f16, 2] for r in rs], digits=0)} "
+            f"| {_spread([100 * r['fixed'][f16, 0] for r in rs], digits=2)}%, "
+            f"{_spread([r['fixed'][f16, 2] for r in rs], digits=0)} "
             f"| {_spread([100 * r['rol_same_cost'][0] for r in rs], digits=2)}%, "
             f"{_spread([r['rol_same_cost'][1] for r in rs])}, {_spread([r['rol_same_cost'][2] for r in rs], digits=0)} "
             f"| {_spread([100 * r['tok'][0] for r in rs], digits=2)}%, {_spread([r['tok'][1] for r in rs])}, "

@@ -52,17 +52,19 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+# isort: split
+import pipeline  # noqa: E402, F401  (first: it keeps OpenBLAS to one thread before numpy loads)
+
+# isort: split
+import numpy as np  # noqa: E402
 import truths  # noqa: E402
 
-from pipeline import adaptive  # noqa: E402
+from pipeline import adaptive, labelprior  # noqa: E402
 from pipeline import frontier as fr  # noqa: E402
-from pipeline import labelprior  # noqa: E402
 from pipeline import prior as priors  # noqa: E402
 
 N_MIN, N_MAX = 4, 64
@@ -158,7 +160,9 @@ def label_truth(p: np.ndarray, labels: np.ndarray, pooled) -> labelprior.LabelPr
     """The truth given each label: per label bin, the rates of the prompts that carry it, held on the
     grid (what the label prior can at best learn)."""
     bins = labelprior.label_bins(labels)
-    parts = tuple(truths.Truth("bin", "bin", rates=tuple(p[bins == b].tolist())).as_prior() for b in range(bins.max() + 1))
+    parts = tuple(
+        truths.Truth("bin", "bin", rates=tuple(p[bins == b].tolist())).as_prior() for b in range(bins.max() + 1)
+    )
     return labelprior.LabelPriors(bins, parts, pooled)
 
 
@@ -272,8 +276,20 @@ def _ms(v) -> str:
 
 
 def run_seeds(
-    name: str, truth, prompts: int, seeds: int, acfg, tp, held: bool, curve, fc, fe, rates=None, labels=None,
-    mode: str = "default", peers: bool = False,
+    name: str,
+    truth,
+    prompts: int,
+    seeds: int,
+    acfg,
+    tp,
+    held: bool,
+    curve,
+    fc,
+    fe,
+    rates=None,
+    labels=None,
+    mode: str = "default",
+    peers: bool = False,
 ) -> dict[str, np.ndarray]:
     """Seeds 1 to ``seeds`` of one truth (of one dataset of it, given its ``rates``), each compared with
     the frontier, column by column (the label prior's run of a seed sees the same samples as the
@@ -294,7 +310,9 @@ def dataset(truth: truths.Truth, prompts: int, index: int) -> tuple[np.ndarray, 
     None), and those rates as a truth of their own (held on the grid, as ``real``'s are), whose
     frontier is this dataset's."""
     rates = truth.draw(prompts, np.random.default_rng(DATASET_SEED + index))
-    labels = None if truth.labels is None else truth.labels.draw(rates, np.random.default_rng(DATASET_SEED + 100 + index))
+    labels = (
+        None if truth.labels is None else truth.labels.draw(rates, np.random.default_rng(DATASET_SEED + 100 + index))
+    )
     return rates, labels, truths.Truth(truth.name, f"dataset {index} of {truth.text}", rates=tuple(rates.tolist()))
 
 

@@ -339,7 +339,8 @@ class AdaptiveConfig:
         if price_unit is not None and price_unit != parsed.price_unit:
             if "price_unit=" in target.replace(" ", ""):
                 raise ConfigError(
-                    f"--price-unit {price_unit} contradicts the target's price_unit={parsed.price_unit} (from {target!r})"
+                    f"--price-unit {price_unit} contradicts the target's "
+                    f"price_unit={parsed.price_unit} (from {target!r})"
                 )
             parsed = replace(parsed, price_unit=price_unit)
         return cls(target=parsed, n_min=n_min, n_max=n_max, rule=RoundRule.parse(rule), prior=prior)

@@ -161,7 +161,6 @@ def prompt_labels(store: Store, dataset: str, prompt_ids: list[str]) -> tuple[st
     return None, [None] * len(prompt_ids)
 
 
-
 # --- a run's analysis ----------------------------------------------------------------------------
 
 

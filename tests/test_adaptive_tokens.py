@@ -53,7 +53,7 @@ def test_each_price_level_gets_the_grids_of_its_scaled_cost(prior):
         idx = np.flatnonzero(levels == lv)
         plain = adaptive.AdaptiveConfig(target=adaptive.Target(cost=0.001 * 2 ** (lv / 8)), n_max=20, prior="fit")
         assert (got[idx] == adaptive.next_round(n[idx], c[idx], prior, plain, round_index=2)).all()
-    # the same counts at four times the price and at a quarter of it: fewer samples, none to a prompt the cheap one stops
+    # the same counts at four times the price and at a quarter: fewer samples, none to a prompt the cheap one stops
     dear = adaptive.next_round(n, c, prior, acfg, round_index=2, price=np.full(len(n), 4.0))
     cheap = adaptive.next_round(n, c, prior, acfg, round_index=2, price=np.full(len(n), 0.25))
     assert dear.sum() < cheap.sum() and not ((dear > 0) & (cheap == 0)).any()
@@ -75,7 +75,8 @@ def test_price_levels_are_a_ladder_of_eighth_doublings():
 
 def test_token_price_is_the_relative_price_of_the_answers_lengths():
     rng = np.random.default_rng(2)
-    answers = [rng.gamma(4.0, m / 4.0, k) for m, k in zip(rng.uniform(100, 900, 40), rng.integers(0, 9, 40))]
+    means, sizes = rng.uniform(100, 900, 40), rng.integers(0, 9, 40)
+    answers = [rng.gamma(4.0, m / 4.0, k) for m, k in zip(means, sizes, strict=True)]
     k = np.array([len(a) for a in answers])
     tot = np.array([a.sum() for a in answers])
     sq = np.array([(a**2).sum() for a in answers])
@@ -102,7 +103,9 @@ def test_pricing_tokens_spends_fewer_tokens_at_no_worse_loss():
         acfg = adaptive.AdaptiveConfig.from_specs(f"band:cost={cost}", n_max=n_max, prior="fit", price_unit=unit)
         n, c, fitted = frontier.simulate(outcomes, acfg, lengths=lengths)
         spent = float((lengths * (np.arange(n_max) < n[:, None])).sum()) / N
-        mis = frontier.expected_misclassification(n, c, adaptive.decide(n, c, fitted, acfg.target).band, truth, acfg.target)
+        mis = frontier.expected_misclassification(
+            n, c, adaptive.decide(n, c, fitted, acfg.target).band, truth, acfg.target
+        )
         res[unit] = (spent, mis + cost * spent / m)
     assert res["tokens"][0] < 0.97 * res["rollouts"][0], res
     # the loss: equal within the Monte Carlo error of a misclassification over N prompts, or better

@@ -131,7 +131,10 @@ runner = CliRunner()
 
 
 def _bigmath(path: Path, rates: np.ndarray, labelled: bool) -> None:
-    cols = {"problem": [f"What is {k} + 1?" for k in range(len(rates))], "answer": [str(k + 1) for k in range(len(rates))]}
+    cols = {
+        "problem": [f"What is {k} + 1?" for k in range(len(rates))],
+        "answer": [str(k + 1) for k in range(len(rates))],
+    }
     if labelled:  # Big-Math's layout
         cols["source"], cols["domain"] = ["amc"] * len(rates), [["Algebra"]] * len(rates)
         cols["llama8b_solve_rate"] = np.clip(rates + 0.1, 0, 1).round(3).tolist()

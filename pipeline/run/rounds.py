@@ -61,9 +61,7 @@ def adaptive_state(store: Store, plan: RunPlan, acfg: adaptive.AdaptiveConfig) -
         # the stored lengths alone, so a rerun re-derives the same prices and the same round
         k_tok, tok, tok2 = (counts.column(name).to_numpy().astype(float) for name in ("k_tok", "tok", "tok2"))
         price, known = adaptive.token_price(k_tok, tok, tok2), int(k_tok.sum())
-    return AdaptiveState(
-        counts.column("prompt_id").to_pylist(), n, c, analyze.run_prior(acfg, counts), price, known
-    )
+    return AdaptiveState(counts.column("prompt_id").to_pylist(), n, c, analyze.run_prior(acfg, counts), price, known)
 
 
 def _rounds_summary(plan: RunPlan, open_now: set[str]) -> tuple[RoundCount, ...]:
