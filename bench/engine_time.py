@@ -251,12 +251,15 @@ def profile_one(config, store, timed: TimedSampler, label: str, seed: int) -> di
     done = run.profile(config, store, executor, run.Steps(run_shards=run_shards))
     run_id = done.plan.run_id
     samples = store.read_table("samples", {"run_id": run_id})
-    return {"run_id": run_id, "prompts": done.plan.problems.num_rows, "tokens": tokens_spent(samples["n_tokens"].to_pylist())}
+    tokens = tokens_spent(samples["n_tokens"].to_pylist())
+    return {"run_id": run_id, "prompts": done.plan.problems.num_rows, "tokens": tokens}
 
 
 def fmt_runs(runs: list[dict[str, Any]]) -> str:
-    head = f"{'run':<9}{'seed':>5}{'prompts':>8}{'rollouts':>9}{'tokens':>8}{'engine s':>10}{'tok/s':>8}{'rounds':>7}{'barrier s':>10}"
-    lines = [head]
+    lines = [
+        f"{'run':<9}{'seed':>5}{'prompts':>8}{'rollouts':>9}{'tokens':>8}{'engine s':>10}{'tok/s':>8}"
+        f"{'rounds':>7}{'barrier s':>10}"
+    ]
     for r in runs:
         lines.append(
             f"{r['config']:<9}{r['seed']:>5}{r['prompts']:>8}{r['rollouts']:>9}{r['tokens']:>8}{r['engine_s']:>10.1f}"
@@ -266,8 +269,10 @@ def fmt_runs(runs: list[dict[str, Any]]) -> str:
 
 
 def fmt_rounds(rounds: list[dict[str, Any]]) -> str:
-    head = f"{'run':<9}{'seed':>5}{'round':>6}{'calls':>6}{'answers':>8}{'tokens':>8}{'steps':>6}{'wall s':>8}{'occup.':>7}{'barrier s':>10}"
-    lines = [head]
+    lines = [
+        f"{'run':<9}{'seed':>5}{'round':>6}{'calls':>6}{'answers':>8}{'tokens':>8}{'steps':>6}{'wall s':>8}"
+        f"{'occup.':>7}{'barrier s':>10}"
+    ]
     for r in rounds:
         lines.append(
             f"{r['config']:<9}{r['seed']:>5}{r['round']:>6}{r['calls']:>6}{r['answers']:>8}{r['tokens']:>8}"
@@ -334,7 +339,8 @@ def main() -> None:
     print(fmt_runs(runs) + "\n")
     for key, r in ratios(runs).items():
         seeds = ", ".join(f"{v:.3f}" for v in r["per_seed"])
-        print(f"adaptive / fixed {key:<9}: mean {r['mean']:.3f} (seeds {seeds}; spread {r['min']:.3f} to {r['max']:.3f})")
+        spread = f"spread {r['min']:.3f} to {r['max']:.3f}"
+        print(f"adaptive / fixed {key:<9}: mean {r['mean']:.3f} (seeds {seeds}; {spread})")
 
 
 if __name__ == "__main__":

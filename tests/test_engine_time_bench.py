@@ -65,7 +65,11 @@ def test_rounds_runs_and_ratios(bench) -> None:
         bench.call_of("adaptive", 0, 1, [8], 0.5),  # a second call of the same round
     ]
     rounds = bench.round_table(calls, per_step_s=0.1)
-    assert [(r["config"], r["round"], r["calls"]) for r in rounds] == [("fixed", 0, 1), ("adaptive", 0, 1), ("adaptive", 1, 2)]
+    assert [(r["config"], r["round"], r["calls"]) for r in rounds] == [
+        ("fixed", 0, 1),
+        ("adaptive", 0, 1),
+        ("adaptive", 1, 2),
+    ]
     r1 = rounds[2]
     assert (r1["answers"], r1["tokens"], r1["steps"], r1["wall_s"]) == (3, 28, 23, 1.5)
     assert r1["occupancy"] == pytest.approx(28 / (2 * 15 + 1 * 8))
