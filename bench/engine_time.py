@@ -36,6 +36,7 @@ rule does not take it stops with that error before any engine starts.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -301,6 +302,7 @@ def main() -> None:
     from pipeline.store import Store
 
     configs = {seed: build_configs(args, seed) for seed in range(args.seeds)}  # a refused setting stops here
+    load_before = os.getloadavg()[0]
     engine = configs[0][FIXED].engine
     t0 = time.perf_counter()
     sampler = get_sampler(engine.backend, engine.model, engine.backend_options)
@@ -332,7 +334,8 @@ def main() -> None:
     print(
         f"\nsettings: {args.prompts} prompts of {data}, max_tokens={args.max_tokens}, fixed n={args.n}, "
         f"adaptive {target_spec(args.target, args.price_unit)} n_min={args.n_min} n_max={args.n_max}, "
-        f"{args.seeds} seeds, one {args.backend} engine shared by both sides"
+        f"{args.seeds} seeds, one {args.backend} engine shared by both sides; {os.cpu_count()} cores, "
+        f"load {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     print(f"call time fit: {per_step_s * 1000:.1f} ms a step + {per_token_s * 1000:.2f} ms a token\n")
     print(fmt_rounds(rounds) + "\n")
