@@ -117,18 +117,20 @@ def barrier_s(call: Call, per_step_s: float) -> float:
 
 def round_table(calls: list[Call], per_step_s: float) -> list[dict[str, Any]]:
     """Per (config, seed, round): calls, answers, tokens, steps (summed over its calls: they run one
-    after another), wall time, occupancy and the barrier estimate; in first-appearance order."""
+    after another), the steps had the round been one call (its longest answer), wall time, occupancy
+    and the barrier estimate; in first-appearance order."""
     rows: dict[tuple[str, int, int], dict[str, Any]] = {}
     for c in calls:
         row = rows.setdefault(
             (c.config, c.seed, c.round),
             {"config": c.config, "seed": c.seed, "round": c.round, "calls": 0, "answers": 0, "tokens": 0,
-             "steps": 0, "slots": 0, "wall_s": 0.0, "barrier_s": 0.0},
+             "steps": 0, "steps_one_call": 0, "slots": 0, "wall_s": 0.0, "barrier_s": 0.0},
         )  # fmt: skip
         row["calls"] += 1
         row["answers"] += c.answers
         row["tokens"] += c.tokens
         row["steps"] += c.steps
+        row["steps_one_call"] = max(row["steps_one_call"], c.steps)
         row["slots"] += c.answers * c.steps
         row["wall_s"] += c.wall_s
         row["barrier_s"] += barrier_s(c, per_step_s)
@@ -157,6 +159,8 @@ def run_summary(rounds: list[dict[str, Any]], prompts: int, tokens: int) -> dict
         "engine_s": engine_s,
         "tokens_per_s": tokens / engine_s if engine_s > 0 else float("nan"),
         "rounds": len(rounds),
+        "steps": sum(r["steps"] for r in rounds),
+        "steps_one_call": sum(r["steps_one_call"] for r in rounds),
         "barrier_s": sum(r["barrier_s"] for r in rounds),
     }
 
@@ -259,25 +263,25 @@ def profile_one(config, store, timed: TimedSampler, label: str, seed: int) -> di
 def fmt_runs(runs: list[dict[str, Any]]) -> str:
     lines = [
         f"{'run':<9}{'seed':>5}{'prompts':>8}{'rollouts':>9}{'tokens':>8}{'engine s':>10}{'tok/s':>8}"
-        f"{'rounds':>7}{'barrier s':>10}"
+        f"{'rounds':>7}{'steps':>7}{'1-call':>7}{'barrier s':>10}"
     ]
     for r in runs:
         lines.append(
             f"{r['config']:<9}{r['seed']:>5}{r['prompts']:>8}{r['rollouts']:>9}{r['tokens']:>8}{r['engine_s']:>10.1f}"
-            f"{r['tokens_per_s']:>8.1f}{r['rounds']:>7}{r['barrier_s']:>10.1f}"
+            f"{r['tokens_per_s']:>8.1f}{r['rounds']:>7}{r['steps']:>7}{r['steps_one_call']:>7}{r['barrier_s']:>10.1f}"
         )
     return "\n".join(lines)
 
 
 def fmt_rounds(rounds: list[dict[str, Any]]) -> str:
     lines = [
-        f"{'run':<9}{'seed':>5}{'round':>6}{'calls':>6}{'answers':>8}{'tokens':>8}{'steps':>6}{'wall s':>8}"
-        f"{'occup.':>7}{'barrier s':>10}"
+        f"{'run':<9}{'seed':>5}{'round':>6}{'calls':>6}{'answers':>8}{'tokens':>8}{'steps':>6}{'1-call':>7}"
+        f"{'wall s':>8}{'occup.':>7}{'barrier s':>10}"
     ]
     for r in rounds:
         lines.append(
             f"{r['config']:<9}{r['seed']:>5}{r['round']:>6}{r['calls']:>6}{r['answers']:>8}{r['tokens']:>8}"
-            f"{r['steps']:>6}{r['wall_s']:>8.1f}{r['occupancy']:>7.2f}{r['barrier_s']:>10.1f}"
+            f"{r['steps']:>6}{r['steps_one_call']:>7}{r['wall_s']:>8.1f}{r['occupancy']:>7.2f}{r['barrier_s']:>10.1f}"
         )
     return "\n".join(lines)
 

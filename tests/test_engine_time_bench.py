@@ -71,12 +71,13 @@ def test_rounds_runs_and_ratios(bench) -> None:
         ("adaptive", 1, 2),
     ]
     r1 = rounds[2]
-    assert (r1["answers"], r1["tokens"], r1["steps"], r1["wall_s"]) == (3, 28, 23, 1.5)
+    assert (r1["answers"], r1["tokens"], r1["steps"], r1["steps_one_call"], r1["wall_s"]) == (3, 28, 23, 15, 1.5)
     assert r1["occupancy"] == pytest.approx(28 / (2 * 15 + 1 * 8))
     assert r1["barrier_s"] == pytest.approx(0.1 * (15 - 10) + 0.1 * (8 - 8))
     fixed = bench.run_summary(rounds[:1], prompts=2, tokens=80)
     adaptive = bench.run_summary(rounds[1:], prompts=2, tokens=68)
     assert (adaptive["rollouts"], adaptive["rounds"], adaptive["engine_s"]) == (5, 2, 3.5)
+    assert (adaptive["steps"], adaptive["steps_one_call"]) == (30 + 23, 30 + 15)
     assert adaptive["tokens_per_s"] == pytest.approx(68 / 3.5)
     with pytest.raises(ValueError, match="returned 80 tokens but the run's samples hold 79"):
         bench.run_summary(rounds[:1], prompts=2, tokens=79)
