@@ -99,3 +99,25 @@ def test_price_unit_passes_into_the_target(bench) -> None:
     assert bench.target_spec("band:cost=0.001", "tokens") == "band:cost=0.001,price_unit=tokens"
     with pytest.raises(ConfigError, match="--price-unit 'joules'"):
         bench.target_spec("band", "joules")
+
+
+def test_price_unit_tokens_reaches_the_adaptive_config_or_stops_naming_the_option(bench) -> None:
+    """Before any engine starts: the adaptive run's target carries ``price_unit=tokens`` where the band
+    rule takes it, else the bench stops with an error naming ``--price-unit`` (the fixed run is the same
+    either way)."""
+    import argparse
+
+    args = argparse.Namespace(
+        backend="simulate", model=None, data_file=None, prompts=4, max_tokens=16, n=8, target="band",
+        n_min=4, n_max=16, price_unit="tokens",
+    )  # fmt: skip
+    try:
+        configs = bench.build_configs(args, seed=0)
+    except ConfigError as exc:
+        assert "--price-unit tokens: this checkout's adaptive rule does not take a price unit" in str(exc)
+    else:
+        assert "price_unit=tokens" in configs["adaptive"].adaptive.to_dict()["target"]
+    plain = bench.build_configs(argparse.Namespace(**{**vars(args), "price_unit": "rollouts"}), seed=0)
+    assert plain["fixed"].sampling.n == 8 and plain["fixed"].adaptive is None
+    assert (plain["adaptive"].adaptive.n_min, plain["adaptive"].adaptive.n_max) == (4, 16)
+    assert "price_unit" not in plain["adaptive"].adaptive.to_dict()["target"]
