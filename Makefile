@@ -108,6 +108,7 @@ bench: $(VENV)/.test
 	$(BIN)/python bench/grading.py
 	$(BIN)/python bench/sampling.py
 	$(BIN)/python bench/sampling.py --backend vllm
+	$(BIN)/python bench/engine_time.py --prompts 16 --max-tokens 48
 	$(BIN)/python bench/observations.py
 	$(BIN)/python bench/trl_recorder.py
 	$(BIN)/python bench/verl_curriculum.py
