@@ -331,3 +331,34 @@ def test_greedy_asks_for_one_sample_and_repeats_it(fake_vllm) -> None:
     assert [r["sample_idx"] for r in rows] == [0, 1, 2] * 3
     for i in range(3):
         assert len({(r["completion"], r["n_tokens"]) for r in rows[3 * i : 3 * i + 3]}) == 1
+
+
+def test_a_rounds_groups_go_to_the_engine_in_one_call(fake_vllm) -> None:
+    """An adaptive round's prompts differ in their first sample index and count: the shard's samples
+    come from one engine call, row for row what one call per group gives (each request is seeded by
+    its prompt and first sample index), so a round costs the longest answer of all, not the sum of
+    each group's longest."""
+    from pipeline.run.shards import FIRST_IDX, N_SAMPLES, _sample_batches
+
+    problems = pa.table(
+        {
+            "prompt_id": ["p-a", "p-b", "p-c", "p-d"],
+            "problem": ["1 + 1", "2 + 2", "3 + 3", "4 + 4"],
+            FIRST_IDX: [4, 8, 4, 16],
+            N_SAMPLES: [4, 8, 4, 16],
+        }
+    )
+    batches = _sample_batches(problems, SamplingParams(seed=5, max_tokens=30))
+    assert len(batches) == 3
+    sampler = make_sampler("vllm", "org/tiny")
+    one = sampler.sample_batches(batches)
+    assert [c["call"] for c in fake_vllm.CALLS].count("chat") == 1
+    apart = pa.concat_tables([sampler.sample(sub, p) for sub, p in batches])
+    assert one.equals(apart)
+    assert [c["call"] for c in fake_vllm.CALLS].count("chat") == 4
+    firsts = {pid: min(i for q, i in zip(one["prompt_id"].to_pylist(), one["sample_idx"].to_pylist()) if q == pid)
+              for pid in ("p-a", "p-b", "p-d")}  # fmt: skip
+    assert firsts == {"p-a": 4, "p-b": 8, "p-d": 16}
+    done: list[int] = []
+    sampler.sample_batches(batches, done.append)
+    assert sum(done) == one.num_rows == 4 + 8 + 4 + 16

@@ -174,6 +174,9 @@ def sample_job(config: ProfileConfig, job: ShardJob, sampler=None) -> pa.Table:
         done[0] += k
         _progress(job.shard, progress.SAMPLE, done[0])
 
+    together = getattr(sampler, "sample_batches", None)  # an engine that takes them in one call (vLLM)
+    if together is not None and len(batches) > 1:
+        return together(batches, sampled, template=job.template)
     parts = [sampler.sample(sub, p, sampled, template=job.template) for sub, p in batches]
     return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
 

@@ -198,7 +198,7 @@ def _sampling_params(vllm: Any, params: SamplingParams, prompt_id: str) -> Any:
 def generate_rows(
     llm: Any,
     items: list[PromptItem],
-    params: SamplingParams,
+    params: SamplingParams | list[SamplingParams],
     system: str | None = None,
     batch_size: int = 4096,
     progress: Progress | None = None,
@@ -208,7 +208,8 @@ def generate_rows(
     Args:
         llm: a `vllm.LLM` (or anything with its `chat` signature).
         items: prompts to sample, in order.
-        params: sampling parameters.
+        params: sampling parameters, one for all prompts or one per prompt (an adaptive round's
+            prompts differ in their first sample index and count: one call serves them all).
         system: optional system message.
         batch_size: prompts per `chat` call.
         progress: advanced by the samples of each finished batch.
@@ -217,32 +218,35 @@ def generate_rows(
         Rows (prompt_id, sample_idx, completion, finish_reason, n_tokens), input order.
     """
     vllm = _import_vllm()
+    per = params if isinstance(params, list) else [params] * len(items)
+    if len(per) != len(items):
+        raise SamplingError(f"{len(per)} sampling parameters for {len(items)} prompts")
     rows: list[Row] = []
     for start in range(0, len(items), batch_size):
-        batch = items[start : start + batch_size]
+        batch, batch_params = items[start : start + batch_size], per[start : start + batch_size]
         outputs = llm.chat(
             [chat_messages(it.prompt, system) for it in batch],
-            sampling_params=[_sampling_params(vllm, params, it.prompt_id) for it in batch],
+            sampling_params=[
+                _sampling_params(vllm, p, it.prompt_id) for it, p in zip(batch, batch_params, strict=True)
+            ],
             use_tqdm=False,
         )
         if len(outputs) != len(batch):
             raise SamplingError(
                 f"vLLM returned {len(outputs)} outputs for {len(batch)} prompts (first prompt {batch[0].prompt_id})"
             )
-        asked = _request_n(params)
-        for item, out in zip(batch, outputs, strict=True):
+        for item, p, out in zip(batch, batch_params, outputs, strict=True):
+            asked = _request_n(p)
             completions = sorted(out.outputs, key=lambda c: c.index)
             if len(completions) != asked:
                 raise SamplingError(
                     f"prompt {item.prompt_id}: vLLM returned {len(completions)} samples, expected n={asked}"
                 )
-            completions *= params.n // asked  # greedy: the one completion, n times
+            completions *= p.n // asked  # greedy: the one completion, n times
             for idx, comp in enumerate(completions):
-                rows.append(
-                    (item.prompt_id, params.first_idx + idx, comp.text, comp.finish_reason, len(comp.token_ids))
-                )
+                rows.append((item.prompt_id, p.first_idx + idx, comp.text, comp.finish_reason, len(comp.token_ids)))
         if progress is not None:
-            progress(len(batch) * params.n)
+            progress(sum(p.n for p in batch_params))
     return rows
 
 
@@ -259,7 +263,9 @@ def _worker_init(devices: str, model: str, llm_args: dict[str, Any]) -> None:
     _WORKER_LLM = vllm.LLM(model=model, **llm_args)
 
 
-def _worker_sample(items: list[PromptItem], params: SamplingParams, system: str | None, batch_size: int) -> list[Row]:
+def _worker_sample(
+    items: list[PromptItem], params: SamplingParams | list[SamplingParams], system: str | None, batch_size: int
+) -> list[Row]:
     return generate_rows(_WORKER_LLM, items, params, system, batch_size)
 
 
@@ -371,21 +377,40 @@ class VllmSampler:
         template: str | None = None,
     ) -> pa.Table:
         """Sample `params.n` completions per problem (see `Sampler.sample`)."""
-        items = prepare_prompts(problems, template)
+        return self.sample_batches([(problems, params)], progress, template=template)
+
+    def sample_batches(
+        self,
+        batches: list[tuple[Any, SamplingParams]],
+        progress: Progress | None = None,
+        *,
+        template: str | None = None,
+    ) -> pa.Table:
+        """``sample`` of every ``(problems, params)`` batch, in one engine call: the rows of each batch
+        in order, as the batches one after another would give them (every request is seeded by its
+        prompt and first sample index). An adaptive round's prompts differ in where their samples
+        start and how many they get; one call per such group made a round cost the sum of its groups'
+        longest answers instead of the longest of them all (docs/performance.md, engine time)."""
+        items: list[PromptItem] = []
+        per: list[SamplingParams] = []
+        for problems, params in batches:
+            batch_items = prepare_prompts(problems, template)
+            items += batch_items
+            per += [params] * len(batch_items)
         opts = self.options
         if self.llm is not None:
-            rows = generate_rows(self.llm, items, params, opts.system, opts.batch_size, progress)
+            rows = generate_rows(self.llm, items, per, opts.system, opts.batch_size, progress)
             return rows_to_table(rows)
         futures: list[tuple[int, Future[list[Row]]]] = []
         for pool, (a, b) in zip(self._pools, split_slices(len(items), len(self._pools)), strict=True):
             if b > a:
-                fut = pool.submit(_worker_sample, items[a:b], params, opts.system, opts.batch_size)
-                futures.append((b - a, fut))
+                fut = pool.submit(_worker_sample, items[a:b], per[a:b], opts.system, opts.batch_size)
+                futures.append((sum(p.n for p in per[a:b]), fut))
         rows = []
         for size, fut in futures:  # slices are contiguous: concatenating keeps input order
             rows.extend(fut.result())
             if progress is not None:
-                progress(size * params.n)
+                progress(size)
         return rows_to_table(rows)
 
     def close(self) -> None:
