@@ -356,8 +356,8 @@ def test_a_rounds_groups_go_to_the_engine_in_one_call(fake_vllm) -> None:
     apart = pa.concat_tables([sampler.sample(sub, p) for sub, p in batches])
     assert one.equals(apart)
     assert [c["call"] for c in fake_vllm.CALLS].count("chat") == 4
-    firsts = {pid: min(i for q, i in zip(one["prompt_id"].to_pylist(), one["sample_idx"].to_pylist(), strict=True) if q == pid)
-              for pid in ("p-a", "p-b", "p-d")}  # fmt: skip
+    pairs = list(zip(one["prompt_id"].to_pylist(), one["sample_idx"].to_pylist(), strict=True))
+    firsts = {pid: min(i for q, i in pairs if q == pid) for pid in ("p-a", "p-b", "p-d")}
     assert firsts == {"p-a": 4, "p-b": 8, "p-d": 16}
     done: list[int] = []
     sampler.sample_batches(batches, done.append)
