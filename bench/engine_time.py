@@ -195,10 +195,21 @@ class TimedSampler:
         self.model_name = sampler.model_name
         self.where: tuple[str, int, int] = ("", 0, 0)
         self.calls: list[Call] = []
+        if not hasattr(sampler, "sample_batches"):  # the shard then calls ``sample`` once per group
+            self.sample_batches = None
 
     def sample(self, problems: Any, params: Any, progress: Callable[[int], None] | None = None, *, template=None):
         t0 = time.perf_counter()
         table = self.sampler.sample(problems, params, progress, template=template)
+        wall = time.perf_counter() - t0
+        config, seed, round_ = self.where
+        self.calls.append(call_of(config, seed, round_, table.column("n_tokens").to_pylist(), wall))
+        return table
+
+    def sample_batches(self, batches: list, progress: Callable[[int], None] | None = None, *, template=None):
+        """A round's groups in one engine call (the vLLM sampler's), timed as one call."""
+        t0 = time.perf_counter()
+        table = self.sampler.sample_batches(batches, progress, template=template)
         wall = time.perf_counter() - t0
         config, seed, round_ = self.where
         self.calls.append(call_of(config, seed, round_, table.column("n_tokens").to_pylist(), wall))
