@@ -199,17 +199,15 @@ class TimedSampler:
             self.sample_batches = None
 
     def sample(self, problems: Any, params: Any, progress: Callable[[int], None] | None = None, *, template=None):
-        t0 = time.perf_counter()
-        table = self.sampler.sample(problems, params, progress, template=template)
-        wall = time.perf_counter() - t0
-        config, seed, round_ = self.where
-        self.calls.append(call_of(config, seed, round_, table.column("n_tokens").to_pylist(), wall))
-        return table
+        return self._timed(self.sampler.sample, problems, params, progress, template=template)
 
     def sample_batches(self, batches: list, progress: Callable[[int], None] | None = None, *, template=None):
         """A round's groups in one engine call (the vLLM sampler's), timed as one call."""
+        return self._timed(self.sampler.sample_batches, batches, progress, template=template)
+
+    def _timed(self, call: Callable, *args, **kwargs):
         t0 = time.perf_counter()
-        table = self.sampler.sample_batches(batches, progress, template=template)
+        table = call(*args, **kwargs)
         wall = time.perf_counter() - t0
         config, seed, round_ = self.where
         self.calls.append(call_of(config, seed, round_, table.column("n_tokens").to_pylist(), wall))
