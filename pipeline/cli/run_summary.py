@@ -111,10 +111,14 @@ def print_verdict(v: Verdict) -> None:
         )
 
 
+# The summary's outcomes (``tokens_right``, ``tokens_wrong``, ``tokens_cut``) as the line names them.
+OUTCOME_NAMES = (("right", "right"), ("wrong", "wrong"), ("cut", "cut off"))
+
+
 def tokens_line(summary: pa.Table) -> str | None:
     """One line of where a run's tokens went (the summary's ``tokens`` section, docs/tokens.md): the
-    total, tokens per answer, wrong answers against right ones, the informative band against the easy
-    one. None for a run without answer lengths."""
+    total, tokens per answer overall and by outcome (right, wrong, cut off by the token limit), the
+    informative band against the easy one. None for a run without answer lengths."""
     values = {
         (r["metric"], r["band"]): r["value"]
         for r in summary.to_pylist()
@@ -124,9 +128,10 @@ def tokens_line(summary: pa.Table) -> str | None:
     if not spent:
         return None
     line = f"tokens: {spent:,.0f} spent, {values[('tokens_per_answer', None)]:,.1f} per answer"
-    right, wrong = values.get(("tokens_right", None)), values.get(("tokens_wrong", None))
-    if right and wrong:
-        line += f"; wrong answers {wrong:,.1f} against right {right:,.1f} ({wrong / right:.2f}x)"
+    outcomes = [(name, values.get((f"tokens_{key}", None))) for key, name in OUTCOME_NAMES]
+    shown = [f"{name} {v:,.1f}" for name, v in outcomes if v is not None]
+    if shown:
+        line += f" ({', '.join(shown)})"
     if ratio := values.get(("informative_to_easy", None)):
         line += f"; informative prompts {ratio:.2f}x the easy ones' per answer"
     return line
