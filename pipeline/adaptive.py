@@ -587,7 +587,7 @@ def open_after(
     if config.target.price_unit != "tokens":
         return _grid_open(n, c, config, grid)
     if prior is None:
-        raise ValueError("open_after of a run priced in tokens needs its prior (each price level's grid)")
+        raise ConfigError("open_after of a run priced in tokens needs its prior (each price level's grid)")
     out = np.zeros(len(n), bool)
     for idx, at in _by_level(config, n, price):
         out[idx] = _grid_open(n[idx], c[idx], at, stop_grid(prior, at.target, at.n_max))
@@ -652,7 +652,7 @@ def price_levels(price) -> np.ndarray:
     bad = ~(np.isfinite(price) & (price > 0))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"prompt {i}: relative price {float(price[i])!r} is not a positive number")
+        raise ConfigError(f"prompt {i}: relative price {float(price[i])!r} is not a positive number")
     return np.rint(PRICE_LEVELS_PER_DOUBLING * np.log2(price)).astype(np.int64)
 
 
@@ -669,7 +669,7 @@ def _by_level(config: AdaptiveConfig, n: np.ndarray, price) -> list[tuple[np.nda
     None: every prompt at 1."""
     levels = price_levels(np.ones(len(n)) if price is None else price)
     if len(levels) != len(n):
-        raise ValueError(f"{len(levels)} prices for {len(n)} prompts")
+        raise ConfigError(f"{len(levels)} prices for {len(n)} prompts")
     return [(np.flatnonzero(levels == lv), priced_at(config, int(lv))) for lv in np.unique(levels)]
 
 

@@ -64,7 +64,7 @@ def simulate(
     if lengths is not None and acfg.target.price_unit == "tokens":
         lengths = np.asarray(lengths, float)
         if lengths.shape != outcomes.shape:
-            raise ValueError(f"lengths {lengths.shape} and outcomes {outcomes.shape} differ in shape")
+            raise ConfigError(f"lengths {lengths.shape} and outcomes {outcomes.shape} differ in shape")
         zero = np.zeros((len(outcomes), 1))
         tsum = np.concatenate([zero, np.cumsum(lengths, axis=1)], axis=1)
         t2sum = np.concatenate([zero, np.cumsum(lengths**2, axis=1)], axis=1)

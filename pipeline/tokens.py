@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.errors import ConfigError
+
 __all__ = ["LengthPrior", "expected_tokens", "fit_length_prior", "relative_price"]
 
 
@@ -47,13 +49,13 @@ def _as_arrays(answers, mean, sd):
     x = np.asarray(mean, float)
     s = np.zeros_like(x) if sd is None else np.asarray(sd, float)
     if k.shape != x.shape or s.shape != x.shape:
-        raise ValueError(f"answers, mean and sd differ in shape: {k.shape}, {x.shape}, {s.shape}")
+        raise ConfigError(f"answers, mean and sd differ in shape: {k.shape}, {x.shape}, {s.shape}")
     if np.any(k < 0):
-        raise ValueError(f"answers must be >= 0, got {k[k < 0][0]:g}")
+        raise ConfigError(f"answers must be >= 0, got {k[k < 0][0]:g}")
     measured = k > 0
     if np.any(~np.isfinite(x[measured])) or np.any(x[measured] < 0):
         bad = np.flatnonzero(measured & ~(np.isfinite(x) & (x >= 0)))[0]
-        raise ValueError(f"prompt {bad}: mean length {float(x[bad]):g} is not a length in tokens")
+        raise ConfigError(f"prompt {bad}: mean length {float(x[bad]):g} is not a length in tokens")
     return k, np.where(measured, x, 0.0), np.where(measured & np.isfinite(s), s, 0.0)
 
 

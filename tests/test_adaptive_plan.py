@@ -360,18 +360,19 @@ def test_the_frontier_gap_reruns_one_dataset_and_compares_it_with_its_own_fronti
     truth, acfg = gap.truths.get("mixture"), adaptive.AdaptiveConfig()
     one, again, two = gap.dataset(truth, 400, 1)[0], gap.dataset(truth, 400, 1)[0], gap.dataset(truth, 400, 2)[0]
     assert np.array_equal(one, again) and not np.array_equal(one, two)
-    own = gap.dataset(truth, 400, 1)[1].as_prior()
+    own = gap.dataset(truth, 400, 1)[2].as_prior()  # (rates, labels, the dataset's rates as a truth)
     assert own.weights != truth.as_prior().weights  # a dataset's frontier is its own rates'
     assert np.isclose(sum(own.weights), 1.0) and np.isclose(own.weights[0], (one == 0).mean())
 
-    col, spread, loss_spread, ref = gap.measure("mixture", truth, 400, 2, 2, acfg, False, True)
+    col, spread, loss_spread, ref, labelled = gap.measure("mixture", truth, 400, 2, 2, acfg, False, True, peers=False)
+    assert labelled is None  # the mixture carries no labels
     assert len(col["cost"]) == 4 and len(ref["cost"]) == 4
     assert spread == max(gap._spread(col["cost"][:2]), gap._spread(col["cost"][2:]))
     loss = col["cost"] + col["mis"] / acfg.target.cost
     assert loss_spread == max(gap._spread(loss[:2]), gap._spread(loss[2:]))
     assert np.all(np.isfinite(col["share"])) and np.all(col["share"] > 0.5)
     assert not np.array_equal(col["cost"], ref["cost"])  # the verdict's runs decide under the dataset's rates
-    fresh = gap.measure("mixture", truth, 400, 2, 0, acfg, False, False)
+    fresh = gap.measure("mixture", truth, 400, 2, 0, acfg, False, False, peers=False)
     assert fresh[3] is None and len(fresh[0]["cost"]) == 2 and fresh[1] == gap._spread(fresh[0]["cost"])
 
 

@@ -104,7 +104,9 @@ def test_token_columns_and_summary_by_hand(data_dir):
     # a negative length is bad input, named
     bad = an.with_tokens(finish.counts_from_samples(store, "r"), finish.token_counts(store, "r"))
     spent = bad.column("tokens_spent").to_pylist()
-    bad = bad.set_column(bad.column_names.index("tokens_spent"), "tokens_spent", pa.array([-1] + spent[1:]))
+    at = bad.column("prompt_id").to_pylist().index("a")  # the counts' row order is the store's
+    spent[at] = -1
+    bad = bad.set_column(bad.column_names.index("tokens_spent"), "tokens_spent", pa.array(spent))
     with pytest.raises(ConfigError, match=r"prompt 'a': tokens_spent=-1 is negative"):
         an.analyze(bad, "r")
 

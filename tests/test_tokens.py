@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pipeline import tokens
+from pipeline.errors import ConfigError
 
 
 def _posterior_mean_brute(xs: np.ndarray, m: float, tau2: float, sigma2: float) -> float:
@@ -69,7 +70,7 @@ def test_identical_prompts_share_the_population_mean():
 
 
 def test_bad_lengths_name_the_prompt():
-    with pytest.raises(ValueError, match="prompt 1: mean length -3"):
+    with pytest.raises(ConfigError, match="prompt 1: mean length -3"):
         tokens.expected_tokens([2, 2], [10.0, -3.0], [1.0, 1.0])
-    with pytest.raises(ValueError, match="differ in shape"):
+    with pytest.raises(ConfigError, match="differ in shape"):
         tokens.expected_tokens([2], [10.0, 3.0])
