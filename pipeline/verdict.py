@@ -46,6 +46,7 @@ __all__ = [
     "Verdict",
     "adaptive_savings",
     "halving_group_size",
+    "silent_curves",
     "informative_kept",
     "reallocation_gain",
     "run_savings",
@@ -278,6 +279,31 @@ def silent_under(prior: Prior | tuple[float, float], n, c, G: int, posterior: bo
     return np.where(np.asarray(n) >= G, plus + minus, under)
 
 
+def silent_curves(prior: Prior | tuple[float, float], n, c, G_max: int, posterior: bool) -> np.ndarray:
+    """``silent_under`` of each ``(n, c)`` pair at every G = 1 .. ``G_max`` at once: ``(pairs, G_max)``.
+    The products over j < G that ``stats.silent_rates`` takes one G at a time are running products
+    here, multiplied in the same order (the same numbers), so the whole range costs what one G did."""
+    n, c = np.asarray(n, float), np.asarray(c, float)
+    j = np.arange(G_max, dtype=float)[None, :]
+    exact = (n[:, None] >= j + 1) & (not posterior)
+    if isinstance(prior, Prior) and prior.is_grid:
+        points, weights = prior.grid()
+        W = grid_posterior(points, weights, n, c)
+        G = np.arange(1, G_max + 1, dtype=float)
+        under = np.nan_to_num(W @ (points[:, None] ** G + (1.0 - points[:, None]) ** G), nan=1.0)
+    else:
+        a, b = (prior.a, prior.b) if isinstance(prior, Prior) else prior
+        aa, bb = a + c[:, None], b + (n - c)[:, None]
+        den = aa + bb + j
+        under = np.cumprod((aa + j) / den, axis=1) + np.cumprod((bb + j) / den, axis=1)
+    if posterior:
+        return under
+    with np.errstate(divide="ignore", invalid="ignore"):  # (n - j) is 0 or less only where not exact
+        plus = np.cumprod(np.where(exact, np.clip((c[:, None] - j) / (n[:, None] - j), 0.0, None), 1.0), axis=1)
+        minus = np.cumprod(np.where(exact, np.clip((n - c)[:, None] - j, 0.0, None) / (n[:, None] - j), 1.0), axis=1)
+    return np.where(exact, plus + minus, under)
+
+
 def _brief(prior: Prior) -> str:
     """A prior in a few words for a verdict line: a Beta's parameters, or a grid prior's atoms."""
     if not prior.is_grid:
@@ -304,16 +330,10 @@ def halving_group_size(
     n_u, c_u, inverse = stats.unique_pairs(n, c)
     mult = np.bincount(inverse, minlength=len(n_u))
 
-    def halved(g: int) -> bool:
-        return float((silent_under(prior, n_u, c_u, g, posterior) * mult).sum() / mult.sum()) <= silent / 2
-
-    # the silent share falls with G: a geometric search, then every G between the last two tried
-    last = G
-    for g in sorted({int(round(g)) for g in np.geomspace(G + 1, schema.MAX_G, 48)}):
-        if halved(g):
-            return next(k for k in range(last + 1, g + 1) if halved(k))
-        last = g
-    return None
+    # every G up to MAX_G at once (a few dozen pairs x 4,096): the first past G at or under half
+    share = (silent_curves(prior, n_u, c_u, schema.MAX_G, posterior) * mult[:, None]).sum(axis=0) / mult.sum()
+    below = np.flatnonzero(share[G:] <= silent / 2)  # share[k] is G = k + 1
+    return int(G + 1 + below[0]) if len(below) else None
 
 
 def reallocation_gain(allocation: pa.Table | None) -> float | None:

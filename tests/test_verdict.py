@@ -573,3 +573,16 @@ def test_no_saving_is_claimed_where_both_sides_misclassify_nothing():
     line = verdict._adaptive_line("r1", sv)
     assert "saved" not in line.text and "no saving to compare" in line.text
     assert verdict._pct(-0.00001) == "0%" and verdict._pct(-0.0) == "0%"
+
+
+@pytest.mark.parametrize("posterior", [False, True])
+def test_silent_curves_are_silent_under_at_every_group_size(posterior):
+    """The halving search reads every G at once (``silent_curves``, running products): the same numbers
+    as ``silent_under`` one G at a time, under a Beta, Jeffreys and a fitted grid prior with atoms."""
+    rng = np.random.default_rng(4)
+    n = rng.integers(1, 40, 60)
+    c = np.array([rng.integers(0, k + 1) for k in n])
+    for prior in ((0.5, 0.5), verdict.Prior(2.0, 3.0), choose_prior(n, c)):
+        curves = verdict.silent_curves(prior, n, c, 300, posterior)
+        for g in (1, 2, 7, 8, 9, 39, 40, 41, 300):
+            assert np.allclose(curves[:, g - 1], verdict.silent_under(prior, n, c, g, posterior), rtol=0, atol=1e-12)
