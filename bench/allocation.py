@@ -91,14 +91,20 @@ def main() -> None:
         report_tokens(run_tokens(args))
 
 
-def run_peers(args) -> dict:
-    """Per truth, per rule: GRPO's expected signal per prompt at the true pass rates, one value per seed."""
+def _truths(args):
+    """``(name, truth)`` of every truth asked for (``--truths``, else all and ``real``), skipping
+    ``real`` without its stored profile."""
     names = [*truths.TRUTHS, "real"] if args.truths is None else args.truths.split(",")
-    out: dict = {}
     for name in names:
         truth = truths.get(name)
-        if truth is None:
-            continue
+        if truth is not None:
+            yield name, truth
+
+
+def run_peers(args) -> dict:
+    """Per truth, per rule: GRPO's expected signal per prompt at the true pass rates, one value per seed."""
+    out: dict = {}
+    for name, truth in _truths(args):
         rows: dict[str, list[float]] = {}
         for seed in range(args.seeds):
             rng = np.random.default_rng(seed)
@@ -165,12 +171,8 @@ def run_tokens(args) -> dict:
     """Per truth, per rule and seed: (signal per prompt, true tokens / budget, signal per 1M true
     tokens); and per seed the token-priced default's share of the budget that reaches the
     rollout-priced default's and the uniform's signal."""
-    names = [*truths.TRUTHS, "real"] if args.truths is None else args.truths.split(",")
     out: dict = {}
-    for name in names:
-        truth = truths.get(name)
-        if truth is None:
-            continue
+    for name, truth in _truths(args):
         rows: dict[str, list[tuple[float, float, float]]] = {}
         need: dict[str, list[float]] = {"default (rollouts)": [], "uniform": []}
         for seed in range(args.seeds):

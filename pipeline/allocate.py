@@ -1109,8 +1109,14 @@ def _solve(table: np.ndarray, key: np.ndarray, config: AllocationConfig, cost: n
             "greedy is not optimal here (%s): allocating by exact dynamic programming where it fits",
             "DAPO resampling charges expected rollouts" if cost is not None else "the value is not concave in n",
         )
+    return _exact_or_relaxed(args, method, cost, tol=_tolerance(table))
+
+
+def _exact_or_relaxed(args: tuple, method: str, cost, **dp_options):
+    """The exact programme where it fits (``dp`` refuses otherwise), else the Lagrangian relaxation
+    with its certified bound: ``(n, method, bound)``."""
     try:
-        return allocate_dp(*args, cost=cost, tol=_tolerance(table)), "dp", None
+        return allocate_dp(*args, cost=cost, **dp_options), "dp", None
     except AllocationTooLargeError as exc:
         if method == "dp":
             raise
@@ -1140,16 +1146,11 @@ def _solve_priced(table: np.ndarray, key: np.ndarray, config: AllocationConfig, 
             return n, "greedy", allocate_lagrangian(*args, cost=cost).bound
         method = "auto"  # as unpriced: greedy is not even the reference on a non-concave value
     if method in ("auto", "dp"):
-        try:
-            # with real-valued costs few pairs tie on cost, so the front holds many times the pairs per
-            # rollout of slack that expected rollouts give (50 prompts at 8 per prompt: 10 s): counted
-            # as 30 times, the exact programme runs up to about 20 prompts, in under a second
-            unit = float(price[key].mean()) / 30
-            return allocate_dp(*args, cost=cost, tol=_tolerance(table), unit=unit), "dp", None
-        except AllocationTooLargeError as exc:
-            if method == "dp":
-                raise
-            log.info("%s; allocating by the Lagrangian relaxation with a certified gap instead", exc)
+        # with real-valued costs few pairs tie on cost, so the front holds many times the pairs per
+        # rollout of slack that expected rollouts give (50 prompts at 8 per prompt: 10 s): counted
+        # as 30 times, the exact programme runs up to about 20 prompts, in under a second
+        unit = float(price[key].mean()) / 30
+        return _exact_or_relaxed(args, method, cost, tol=_tolerance(table), unit=unit)
     r = allocate_lagrangian(*args, cost=cost)
     return r.n, "lagrangian", r.bound
 
